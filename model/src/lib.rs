@@ -1,1 +1,19 @@
-//! placeholder
+//! The pure data model of hermes: no IO, no async runtime, no clock.
+//!
+//! - [`yaml`]: a positioned YAML tree, read with limits against hostile input.
+//! - [`value`]: plain config values, the merged view, YAML and JSON rendering.
+//! - [`schema`]: every known key with its type and default.
+//! - [`config`]: text → validated, typed [`config::Config`], errors with key path and line.
+//! - [`edit`]: `config set`/`unset` as text edits that keep comments and order.
+//! - [`dotenv`]: reading and editing `.env` files.
+//! - [`desired`]: what the host should look like, derived from the config.
+//! - [`plan`]: the operations a pass would carry out, each with its cause.
+
+pub mod config;
+pub mod desired;
+pub mod dotenv;
+pub mod edit;
+pub mod plan;
+pub mod schema;
+pub mod value;
+pub mod yaml;

@@ -1,0 +1,792 @@
+//! Loading config text into a validated, typed [`Config`].
+//!
+//! [`load`] is a pure function of the text: it parses with limits
+//! ([`crate::yaml`]), checks every key against [`crate::schema`], reports
+//! *all* problems at once, each with its key path, line and column, and
+//! merges the file over the defaults. Unknown keys are warnings with a
+//! "did you mean"; everything else wrong is an error.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::schema::{self, KeySpec, Ty};
+use crate::value::Value;
+use crate::yaml::{self, Node, NodeKind, Pos};
+
+/// One problem found in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    /// The dotted key path, with `[i]` for list items (`terminal.docker_volumes[1]`).
+    /// Empty for a problem with the document itself.
+    pub path: String,
+    pub pos: Option<Pos>,
+    pub message: String,
+}
+
+impl Issue {
+    fn new(path: impl Into<String>, pos: Pos, message: impl Into<String>) -> Issue {
+        Issue {
+            path: path.into(),
+            pos: Some(pos),
+            message: message.into(),
+        }
+    }
+
+    /// `FILE:LINE:COL: PATH: MESSAGE`, the form compilers use.
+    pub fn render(&self, file: &str) -> String {
+        let place = match self.pos {
+            Some(p) => format!("{file}:{}:{}", p.line, p.col),
+            None => file.to_string(),
+        };
+        if self.path.is_empty() {
+            format!("{place}: {}", self.message)
+        } else {
+            format!("{place}: {}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl fmt::Display for Issue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render("config.yaml"))
+    }
+}
+
+/// Why a config text was refused: every error found, in file order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigError(pub Vec<Issue>);
+
+impl ConfigError {
+    pub fn render(&self, file: &str) -> String {
+        self.0
+            .iter()
+            .map(|i| i.render(file))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// A config read from text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    pub config: Config,
+    /// Unknown keys and other things worth a word, never fatal.
+    pub warnings: Vec<Issue>,
+    /// The file's own values, without defaults.
+    pub user: Value,
+    /// Defaults with the file laid over them.
+    pub merged: Value,
+    /// Whether the file had no document at all (empty or only comments).
+    pub empty: bool,
+}
+
+/// The typed, validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub terminal: Terminal,
+    pub proxy: Proxy,
+    pub security: Security,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Terminal {
+    pub backend: Backend,
+    pub cwd: String,
+    pub timeout_seconds: u64,
+    pub lifetime_seconds: u64,
+    pub docker_image: String,
+    pub container_cpu: f64,
+    pub container_memory_mb: u64,
+    pub container_disk_mb: u64,
+    pub container_persistent: bool,
+    pub docker_persist_across_processes: bool,
+    pub docker_orphan_reaper: bool,
+    pub docker_volumes: Vec<Volume>,
+    /// Fixed environment values, in file order.
+    pub docker_env: Vec<(String, String)>,
+    pub docker_forward_env: Vec<String>,
+    pub docker_extra_args: Vec<String>,
+    pub docker_network: bool,
+    pub docker_shm_size_bytes: u64,
+    pub singularity_image: String,
+    pub ssh_host: Option<String>,
+    pub ssh_user: Option<String>,
+    pub ssh_port: u16,
+    pub ssh_key: Option<String>,
+    pub vercel_runtime: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Backend {
+    Local,
+    Docker,
+    Ssh,
+    Modal,
+    Daytona,
+    VercelSandbox,
+    Singularity,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Local => "local",
+            Backend::Docker => "docker",
+            Backend::Ssh => "ssh",
+            Backend::Modal => "modal",
+            Backend::Daytona => "daytona",
+            Backend::VercelSandbox => "vercel_sandbox",
+            Backend::Singularity => "singularity",
+        }
+    }
+
+    fn from_word(word: &str) -> Option<Backend> {
+        Some(match word {
+            "local" => Backend::Local,
+            "docker" => Backend::Docker,
+            "ssh" => Backend::Ssh,
+            "modal" => Backend::Modal,
+            "daytona" => Backend::Daytona,
+            "vercel_sandbox" => Backend::VercelSandbox,
+            "singularity" => Backend::Singularity,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A `host:container[:options]` mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Volume {
+    pub host: String,
+    pub container: String,
+    pub options: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proxy {
+    pub enabled: bool,
+    pub tunnel_port: u16,
+    pub credential_source: String,
+    pub enforce_on_docker: bool,
+    /// `None`: the built-in deny list.
+    pub upstream_deny_cidrs: Option<Vec<IpNet>>,
+    pub extra_allowed_hosts: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Security {
+    pub redact_secrets: bool,
+}
+
+impl std::default::Default for Config {
+    fn default() -> Self {
+        // The defaults are a valid config: a unit test holds this.
+        match load("") {
+            Ok(loaded) => loaded.config,
+            Err(e) => unreachable!("the built-in defaults are invalid: {e}"),
+        }
+    }
+}
+
+/// Loads config text: parses, validates and merges over the defaults.
+pub fn load(text: &str) -> Result<Loaded, ConfigError> {
+    let root = yaml::parse(text).map_err(|e| {
+        ConfigError(vec![Issue {
+            path: String::new(),
+            pos: e.pos,
+            message: e.message,
+        }])
+    })?;
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    let empty = root.is_none();
+    if let Some(root) = &root {
+        validate(root, &mut errors, &mut warnings);
+    }
+    if !errors.is_empty() {
+        errors.sort_by_key(|i| i.pos);
+        return Err(ConfigError(errors));
+    }
+    let user = root.as_ref().map_or(Value::Map(Vec::new()), Node::to_value);
+    let mut merged = schema::defaults();
+    merged.merge(&user);
+    let config = Config::from_merged(&merged);
+    Ok(Loaded {
+        config,
+        warnings,
+        user,
+        merged,
+        empty,
+    })
+}
+
+/// Checks a parsed document against the schema.
+pub fn validate(root: &Node, errors: &mut Vec<Issue>, warnings: &mut Vec<Issue>) {
+    let Some(sections) = root.entries() else {
+        errors.push(Issue::new(
+            "",
+            root.start,
+            format!(
+                "the config must be a mapping of sections (terminal:, proxy:, security:), found {}",
+                root.kind_name()
+            ),
+        ));
+        return;
+    };
+    for section in sections {
+        if !schema::SECTIONS.contains(&section.key.as_str()) {
+            warnings.push(unknown_key(
+                &section.key,
+                section.key_pos,
+                schema::SECTIONS.iter().copied(),
+            ));
+            continue;
+        }
+        let entries = match &section.value.kind {
+            NodeKind::Map { entries, .. } => entries.as_slice(),
+            NodeKind::Scalar(s) if s.resolve() == Value::Null => &[],
+            _ => {
+                errors.push(Issue::new(
+                    section.key.as_str(),
+                    section.value.start,
+                    format!(
+                        "expected a mapping of keys, found {}",
+                        section.value.kind_name()
+                    ),
+                ));
+                continue;
+            }
+        };
+        for entry in entries {
+            let path = format!("{}.{}", section.key, entry.key);
+            match schema::lookup(&path) {
+                Some(spec) => check(spec, &path, &entry.value, errors),
+                None => warnings.push(unknown_key(
+                    &path,
+                    entry.key_pos,
+                    schema::leaves_of(&section.key),
+                )),
+            }
+        }
+    }
+    check_network_args(root, errors);
+}
+
+fn unknown_key<'a>(path: &str, pos: Pos, known: impl IntoIterator<Item = &'a str>) -> Issue {
+    let leaf = path.rsplit('.').next().unwrap_or(path);
+    let hint = schema::did_you_mean(leaf, known)
+        .map(|k| format!("; did you mean `{k}`?"))
+        .unwrap_or_default();
+    Issue::new(path, pos, format!("unknown key, ignored{hint}"))
+}
+
+/// `docker_network: false` means no network at all: a network option in
+/// `docker_extra_args` contradicts it.
+fn check_network_args(root: &Node, errors: &mut Vec<Issue>) {
+    let Some(terminal) = root.get("terminal") else {
+        return;
+    };
+    let Some(network) = terminal.value.get("docker_network") else {
+        return;
+    };
+    if network.value.to_value() != Value::Bool(false) {
+        return;
+    }
+    let Some(args) = terminal.value.get("docker_extra_args") else {
+        return;
+    };
+    let NodeKind::Seq { items, .. } = &args.value.kind else {
+        return;
+    };
+    for (i, item) in items.iter().enumerate() {
+        if let Value::Str(arg) = item.to_value() {
+            let option = arg.split('=').next().unwrap_or(&arg);
+            if matches!(
+                option,
+                "--network" | "--net" | "--network-alias" | "--ip" | "--ip6"
+            ) {
+                errors.push(Issue::new(
+                    format!("terminal.docker_extra_args[{i}]"),
+                    item.start,
+                    format!(
+                        "`{arg}` contradicts terminal.docker_network: false (line {}), which means no network at all",
+                        network.key_pos.line
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// Checks one key's value against its type.
+fn check(spec: &KeySpec, path: &str, node: &Node, errors: &mut Vec<Issue>) {
+    let value = node.to_value();
+    let wrong = |errors: &mut Vec<Issue>| {
+        errors.push(Issue::new(
+            path,
+            node.start,
+            format!(
+                "expected {}, found {}",
+                spec.ty.expectation(),
+                describe(node, &value)
+            ),
+        ));
+    };
+    match spec.ty {
+        Ty::Bool => {
+            if !matches!(value, Value::Bool(_)) {
+                wrong(errors);
+            }
+        }
+        Ty::Str => {
+            if !matches!(value, Value::Str(_)) {
+                wrong(errors);
+            }
+        }
+        Ty::NonEmptyStr => {
+            if !matches!(&value, Value::Str(s) if !s.trim().is_empty()) {
+                wrong(errors);
+            }
+        }
+        Ty::OptStr => {
+            if !matches!(value, Value::Str(_) | Value::Null) {
+                wrong(errors);
+            }
+        }
+        Ty::Enum(words) => match &value {
+            Value::Str(s) if words.contains(&s.as_str()) => {}
+            Value::Str(s) => {
+                let hint = schema::did_you_mean(s, words.iter().copied())
+                    .map(|w| format!("; did you mean `{w}`?"))
+                    .unwrap_or_default();
+                errors.push(Issue::new(
+                    path,
+                    node.start,
+                    format!(
+                        "unknown value `{s}`: expected {}{hint}",
+                        spec.ty.expectation()
+                    ),
+                ));
+            }
+            _ => wrong(errors),
+        },
+        Ty::PosInt | Ty::OptPosInt => match value {
+            Value::Int(i) if i >= 1 => {}
+            Value::Null if spec.ty == Ty::OptPosInt => {}
+            Value::Int(i) => errors.push(Issue::new(
+                path,
+                node.start,
+                format!("must be at least 1, found {i}"),
+            )),
+            _ => wrong(errors),
+        },
+        Ty::Port => match value {
+            Value::Int(i) if (1..=65535).contains(&i) => {
+                if path == "proxy.tunnel_port" && i == 65535 {
+                    errors.push(Issue::new(
+                        path,
+                        node.start,
+                        "must be at most 65534: the plain HTTP port is the next one",
+                    ));
+                }
+            }
+            Value::Int(i) => errors.push(Issue::new(
+                path,
+                node.start,
+                format!("port {i} is out of range 1 to 65535"),
+            )),
+            _ => wrong(errors),
+        },
+        Ty::PosNumber => match value {
+            Value::Int(i) if i > 0 => {}
+            Value::Float(f) if f > 0.0 && f.is_finite() => {}
+            Value::Int(_) | Value::Float(_) => errors.push(Issue::new(
+                path,
+                node.start,
+                format!("must be greater than 0, found {}", value.to_yaml_inline()),
+            )),
+            _ => wrong(errors),
+        },
+        Ty::Size => match &value {
+            Value::Int(i) if *i > 0 => {}
+            Value::Str(s) if parse_size(s).is_some_and(|n| n > 0) => {}
+            _ => wrong(errors),
+        },
+        Ty::StrList => each_item(path, node, errors, spec, |_, v| match v {
+            Value::Str(_) => Ok(()),
+            _ => Err("expected a string".to_string()),
+        }),
+        Ty::EnvNameList => each_item(path, node, errors, spec, |_, v| match v {
+            Value::Str(s) if is_env_name(s) => Ok(()),
+            Value::Str(s) => Err(format!("`{s}` is not a valid environment variable name")),
+            _ => Err("expected an environment variable name".to_string()),
+        }),
+        Ty::VolumeList => each_item(path, node, errors, spec, |_, v| match v {
+            Value::Str(s) => parse_volume(s).map(drop),
+            _ => Err("expected a host:container[:options] string".to_string()),
+        }),
+        Ty::HostPatternList => each_item(path, node, errors, spec, |_, v| match v {
+            Value::Str(s) => check_host_pattern(s),
+            _ => Err("expected a host name or *.domain pattern".to_string()),
+        }),
+        Ty::OptCidrList => {
+            if value == Value::Null {
+                return;
+            }
+            each_item(path, node, errors, spec, |_, v| match v {
+                Value::Str(s) => parse_cidr(s).map(drop),
+                _ => Err("expected a CIDR range such as 10.0.0.0/8".to_string()),
+            })
+        }
+        Ty::EnvMap => match &node.kind {
+            NodeKind::Map { entries, .. } => {
+                for entry in entries {
+                    let item_path = format!("{path}.{}", entry.key);
+                    if !is_env_name(&entry.key) {
+                        errors.push(Issue::new(
+                            item_path.as_str(),
+                            entry.key_pos,
+                            format!("`{}` is not a valid environment variable name", entry.key),
+                        ));
+                    }
+                    if entry.value.to_value().is_collection() {
+                        errors.push(Issue::new(
+                            item_path,
+                            entry.value.start,
+                            format!(
+                                "expected a string, number or boolean, found {}",
+                                entry.value.kind_name()
+                            ),
+                        ));
+                    }
+                }
+            }
+            _ if value == Value::Null => {}
+            _ => wrong(errors),
+        },
+    }
+}
+
+/// Checks each item of a list node with `item_ok`, naming `path[i]`.
+fn each_item(
+    path: &str,
+    node: &Node,
+    errors: &mut Vec<Issue>,
+    spec: &KeySpec,
+    item_ok: impl Fn(usize, &Value) -> Result<(), String>,
+) {
+    match &node.kind {
+        NodeKind::Seq { items, .. } => {
+            for (i, item) in items.iter().enumerate() {
+                if let Err(message) = item_ok(i, &item.to_value()) {
+                    errors.push(Issue::new(format!("{path}[{i}]"), item.start, message));
+                }
+            }
+        }
+        NodeKind::Scalar(s) if s.resolve() == Value::Null => {}
+        _ => errors.push(Issue::new(
+            path,
+            node.start,
+            format!(
+                "expected {}, found {}",
+                spec.ty.expectation(),
+                node.kind_name()
+            ),
+        )),
+    }
+}
+
+fn describe(node: &Node, value: &Value) -> String {
+    match value {
+        Value::Seq(_) | Value::Map(_) => node.kind_name().to_string(),
+        scalar => format!("{} `{}`", node.kind_name(), scalar.to_yaml_inline()),
+    }
+}
+
+/// Whether `name` can be an environment variable name.
+pub fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Parses `512m`, `1g`, `1.5g`, `1024` (bytes) into bytes.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let factor: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1 << 10,
+        "m" | "mb" => 1 << 20,
+        "g" | "gb" => 1 << 30,
+        _ => return None,
+    };
+    let bytes = number * factor as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+/// Parses a `host:container[:options]` mount.
+pub fn parse_volume(text: &str) -> Result<Volume, String> {
+    const OPTIONS: &[&str] = &[
+        "ro",
+        "rw",
+        "z",
+        "Z",
+        "shared",
+        "slave",
+        "private",
+        "rshared",
+        "rslave",
+        "rprivate",
+        "nocopy",
+        "consistent",
+        "cached",
+        "delegated",
+    ];
+    let parts: Vec<&str> = text.split(':').collect();
+    let (host, container, options) = match parts.as_slice() {
+        [h, c] => (*h, *c, None),
+        [h, c, o] => (*h, *c, Some(*o)),
+        _ => {
+            return Err(format!(
+                "`{text}` is not host:container[:options] (for example /srv/data:/data:ro)"
+            ));
+        }
+    };
+    if host.is_empty() {
+        return Err(format!("`{text}` has an empty host side"));
+    }
+    if !container.starts_with('/') {
+        return Err(format!(
+            "`{text}`: the container side `{container}` must be an absolute path"
+        ));
+    }
+    if let Some(options) = options {
+        if let Some(bad) = options.split(',').find(|o| !OPTIONS.contains(o)) {
+            return Err(format!("`{text}`: unknown mount option `{bad}`"));
+        }
+    }
+    Ok(Volume {
+        host: host.to_string(),
+        container: container.to_string(),
+        options: options.map(str::to_string),
+    })
+}
+
+/// Parses a CIDR range; a bare address is a single-host range.
+pub fn parse_cidr(text: &str) -> Result<IpNet, String> {
+    if let Ok(net) = text.parse::<IpNet>() {
+        return Ok(net);
+    }
+    if let Ok(addr) = text.parse::<IpAddr>() {
+        return Ok(IpNet::from(addr));
+    }
+    Err(format!(
+        "`{text}` is not a CIDR range (for example 10.0.0.0/8 or fc00::/7)"
+    ))
+}
+
+/// Checks an allowlist entry: an exact host name or `*.domain`.
+pub fn check_host_pattern(text: &str) -> Result<(), String> {
+    if text == "*" {
+        return Err("a bare `*` would allow every host; list the hosts, or `*.domain`".into());
+    }
+    if text.contains("://") || text.contains('/') || text.contains(':') {
+        return Err(format!(
+            "`{text}` must be a host name only, without scheme, port or path"
+        ));
+    }
+    let (wildcard, name) = match text.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    if name.len() > 253 || name.is_empty() {
+        return Err(format!("`{text}` is not a valid host name"));
+    }
+    let labels: Vec<&str> = name.split('.').collect();
+    for label in &labels {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+        if !ok {
+            let why = if label.contains('*') {
+                "a wildcard may only stand alone as the first label (`*.example.com`)"
+            } else {
+                "labels are letters, digits and inner hyphens"
+            };
+            return Err(format!("`{text}` is not a valid host pattern: {why}"));
+        }
+    }
+    if wildcard && labels.len() < 2 {
+        return Err(format!(
+            "`{text}` would allow a whole top-level domain; name at least two labels after `*.`"
+        ));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Builds the typed config from a merged value tree that passed
+    /// validation.
+    fn from_merged(merged: &Value) -> Config {
+        let r = Reader(merged);
+        let docker_image = r.string("terminal.docker_image");
+        let singularity_image = r
+            .opt_string("terminal.singularity_image")
+            .unwrap_or_else(|| format!("docker://{docker_image}"));
+        Config {
+            terminal: Terminal {
+                backend: Backend::from_word(&r.string("terminal.backend"))
+                    .unwrap_or(Backend::Local),
+                cwd: r.string("terminal.cwd"),
+                timeout_seconds: r.uint("terminal.timeout"),
+                lifetime_seconds: r.uint("terminal.lifetime_seconds"),
+                docker_image,
+                container_cpu: r.number("terminal.container_cpu"),
+                container_memory_mb: r.uint("terminal.container_memory"),
+                container_disk_mb: r.uint("terminal.container_disk"),
+                container_persistent: r.bool("terminal.container_persistent"),
+                docker_persist_across_processes: r.bool("terminal.docker_persist_across_processes"),
+                docker_orphan_reaper: r.bool("terminal.docker_orphan_reaper"),
+                docker_volumes: r
+                    .strings("terminal.docker_volumes")
+                    .iter()
+                    .filter_map(|s| parse_volume(s).ok())
+                    .collect(),
+                docker_env: r.env_map("terminal.docker_env"),
+                docker_forward_env: r.strings("terminal.docker_forward_env"),
+                docker_extra_args: r.strings("terminal.docker_extra_args"),
+                docker_network: r.bool("terminal.docker_network"),
+                docker_shm_size_bytes: match r.get("terminal.docker_shm_size") {
+                    Value::Int(i) => u64::try_from(i).unwrap_or(0),
+                    Value::Str(s) => parse_size(&s).unwrap_or(0),
+                    _ => 0,
+                },
+                singularity_image,
+                ssh_host: r.opt_string("terminal.ssh_host"),
+                ssh_user: r.opt_string("terminal.ssh_user"),
+                ssh_port: u16::try_from(r.uint("terminal.ssh_port")).unwrap_or(22),
+                ssh_key: r.opt_string("terminal.ssh_key"),
+                vercel_runtime: r.string("terminal.vercel_runtime"),
+            },
+            proxy: Proxy {
+                enabled: r.bool("proxy.enabled"),
+                tunnel_port: u16::try_from(r.uint("proxy.tunnel_port")).unwrap_or(9090),
+                credential_source: r.string("proxy.credential_source"),
+                enforce_on_docker: r.bool("proxy.enforce_on_docker"),
+                upstream_deny_cidrs: match r.get("proxy.upstream_deny_cidrs") {
+                    Value::Null => None,
+                    _ => Some(
+                        r.strings("proxy.upstream_deny_cidrs")
+                            .iter()
+                            .filter_map(|s| parse_cidr(s).ok())
+                            .collect(),
+                    ),
+                },
+                extra_allowed_hosts: r
+                    .strings("proxy.extra_allowed_hosts")
+                    .into_iter()
+                    .map(|h| h.to_ascii_lowercase())
+                    .collect(),
+            },
+            security: Security {
+                redact_secrets: r.bool("security.redact_secrets"),
+            },
+        }
+    }
+}
+
+/// Reads typed values out of a validated merged tree. Validation has
+/// already refused every wrong shape, so a mismatch here can only be a
+/// missing key, which falls back to the key's default.
+struct Reader<'a>(&'a Value);
+
+impl Reader<'_> {
+    fn get(&self, path: &str) -> Value {
+        match self.0.get_path(path) {
+            Some(Value::Null) | None => {
+                schema::lookup(path).map_or(Value::Null, |spec| spec.default.to_value())
+            }
+            Some(v) => v.clone(),
+        }
+    }
+
+    fn string(&self, path: &str) -> String {
+        match self.get(path) {
+            Value::Str(s) => s,
+            other => other.to_display(),
+        }
+    }
+
+    fn opt_string(&self, path: &str) -> Option<String> {
+        match self.0.get_path(path) {
+            Some(Value::Str(s)) => Some(s.clone()),
+            _ => None,
+        }
+    }
+
+    fn bool(&self, path: &str) -> bool {
+        matches!(self.get(path), Value::Bool(true))
+    }
+
+    fn uint(&self, path: &str) -> u64 {
+        match self.get(path) {
+            Value::Int(i) => u64::try_from(i).unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    fn number(&self, path: &str) -> f64 {
+        match self.get(path) {
+            Value::Int(i) => i as f64,
+            Value::Float(f) => f,
+            _ => 0.0,
+        }
+    }
+
+    fn strings(&self, path: &str) -> Vec<String> {
+        match self.get(path) {
+            Value::Seq(items) => items
+                .into_iter()
+                .filter_map(|v| match v {
+                    Value::Str(s) => Some(s),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn env_map(&self, path: &str) -> Vec<(String, String)> {
+        match self.get(path) {
+            Value::Map(entries) => entries
+                .into_iter()
+                .map(|(k, v)| match v {
+                    Value::Null => (k, String::new()),
+                    v => (k, v.to_display()),
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,147 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+
+fn errors(text: &str) -> Vec<Issue> {
+    load(text).expect_err("the text should be refused").0
+}
+
+#[test]
+fn an_empty_text_is_all_defaults() {
+    let loaded = load("").unwrap();
+    assert!(loaded.empty);
+    assert_eq!(loaded.config.terminal.backend, Backend::Local);
+    assert_eq!(loaded.config.terminal.timeout_seconds, 180);
+    assert_eq!(loaded.config.terminal.docker_shm_size_bytes, 1 << 30);
+    assert_eq!(
+        loaded.config.terminal.singularity_image,
+        "docker://nikolaik/python-nodejs:python3.11-nodejs20"
+    );
+    assert_eq!(loaded.config.proxy.tunnel_port, 9090);
+    assert_eq!(loaded.config.proxy.upstream_deny_cidrs, None);
+    assert_eq!(loaded.config, Config::default());
+}
+
+#[test]
+fn file_values_override_defaults_and_the_rest_stay() {
+    let loaded = load(
+        "terminal:\n  backend: docker\n  container_cpu: 1.5\n  docker_env:\n    A: 1\n    B: x\nproxy:\n  upstream_deny_cidrs: [10.0.0.0/8, 127.0.0.1]\n",
+    )
+    .unwrap();
+    let t = &loaded.config.terminal;
+    assert_eq!(t.backend, Backend::Docker);
+    assert_eq!(t.container_cpu, 1.5);
+    assert_eq!(t.container_memory_mb, 5120);
+    assert_eq!(
+        t.docker_env,
+        vec![("A".into(), "1".into()), ("B".into(), "x".into())]
+    );
+    assert_eq!(
+        loaded
+            .config
+            .proxy
+            .upstream_deny_cidrs
+            .as_ref()
+            .map(Vec::len),
+        Some(2)
+    );
+    assert!(!loaded.empty);
+}
+
+#[test]
+fn a_null_section_means_defaults() {
+    let loaded = load("terminal:\nproxy: ~\n").unwrap();
+    assert_eq!(loaded.config, Config::default());
+}
+
+#[test]
+fn wrong_types_name_key_line_and_column() {
+    let e = errors("terminal:\n  timeout: soon\n");
+    assert_eq!(e.len(), 1);
+    assert_eq!(
+        e[0].render("config.yaml"),
+        "config.yaml:2:12: terminal.timeout: expected a positive integer, found a string `soon`"
+    );
+}
+
+#[test]
+fn every_error_is_reported_at_once_in_file_order() {
+    let e = errors("terminal:\n  ssh_port: 70000\n  backend: dockr\nproxy:\n  enabled: maybe\n");
+    let paths: Vec<_> = e.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["terminal.ssh_port", "terminal.backend", "proxy.enabled"]
+    );
+    assert!(e[1].message.contains("did you mean `docker`"), "{}", e[1]);
+}
+
+#[test]
+fn unknown_keys_warn_with_a_suggestion() {
+    let loaded = load("terminal:\n  backnd: docker\ntermnal: {}\n").unwrap();
+    let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        w,
+        [
+            "config.yaml:2:3: terminal.backnd: unknown key, ignored; did you mean `backend`?",
+            "config.yaml:3:1: termnal: unknown key, ignored; did you mean `terminal`?",
+        ]
+    );
+    assert_eq!(loaded.config.terminal.backend, Backend::Local);
+    assert_eq!(
+        loaded.merged.get_path("terminal.backnd"),
+        Some(&Value::Str("docker".into()))
+    );
+}
+
+#[test]
+fn list_items_are_named_by_index() {
+    let e = errors("terminal:\n  docker_volumes:\n    - /a:/b\n    - nocolon\n");
+    assert_eq!(e[0].path, "terminal.docker_volumes[1]");
+    assert_eq!(e[0].pos, Some(Pos { line: 4, col: 7 }));
+}
+
+#[test]
+fn host_patterns_refuse_a_bare_star_and_schemes() {
+    assert!(check_host_pattern("*").is_err());
+    assert!(check_host_pattern("*.com").is_err());
+    assert!(check_host_pattern("https://api.openai.com").is_err());
+    assert!(check_host_pattern("api.openai.com:443").is_err());
+    assert!(check_host_pattern("a.*.com").is_err());
+    assert!(check_host_pattern("*.openrouter.ai").is_ok());
+    assert!(check_host_pattern("api.x.ai").is_ok());
+}
+
+#[test]
+fn sizes_parse_with_units() {
+    assert_eq!(parse_size("1g"), Some(1 << 30));
+    assert_eq!(parse_size("512m"), Some(512 << 20));
+    assert_eq!(parse_size("1.5G"), Some(3 << 29));
+    assert_eq!(parse_size("100"), Some(100));
+    assert_eq!(parse_size("1x"), None);
+    assert_eq!(parse_size("g"), None);
+}
+
+#[test]
+fn network_options_contradict_no_network() {
+    let e = errors(
+        "terminal:\n  docker_network: false\n  docker_extra_args: [--cap-add=SYS_PTRACE, --network=host]\n",
+    );
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0].path, "terminal.docker_extra_args[1]");
+    assert!(e[0].message.contains("line 2"), "{}", e[0]);
+    assert!(load("terminal:\n  docker_extra_args: [--network=host]\n").is_ok());
+}
+
+#[test]
+fn a_document_that_is_not_a_mapping_is_refused() {
+    let e = errors("- a\n- b\n");
+    assert!(e[0].message.contains("must be a mapping"), "{}", e[0]);
+    let e = errors("just words\n");
+    assert!(e[0].message.contains("found a string"), "{}", e[0]);
+}
+
+#[test]
+fn the_tunnel_port_leaves_room_for_the_http_port() {
+    let e = errors("proxy:\n  tunnel_port: 65535\n");
+    assert!(e[0].message.contains("65534"), "{}", e[0]);
+}

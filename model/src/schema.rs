@@ -1,0 +1,302 @@
+//! Every config key we know: its dotted path, its type and its default.
+//!
+//! This table is the one place a key is declared. Validation checks a
+//! file against it, `config set` coerces values by it, `config show` starts
+//! from its defaults, and unknown keys are matched against it for a "did you
+//! mean".
+
+use crate::value::Value;
+
+/// What a key accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ty {
+    Bool,
+    /// Any string, possibly empty.
+    Str,
+    /// A non-empty string.
+    NonEmptyStr,
+    /// A string, or null for "not set".
+    OptStr,
+    /// One of a fixed set of words.
+    Enum(&'static [&'static str]),
+    /// An integer of at least 1.
+    PosInt,
+    /// An integer of at least 1, or null for "not set".
+    OptPosInt,
+    /// A TCP port, 1 to 65535.
+    Port,
+    /// A number greater than 0.
+    PosNumber,
+    /// A size such as `1g`, `512m` or a number of bytes.
+    Size,
+    /// A list of strings.
+    StrList,
+    /// A list of environment variable names.
+    EnvNameList,
+    /// A list of `host:container[:options]` mounts.
+    VolumeList,
+    /// A mapping of environment variable names to scalar values.
+    EnvMap,
+    /// A list of CIDR ranges, or null for the built-in list.
+    OptCidrList,
+    /// A list of host names or `*.domain` patterns.
+    HostPatternList,
+}
+
+impl Ty {
+    /// Whether `config set` keeps the value text as a string for this key.
+    pub fn takes_text(self) -> bool {
+        matches!(
+            self,
+            Ty::Str | Ty::NonEmptyStr | Ty::OptStr | Ty::Enum(_) | Ty::Size
+        )
+    }
+
+    /// What the key expects, for error messages.
+    pub fn expectation(self) -> String {
+        match self {
+            Ty::Bool => "a boolean (true or false)".into(),
+            Ty::Str => "a string".into(),
+            Ty::NonEmptyStr => "a non-empty string".into(),
+            Ty::OptStr => "a string or null".into(),
+            Ty::Enum(words) => format!("one of {}", words.join(", ")),
+            Ty::PosInt => "a positive integer".into(),
+            Ty::OptPosInt => "a positive integer or null".into(),
+            Ty::Port => "a port number from 1 to 65535".into(),
+            Ty::PosNumber => "a number greater than 0".into(),
+            Ty::Size => "a size such as 512m or 1g".into(),
+            Ty::StrList => "a list of strings".into(),
+            Ty::EnvNameList => "a list of environment variable names".into(),
+            Ty::VolumeList => "a list of host:container[:options] mounts".into(),
+            Ty::EnvMap => "a mapping of variable names to values".into(),
+            Ty::OptCidrList => "a list of CIDR ranges (such as 10.0.0.0/8) or null".into(),
+            Ty::HostPatternList => "a list of host names or *.domain patterns".into(),
+        }
+    }
+}
+
+/// One known key.
+#[derive(Debug, Clone, Copy)]
+pub struct KeySpec {
+    pub path: &'static str,
+    pub ty: Ty,
+    pub default: Default,
+}
+
+/// A default value, kept const-friendly.
+#[derive(Debug, Clone, Copy)]
+pub enum Default {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Str(&'static str),
+    EmptyList,
+    EmptyMap,
+}
+
+impl Default {
+    pub fn to_value(self) -> Value {
+        match self {
+            Default::Null => Value::Null,
+            Default::Bool(b) => Value::Bool(b),
+            Default::Int(i) => Value::Int(i),
+            Default::Str(s) => Value::Str(s.to_string()),
+            Default::EmptyList => Value::Seq(Vec::new()),
+            Default::EmptyMap => Value::Map(Vec::new()),
+        }
+    }
+}
+
+pub const BACKENDS: &[&str] = &[
+    "local",
+    "docker",
+    "ssh",
+    "modal",
+    "daytona",
+    "vercel_sandbox",
+    "singularity",
+];
+pub const VERCEL_RUNTIMES: &[&str] = &["node24", "node22", "python3.13"];
+pub const CREDENTIAL_SOURCES: &[&str] = &["env"];
+
+/// The image the reference uses.
+pub const DEFAULT_DOCKER_IMAGE: &str = "nikolaik/python-nodejs:python3.11-nodejs20";
+
+const fn key(path: &'static str, ty: Ty, default: Default) -> KeySpec {
+    KeySpec { path, ty, default }
+}
+
+/// The sections of config.yaml.
+pub const SECTIONS: &[&str] = &["terminal", "proxy", "security"];
+
+/// Every known key, in the order `config show` prints them.
+pub const KEYS: &[KeySpec] = &[
+    key(
+        "terminal.backend",
+        Ty::Enum(BACKENDS),
+        Default::Str("local"),
+    ),
+    key("terminal.cwd", Ty::NonEmptyStr, Default::Str(".")),
+    key("terminal.timeout", Ty::PosInt, Default::Int(180)),
+    key("terminal.lifetime_seconds", Ty::PosInt, Default::Int(300)),
+    key(
+        "terminal.docker_image",
+        Ty::NonEmptyStr,
+        Default::Str(DEFAULT_DOCKER_IMAGE),
+    ),
+    key("terminal.container_cpu", Ty::PosNumber, Default::Int(1)),
+    key("terminal.container_memory", Ty::PosInt, Default::Int(5120)),
+    key("terminal.container_disk", Ty::PosInt, Default::Int(51200)),
+    key(
+        "terminal.container_persistent",
+        Ty::Bool,
+        Default::Bool(true),
+    ),
+    key(
+        "terminal.docker_persist_across_processes",
+        Ty::Bool,
+        Default::Bool(true),
+    ),
+    key(
+        "terminal.docker_orphan_reaper",
+        Ty::Bool,
+        Default::Bool(true),
+    ),
+    key(
+        "terminal.docker_volumes",
+        Ty::VolumeList,
+        Default::EmptyList,
+    ),
+    key("terminal.docker_env", Ty::EnvMap, Default::EmptyMap),
+    key(
+        "terminal.docker_forward_env",
+        Ty::EnvNameList,
+        Default::EmptyList,
+    ),
+    key(
+        "terminal.docker_extra_args",
+        Ty::StrList,
+        Default::EmptyList,
+    ),
+    key("terminal.docker_network", Ty::Bool, Default::Bool(true)),
+    key("terminal.docker_shm_size", Ty::Size, Default::Str("1g")),
+    key("terminal.singularity_image", Ty::OptStr, Default::Null),
+    key("terminal.ssh_host", Ty::OptStr, Default::Null),
+    key("terminal.ssh_user", Ty::OptStr, Default::Null),
+    key("terminal.ssh_port", Ty::Port, Default::Int(22)),
+    key("terminal.ssh_key", Ty::OptStr, Default::Null),
+    key(
+        "terminal.vercel_runtime",
+        Ty::Enum(VERCEL_RUNTIMES),
+        Default::Str("node24"),
+    ),
+    key("proxy.enabled", Ty::Bool, Default::Bool(false)),
+    key("proxy.tunnel_port", Ty::Port, Default::Int(9090)),
+    key(
+        "proxy.credential_source",
+        Ty::Enum(CREDENTIAL_SOURCES),
+        Default::Str("env"),
+    ),
+    key("proxy.enforce_on_docker", Ty::Bool, Default::Bool(true)),
+    key("proxy.upstream_deny_cidrs", Ty::OptCidrList, Default::Null),
+    key(
+        "proxy.extra_allowed_hosts",
+        Ty::HostPatternList,
+        Default::EmptyList,
+    ),
+    key("security.redact_secrets", Ty::Bool, Default::Bool(true)),
+];
+
+/// The spec of a dotted key, if we know it.
+pub fn lookup(path: &str) -> Option<&'static KeySpec> {
+    KEYS.iter().find(|k| k.path == path)
+}
+
+/// The whole default config as a value tree.
+pub fn defaults() -> Value {
+    let mut root: Vec<(String, Value)> = SECTIONS
+        .iter()
+        .map(|s| (s.to_string(), Value::Map(Vec::new())))
+        .collect();
+    for spec in KEYS {
+        let (section, leaf) = split(spec.path);
+        if let Some((_, Value::Map(entries))) = root.iter_mut().find(|(name, _)| name == section) {
+            entries.push((leaf.to_string(), spec.default.to_value()));
+        }
+    }
+    Value::Map(root)
+}
+
+/// Splits `terminal.backend` into `("terminal", "backend")`.
+pub fn split(path: &str) -> (&str, &str) {
+    path.split_once('.').unwrap_or((path, ""))
+}
+
+/// The closest known name to `unknown` among `candidates`, if close enough
+/// to be a likely typo.
+pub fn did_you_mean<'a>(
+    unknown: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(unknown, c), c))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
+/// The known leaf names of one section.
+pub fn leaves_of(section: &str) -> impl Iterator<Item = &'static str> + '_ {
+    KEYS.iter().filter_map(move |k| {
+        let (s, leaf) = split(k.path);
+        (s == section).then_some(leaf)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_lives_in_a_known_section() {
+        for spec in KEYS {
+            let (section, leaf) = split(spec.path);
+            assert!(SECTIONS.contains(&section), "{}", spec.path);
+            assert!(!leaf.is_empty(), "{}", spec.path);
+        }
+    }
+
+    #[test]
+    fn defaults_match_the_reference() {
+        let d = defaults();
+        assert_eq!(
+            d.get_path("terminal.backend"),
+            Some(&Value::Str("local".into()))
+        );
+        assert_eq!(d.get_path("terminal.timeout"), Some(&Value::Int(180)));
+        assert_eq!(
+            d.get_path("terminal.container_memory"),
+            Some(&Value::Int(5120))
+        );
+        assert_eq!(d.get_path("proxy.tunnel_port"), Some(&Value::Int(9090)));
+        assert_eq!(d.get_path("proxy.upstream_deny_cidrs"), Some(&Value::Null));
+        assert_eq!(
+            d.get_path("security.redact_secrets"),
+            Some(&Value::Bool(true))
+        );
+    }
+
+    #[test]
+    fn typos_find_their_key() {
+        assert_eq!(
+            did_you_mean("backnd", leaves_of("terminal")),
+            Some("backend")
+        );
+        assert_eq!(
+            did_you_mean("docker_imgae", leaves_of("terminal")),
+            Some("docker_image")
+        );
+        assert_eq!(did_you_mean("zzzz", leaves_of("terminal")), None);
+    }
+}
