@@ -1,1 +1,56 @@
-fn main() {}
+//! `hermes`: the command-line edge. Parses arguments, sets up logging,
+//! resolves `$HERMES_HOME` and the profile, runs one command and turns its
+//! result into an exit code. Everything that decides lives in the library
+//! crates; this binary only does IO and wiring.
+
+mod cli;
+mod commands;
+mod fsio;
+mod home;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command, LogFormat};
+use crate::home::Home;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let home = Home::resolve(cli.home)?;
+    let profile = cli
+        .profile
+        .or_else(|| {
+            std::env::var("HERMES_PROFILE")
+                .ok()
+                .filter(|p| !p.is_empty())
+        })
+        .unwrap_or_else(|| "default".to_string());
+    match cli.command {
+        Command::Config(command) => commands::config::run(&home, command),
+        Command::Reconcile(args) => commands::reconcile::run(&home, &profile, &args),
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}

@@ -9,6 +9,7 @@
 //! Every edit is read back: if the new text does not parse to the intended
 //! value, the edit is refused and the caller keeps the old text.
 
+use crate::schema::Ty;
 use crate::value::Value;
 use crate::yaml::{self, Entry, Node, NodeKind, Scalar, Style, YamlError};
 
@@ -135,6 +136,43 @@ pub fn unset(text: &str, path: &str) -> Result<Option<String>, EditError> {
         return Err(EditError::ReadBack(format!("`{path}` is still there")));
     }
     Ok(Some(new))
+}
+
+/// Turns the text of `config set KEY VALUE` into a value: for a key whose
+/// default is text, the text itself; otherwise `true/yes/on`,
+/// `false/no/off`, `null/none/~`, integers, floats where the text is the
+/// float's own spelling, and `[...]`/`{...}` read as YAML.
+pub fn coerce(text: &str, ty: Option<Ty>) -> Result<Value, EditError> {
+    let is_null = matches!(text.to_ascii_lowercase().as_str(), "null" | "none" | "~");
+    match ty {
+        Some(Ty::OptStr) if is_null => return Ok(Value::Null),
+        Some(Ty::OptStr) => return Ok(Value::Str(text.to_string())),
+        Some(ty) if ty.takes_text() => return Ok(Value::Str(text.to_string())),
+        _ => {}
+    }
+    match text.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" => return Ok(Value::Bool(true)),
+        "false" | "no" | "off" => return Ok(Value::Bool(false)),
+        _ if is_null => return Ok(Value::Null),
+        _ => {}
+    }
+    if let Ok(i) = text.parse::<i64>() {
+        return Ok(Value::Int(i));
+    }
+    if let Ok(f) = text.parse::<f64>() {
+        if f.is_finite() && (f.to_string() == text || format!("{f:.1}") == text) {
+            return Ok(Value::Float(f));
+        }
+    }
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[') || trimmed.starts_with('{') {
+        let doc = format!("v: {text}\n");
+        let node = yaml::parse(&doc)?;
+        return Ok(node
+            .and_then(|n| n.to_value().get("v").cloned())
+            .unwrap_or(Value::Null));
+    }
+    Ok(Value::Str(text.to_string()))
 }
 
 fn segments(path: &str) -> Result<Vec<&str>, EditError> {

@@ -1,1 +1,293 @@
+//! The plan: what one pass would do, each operation with its cause.
+//!
+//! The same value is printed by `reconcile --dry-run` and carried out by
+//! `reconcile`: there is no second place that decides. Printing is
+//! deterministic (operations sorted by target) and Terraform-like:
+//!
+//! ```text
+//! + sandbox default/default   create      no container with these labels
+//! Plan: 1 to create, 0 to change, 0 to remove.
+//! ```
 
+use std::fmt;
+
+/// What an operation acts on.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    /// The egress proxy daemon.
+    Proxy,
+    /// A sandbox of a profile and task (and session, for session sandboxes).
+    Sandbox {
+        profile: String,
+        task: String,
+        session: Option<String>,
+    },
+    /// A labelled container that belongs to no desired sandbox.
+    Container { name: String },
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Proxy => f.write_str("proxy"),
+            Target::Sandbox {
+                profile,
+                task,
+                session: None,
+            } => write!(f, "sandbox {profile}/{task}"),
+            Target::Sandbox {
+                profile,
+                task,
+                session: Some(session),
+            } => write!(f, "sandbox {profile}/{task}@{session}"),
+            Target::Container { name } => write!(f, "container {name}"),
+        }
+    }
+}
+
+/// How an operation counts in the footer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// Brings something up that is not there or not running (`+`).
+    Create,
+    /// Replaces or alters something that exists (`~`).
+    Change,
+    /// Takes something away (`-`).
+    Remove,
+    /// Wanted, but refused for safety (`!`).
+    Blocked,
+    /// Seen and left alone, worth a word (`?`): no change.
+    Report,
+}
+
+impl Kind {
+    pub fn symbol(self) -> char {
+        match self {
+            Kind::Create => '+',
+            Kind::Change => '~',
+            Kind::Remove => '-',
+            Kind::Blocked => '!',
+            Kind::Report => '?',
+        }
+    }
+}
+
+/// One operation of a plan: a verb on a target, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Op<A> {
+    pub target: Target,
+    pub action: A,
+    pub cause: String,
+}
+
+/// What a plan's action must tell about itself to be printed.
+pub trait Describe {
+    /// How the operation counts.
+    fn kind(&self) -> Kind;
+    /// The verb printed in the plan (`create`, `recreate`, …).
+    fn verb(&self) -> &'static str;
+}
+
+/// A list of operations. Sorted by target on construction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan<A> {
+    pub ops: Vec<Op<A>>,
+}
+
+/// The counts of the footer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Summary {
+    pub create: usize,
+    pub change: usize,
+    pub remove: usize,
+    pub blocked: usize,
+    pub reported: usize,
+}
+
+impl<A: Describe> Plan<A> {
+    pub fn new(mut ops: Vec<Op<A>>) -> Plan<A> {
+        ops.sort_by(|a, b| {
+            (&a.target, a.action.kind(), a.action.verb()).cmp(&(
+                &b.target,
+                b.action.kind(),
+                b.action.verb(),
+            ))
+        });
+        Plan { ops }
+    }
+
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary::default();
+        for op in &self.ops {
+            match op.action.kind() {
+                Kind::Create => s.create += 1,
+                Kind::Change => s.change += 1,
+                Kind::Remove => s.remove += 1,
+                Kind::Blocked => s.blocked += 1,
+                Kind::Report => s.reported += 1,
+            }
+        }
+        s
+    }
+
+    /// Whether applying the plan would change anything, or something wanted
+    /// is blocked: the host is not where the config says.
+    pub fn is_pending(&self) -> bool {
+        self.ops.iter().any(|op| op.action.kind() != Kind::Report)
+    }
+
+    /// The plan as JSON: the same operations, in the same order.
+    pub fn to_json(&self) -> serde_json::Value {
+        let s = self.summary();
+        serde_json::json!({
+            "operations": self.ops.iter().map(|op| serde_json::json!({
+                "kind": format!("{:?}", op.action.kind()).to_lowercase(),
+                "target": op.target.to_string(),
+                "action": op.action.verb(),
+                "cause": op.cause,
+            })).collect::<Vec<_>>(),
+            "summary": {
+                "create": s.create,
+                "change": s.change,
+                "remove": s.remove,
+                "blocked": s.blocked,
+                "reported": s.reported,
+            },
+            "converged": !self.is_pending(),
+        })
+    }
+}
+
+impl<A: Describe> fmt::Display for Plan<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let width = self
+            .ops
+            .iter()
+            .map(|op| op.target.to_string().chars().count())
+            .max()
+            .unwrap_or(0);
+        for op in &self.ops {
+            writeln!(
+                f,
+                "{} {:<width$}   {:<10}  {}",
+                op.action.kind().symbol(),
+                op.target.to_string(),
+                op.action.verb(),
+                op.cause,
+            )?;
+        }
+        let s = self.summary();
+        if !self.is_pending() {
+            return write!(f, "No changes. The host is converged.");
+        }
+        write!(
+            f,
+            "Plan: {} to create, {} to change, {} to remove",
+            s.create, s.change, s.remove
+        )?;
+        if s.blocked > 0 {
+            write!(f, ", {} blocked", s.blocked)?;
+        }
+        write!(f, ".")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, PartialEq)]
+    enum Verb {
+        Create,
+        Recreate,
+        Remove,
+        Blocked,
+        Unmanaged,
+    }
+
+    impl Describe for Verb {
+        fn kind(&self) -> Kind {
+            match self {
+                Verb::Create => Kind::Create,
+                Verb::Recreate => Kind::Change,
+                Verb::Remove => Kind::Remove,
+                Verb::Blocked => Kind::Blocked,
+                Verb::Unmanaged => Kind::Report,
+            }
+        }
+        fn verb(&self) -> &'static str {
+            match self {
+                Verb::Create => "create",
+                Verb::Recreate => "recreate",
+                Verb::Remove => "remove",
+                Verb::Blocked => "blocked",
+                Verb::Unmanaged => "unmanaged",
+            }
+        }
+    }
+
+    fn sandbox(task: &str) -> Target {
+        Target::Sandbox {
+            profile: "default".into(),
+            task: task.into(),
+            session: None,
+        }
+    }
+
+    fn op(target: Target, action: Verb, cause: &str) -> Op<Verb> {
+        Op {
+            target,
+            action,
+            cause: cause.into(),
+        }
+    }
+
+    #[test]
+    fn plans_print_sorted_with_causes_and_a_footer() {
+        let plan = Plan::new(vec![
+            op(
+                sandbox("old-task"),
+                Verb::Remove,
+                "orphan: exited 14m ago (> 10m)",
+            ),
+            op(
+                Target::Proxy,
+                Verb::Create,
+                "enabled in config, not running",
+            ),
+            op(sandbox("default"), Verb::Recreate, "spec changed"),
+            op(
+                sandbox("default"),
+                Verb::Blocked,
+                "egress proxy not listening (fail closed)",
+            ),
+        ]);
+        assert_eq!(
+            plan.to_string(),
+            "\
++ proxy                      create      enabled in config, not running
+~ sandbox default/default    recreate    spec changed
+! sandbox default/default    blocked     egress proxy not listening (fail closed)
+- sandbox default/old-task   remove      orphan: exited 14m ago (> 10m)
+Plan: 1 to create, 1 to change, 1 to remove, 1 blocked."
+        );
+        assert!(plan.is_pending());
+    }
+
+    #[test]
+    fn a_plan_of_reports_only_is_converged() {
+        let plan = Plan::new(vec![op(
+            Target::Container { name: "x".into() },
+            Verb::Unmanaged,
+            "no spec hash label",
+        )]);
+        assert!(!plan.is_pending());
+        assert_eq!(
+            plan.to_string(),
+            "? container x   unmanaged   no spec hash label\nNo changes. The host is converged."
+        );
+        assert_eq!(plan.to_json()["converged"], serde_json::Value::Bool(true));
+        let empty: Plan<Verb> = Plan::new(vec![]);
+        assert_eq!(empty.to_string(), "No changes. The host is converged.");
+    }
+}

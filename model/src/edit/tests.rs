@@ -235,3 +235,52 @@ fn set_then_unset_round_trips_to_the_original() {
         COMMENTED
     );
 }
+
+#[test]
+fn set_values_are_coerced_by_the_key_type() {
+    use crate::schema::lookup;
+    let ty = |k: &str| lookup(k).map(|s| s.ty);
+    assert_eq!(
+        coerce("docker", ty("terminal.backend")).unwrap(),
+        s("docker")
+    );
+    assert_eq!(
+        coerce("123", ty("terminal.docker_image")).unwrap(),
+        s("123")
+    );
+    assert_eq!(
+        coerce("yes", ty("terminal.docker_network")).unwrap(),
+        Value::Bool(true)
+    );
+    assert_eq!(coerce("Off", None).unwrap(), Value::Bool(false));
+    assert_eq!(
+        coerce("none", ty("terminal.ssh_host")).unwrap(),
+        Value::Null
+    );
+    assert_eq!(
+        coerce("box.local", ty("terminal.ssh_host")).unwrap(),
+        s("box.local")
+    );
+    assert_eq!(
+        coerce("300", ty("terminal.timeout")).unwrap(),
+        Value::Int(300)
+    );
+    assert_eq!(
+        coerce("1.5", ty("terminal.container_cpu")).unwrap(),
+        Value::Float(1.5)
+    );
+    assert_eq!(coerce("2.0", None).unwrap(), Value::Float(2.0));
+    assert_eq!(
+        coerce("0.10000000000000000001", None).unwrap(),
+        s("0.10000000000000000001")
+    );
+    assert_eq!(
+        coerce("[/a:/b, /c:/d]", ty("terminal.docker_volumes")).unwrap(),
+        Value::Seq(vec![s("/a:/b"), s("/c:/d")])
+    );
+    assert_eq!(
+        coerce("{A: 1}", ty("terminal.docker_env")).unwrap(),
+        Value::Map(vec![("A".into(), Value::Int(1))])
+    );
+    assert!(coerce("[unclosed", None).is_err());
+}

@@ -1,0 +1,96 @@
+//! The command line: every subcommand and flag of `hermes`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hermes",
+    version,
+    about = "Keeps a host's AI-agent sandboxes and egress credential proxy where config.yaml says"
+)]
+pub struct Cli {
+    /// The hermes home (default: $HERMES_HOME, else ~/.hermes).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+
+    /// The active profile (default: $HERMES_PROFILE, else `default`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub profile: Option<String>,
+
+    /// Log format on stderr; the level comes from RUST_LOG (default: warn).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Read and change config.yaml and .env.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Compare config.yaml with the host and converge (one pass).
+    Reconcile(ReconcileArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the path of config.yaml.
+    Path,
+    /// Print the path of .env.
+    EnvPath,
+    /// Print one value of the merged config (defaults + file).
+    Get {
+        /// A dotted key, such as terminal.backend.
+        key: String,
+        /// Print the value as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a value in config.yaml (comments and order kept), or a
+    /// credential such as OPENAI_API_KEY in .env.
+    Set {
+        key: String,
+        /// The value; `-5` and other leading hyphens are taken as values.
+        #[arg(allow_hyphen_values = true)]
+        value: String,
+        /// Replace a whole section with a single value, or a value with a section.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove a key from config.yaml (or a credential from .env).
+    Unset { key: String },
+    /// Print the merged config.
+    Show {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate config.yaml: errors with key, line and column; exit 1 if any.
+    Check,
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Print the plan without carrying it out. Exit 0: nothing to do,
+    /// 2: changes pending, 1: error.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// How to print the plan.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}

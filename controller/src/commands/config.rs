@@ -1,0 +1,268 @@
+//! `hermes config`: path, env-path, get, set, unset, show, check.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use hermes_model::config::{self, Issue};
+use hermes_model::value::Value;
+use hermes_model::{dotenv, edit, schema, yaml};
+
+use crate::cli::ConfigCommand;
+use crate::fsio;
+use crate::home::Home;
+
+/// Mode of a new config.yaml; an existing file keeps its own.
+const CONFIG_MODE: u32 = 0o644;
+/// Secrets: the file 0600, its directory 0700.
+const SECRET_MODE: u32 = 0o600;
+const HOME_MODE: u32 = 0o700;
+
+pub fn run(home: &Home, command: ConfigCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        ConfigCommand::Path => {
+            println!("{}", home.config().display());
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::EnvPath => {
+            println!("{}", home.env_file().display());
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Get { key, json } => get(home, &key, json),
+        ConfigCommand::Set { key, value, force } => set(home, &key, &value, force),
+        ConfigCommand::Unset { key } => unset(home, &key),
+        ConfigCommand::Show { json } => show(home, json),
+        ConfigCommand::Check => check(home),
+    }
+}
+
+/// The text of config.yaml, `None` if there is no file.
+pub fn read_config_text(home: &Home) -> anyhow::Result<Option<String>> {
+    let path = home.config();
+    let Some(bytes) = fsio::read_bounded(&path, yaml::MAX_BYTES)
+        .with_context(|| format!("cannot read {}", path.display()))?
+    else {
+        return Ok(None);
+    };
+    let text = yaml::text_from_bytes(&bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}",
+            Issue {
+                path: String::new(),
+                pos: e.pos,
+                message: e.message,
+            }
+            .render(&path.display().to_string())
+        )
+    })?;
+    Ok(Some(text.to_string()))
+}
+
+/// Defaults with the file laid over them, without type validation: `get`
+/// and `show` work on a file whose values are wrong, so they help fix it.
+fn merged_view(home: &Home) -> anyhow::Result<Value> {
+    let mut merged = schema::defaults();
+    if let Some(text) = read_config_text(home)? {
+        let root = yaml::parse(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}",
+                Issue {
+                    path: String::new(),
+                    pos: e.pos,
+                    message: e.message,
+                }
+                .render(&home.config().display().to_string())
+            )
+        })?;
+        if let Some(root) = root {
+            merged.merge(&root.to_value());
+        }
+    }
+    Ok(merged)
+}
+
+fn get(home: &Home, key: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let merged = merged_view(home)?;
+    match merged.get_path(key) {
+        None | Some(Value::Null) => {
+            eprintln!("Config key not set: {key}");
+            Ok(ExitCode::from(1))
+        }
+        Some(value) if json => {
+            println!("{}", serde_json::to_string_pretty(&value.to_json())?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(value) => {
+            println!("{}", value.to_display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn show(home: &Home, json: bool) -> anyhow::Result<ExitCode> {
+    let merged = merged_view(home)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&merged.to_json())?);
+    } else {
+        print!("{}", merged.to_yaml_block(0));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn warn_unknown(key: &str) {
+    if schema::lookup(key).is_some() {
+        return;
+    }
+    let (section, leaf) = schema::split(key);
+    let hint = if schema::SECTIONS.contains(&section) {
+        schema::did_you_mean(leaf, schema::leaves_of(section)).map(|k| format!("{section}.{k}"))
+    } else {
+        let all = schema::KEYS.iter().map(|k| k.path);
+        schema::did_you_mean(key, all).map(str::to_string)
+    };
+    match hint {
+        Some(hint) => {
+            eprintln!("warning: unknown key `{key}`, saved anyway; did you mean `{hint}`?")
+        }
+        None => eprintln!("warning: unknown key `{key}`, saved anyway"),
+    }
+}
+
+fn set(home: &Home, key: &str, raw: &str, force: bool) -> anyhow::Result<ExitCode> {
+    if dotenv::is_credential_key(key) {
+        let path = home.env_file();
+        fsio::ensure_dir(home.root(), HOME_MODE)?;
+        let old = read_env_text(home)?;
+        let new = dotenv::set(&old, key, raw);
+        fsio::write_atomic(&path, new.as_bytes(), SECRET_MODE, true)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("Saved {key} to {} (0600)", path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let spec = schema::lookup(key);
+    let value = edit::coerce(raw, spec.map(|s| s.ty)).map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
+    let path = home.config();
+    let file = path.display().to_string();
+    let old = read_config_text(home)?.unwrap_or_default();
+    let new = edit::set(&old, key, &value, force).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    // Refuse a value that makes this key invalid; problems elsewhere in the
+    // file were there before and are only reported.
+    if let Err(errors) = config::load(&new) {
+        let (ours, theirs): (Vec<Issue>, Vec<Issue>) = errors.0.into_iter().partition(|i| {
+            i.path == key
+                || i.path.starts_with(&format!("{key}."))
+                || i.path.starts_with(&format!("{key}["))
+        });
+        if !ours.is_empty() {
+            for issue in &ours {
+                eprintln!("error: {}: {}", issue.path, issue.message);
+            }
+            eprintln!("{file} was left unchanged.");
+            return Ok(ExitCode::from(1));
+        }
+        for issue in theirs {
+            eprintln!("warning: {}", issue.render(&file));
+        }
+    }
+    warn_unknown(key);
+    fsio::ensure_dir(home.root(), HOME_MODE)?;
+    fsio::write_atomic(&path, new.as_bytes(), CONFIG_MODE, false)
+        .with_context(|| format!("cannot write {file}"))?;
+    println!("Set {key} = {} in {file}", value.to_yaml_inline());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn unset(home: &Home, key: &str) -> anyhow::Result<ExitCode> {
+    if dotenv::is_credential_key(key) {
+        let path = home.env_file();
+        let old = read_env_text(home)?;
+        return match dotenv::unset(&old, key) {
+            Some(new) => {
+                fsio::write_atomic(&path, new.as_bytes(), SECRET_MODE, true)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                println!("Removed {key} from {}", path.display());
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                println!("{key} is not set in {}; nothing to do", path.display());
+                Ok(ExitCode::SUCCESS)
+            }
+        };
+    }
+    let path = home.config();
+    let file = path.display().to_string();
+    let old = read_config_text(home)?.unwrap_or_default();
+    match edit::unset(&old, key).map_err(|e| anyhow::anyhow!("{file}: {e}"))? {
+        Some(new) => {
+            fsio::write_atomic(&path, new.as_bytes(), CONFIG_MODE, false)
+                .with_context(|| format!("cannot write {file}"))?;
+            println!("Removed {key} from {file}");
+        }
+        None => println!("{key} is not set in {file}; nothing to do"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_env_text(home: &Home) -> anyhow::Result<String> {
+    let path = home.env_file();
+    let bytes = fsio::read_bounded(&path, yaml::MAX_BYTES)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .unwrap_or_default();
+    String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))
+}
+
+fn check(home: &Home) -> anyhow::Result<ExitCode> {
+    let path = home.config();
+    let file = path.display().to_string();
+    let text = match read_config_text(home) {
+        Ok(Some(text)) => text,
+        Ok(None) => {
+            println!("No config file at {file}: the built-in defaults apply.");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let env_mode_warning = env_mode_warning(home);
+    match config::load(&text) {
+        Ok(loaded) => {
+            for w in &loaded.warnings {
+                eprintln!("warning: {}", w.render(&file));
+            }
+            if let Some(w) = env_mode_warning {
+                eprintln!("warning: {w}");
+            }
+            println!(
+                "{file} is valid ({} warning{}).",
+                loaded.warnings.len(),
+                if loaded.warnings.len() == 1 { "" } else { "s" }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(errors) => {
+            for issue in &errors.0 {
+                eprintln!("error: {}", issue.render(&file));
+            }
+            eprintln!(
+                "{file} is invalid: {} error{}.",
+                errors.0.len(),
+                if errors.0.len() == 1 { "" } else { "s" }
+            );
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn env_mode_warning(home: &Home) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = home.env_file();
+    let mode = std::fs::metadata(&path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "{} is readable by others (mode {mode:o}); run `chmod 600 {}`",
+            path.display(),
+            path.display()
+        )
+    })
+}

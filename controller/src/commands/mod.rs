@@ -1,0 +1,4 @@
+//! One module per top-level subcommand.
+
+pub mod config;
+pub mod reconcile;
