@@ -247,18 +247,20 @@ pub fn text_from_bytes(bytes: &[u8]) -> Result<&str, YamlError> {
             ),
         });
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| {
-        let valid = &bytes[..e.valid_up_to()];
-        YamlError::at(position_after(valid), "the file is not UTF-8 text")
-    })?;
-    if let Some(i) =
-        text.find(|c: char| c == '\0' || (c.is_control() && !matches!(c, '\n' | '\r' | '\t')))
+    // Binary data first: a NUL or other control byte is never config text.
+    if let Some(i) = bytes
+        .iter()
+        .position(|&b| (b < 0x20 && !matches!(b, b'\n' | b'\r' | b'\t')) || b == 0x7f)
     {
         return Err(YamlError::at(
             position_after(&bytes[..i]),
             "the file holds binary data (a control character)",
         ));
     }
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        let valid = &bytes[..e.valid_up_to()];
+        YamlError::at(position_after(valid), "the file is not UTF-8 text")
+    })?;
     Ok(text)
 }
 

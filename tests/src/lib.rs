@@ -10,6 +10,8 @@
 
 use bollard::Docker;
 
+pub mod cli;
+
 /// The environment variable naming the image the tests run containers from.
 pub const TEST_IMAGE_ENV: &str = "HERMES_TEST_IMAGE";
 

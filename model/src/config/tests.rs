@@ -145,3 +145,73 @@ fn the_tunnel_port_leaves_room_for_the_http_port() {
     let e = errors("proxy:\n  tunnel_port: 65535\n");
     assert!(e[0].message.contains("65534"), "{}", e[0]);
 }
+
+/// The malformed-config corpus shared with the end-to-end tests: each file's
+/// first line says which error it must produce (`# expect: LINE:COL PATH: …`).
+#[test]
+fn every_malformed_fixture_fails_with_its_expected_key_and_line() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/invalid-configs");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 30, "only {} fixtures", files.len());
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        let first = bytes.split(|&b| b == b'\n').next().unwrap();
+        let expect = std::str::from_utf8(first)
+            .unwrap()
+            .strip_prefix("# expect: ")
+            .unwrap();
+        let needle = expected_render(expect);
+        // Hostile input must fail fast, never hang: a generous bound.
+        let started = std::time::Instant::now();
+        let rendered = match yaml::text_from_bytes(&bytes) {
+            Err(e) => Issue {
+                path: String::new(),
+                pos: e.pos,
+                message: e.message,
+            }
+            .render("config.yaml"),
+            Ok(text) => load(text)
+                .expect_err(&format!("{} loaded", file.display()))
+                .render("config.yaml"),
+        };
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{}",
+            file.display()
+        );
+        assert!(
+            rendered.contains(&needle),
+            "{}:\nwanted: {needle}\ngot:    {rendered}",
+            file.display()
+        );
+    }
+}
+
+/// `3:12 terminal.timeout: msg` → `config.yaml:3:12: terminal.timeout: msg`.
+pub(crate) fn expected_render(expect: &str) -> String {
+    let (loc, rest) = expect.split_once(' ').unwrap_or((expect, ""));
+    if loc.starts_with(|c: char| c.is_ascii_digit()) {
+        if loc.ends_with(':') {
+            format!("config.yaml:{loc}")
+        } else {
+            format!("config.yaml:{loc}: {rest}")
+        }
+    } else {
+        expect.to_string()
+    }
+}
+
+#[test]
+fn a_multi_megabyte_file_is_refused_at_once() {
+    let big = "a: 1\n".repeat(700_000);
+    let started = std::time::Instant::now();
+    let e = yaml::text_from_bytes(big.as_bytes()).unwrap_err();
+    assert!(e.message.contains("at most"), "{e}");
+    assert!(load(&big).is_err());
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+}

@@ -1,0 +1,115 @@
+//! Running the real `hermes` binary against a home directory of the test's
+//! own.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `hermes` binary under test: `HERMES_BIN` (set by `scripts/test`),
+/// else `target/<profile>/hermes` beside this test executable.
+///
+/// # Panics
+///
+/// When the binary has not been built: the tests must not pass without it.
+pub fn hermes_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("HERMES_BIN").filter(|b| !b.is_empty()) {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    // target/debug/deps/<test> → target/debug/hermes
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("hermes"))
+        .unwrap_or_else(|| panic!("no target directory above {}", exe.display()));
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build --bin hermes` (scripts/test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A `$HERMES_HOME` in a temporary directory, removed when dropped.
+#[derive(Debug)]
+pub struct TestHome {
+    dir: tempfile::TempDir,
+}
+
+/// What a run of `hermes` printed and how it exited.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(out: Output) -> Run {
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+impl TestHome {
+    pub fn new() -> TestHome {
+        TestHome {
+            dir: tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}")),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.path().join("config.yaml")
+    }
+
+    /// Writes config.yaml.
+    pub fn write_config(&self, text: impl AsRef<[u8]>) {
+        std::fs::write(self.config_path(), text).unwrap_or_else(|e| panic!("write config: {e}"));
+    }
+
+    pub fn read_config(&self) -> String {
+        std::fs::read_to_string(self.config_path()).unwrap_or_else(|e| panic!("read config: {e}"))
+    }
+
+    /// A `hermes` command with `--home` set and a clean environment for the
+    /// variables hermes reads.
+    pub fn command<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut cmd = Command::new(hermes_bin());
+        cmd.arg("--home")
+            .arg(self.path())
+            .args(args)
+            .env_remove("HERMES_HOME")
+            .env_remove("HERMES_PROFILE")
+            .env_remove("RUST_LOG");
+        cmd
+    }
+
+    /// Runs `hermes --home <this> ARGS…` to completion.
+    pub fn run<I, S>(&self, args: I) -> Run
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.command(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running hermes: {e}"))
+            .into()
+    }
+}
+
+impl Default for TestHome {
+    fn default() -> Self {
+        TestHome::new()
+    }
+}

@@ -1,0 +1,255 @@
+//! `hermes config` end to end: the real binary on real files.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt;
+
+use hermes_tests::cli::TestHome;
+
+const COMMENTED: &str = "\
+# My hermes setup.
+terminal:
+  # Local until the image is ready.
+  backend: local   # see README
+
+  timeout: 300
+
+# Egress stays off for now.
+proxy:
+  enabled: false
+";
+
+#[test]
+fn set_then_get_changes_the_value_and_keeps_every_comment() {
+    let home = TestHome::new();
+    home.write_config(COMMENTED);
+    let set = home.run(["config", "set", "terminal.backend", "docker"]);
+    assert_eq!(set.code, 0, "{set:?}");
+    let get = home.run(["config", "get", "terminal.backend"]);
+    assert_eq!((get.code, get.stdout.as_str()), (0, "docker\n"));
+    assert_eq!(
+        home.read_config(),
+        COMMENTED.replace(
+            "backend: local   # see README",
+            "backend: docker   # see README"
+        )
+    );
+}
+
+#[test]
+fn set_and_unset_of_a_new_key_round_trip_to_the_same_bytes() {
+    let home = TestHome::new();
+    home.write_config(COMMENTED);
+    assert_eq!(
+        home.run(["config", "set", "terminal.docker_volumes", "[/srv:/srv:ro]"])
+            .code,
+        0
+    );
+    assert!(
+        home.read_config()
+            .contains("  docker_volumes:\n    - /srv:/srv:ro\n")
+    );
+    let get = home.run(["config", "get", "terminal.docker_volumes", "--json"]);
+    assert_eq!(get.stdout.trim(), "[\n  \"/srv:/srv:ro\"\n]");
+    assert_eq!(
+        home.run(["config", "unset", "terminal.docker_volumes"])
+            .code,
+        0
+    );
+    assert_eq!(home.read_config(), COMMENTED);
+}
+
+#[test]
+fn set_keeps_the_file_mode_and_leaves_no_temporary_file() {
+    let home = TestHome::new();
+    home.write_config(COMMENTED);
+    std::fs::set_permissions(home.config_path(), std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(home.run(["config", "set", "proxy.enabled", "yes"]).code, 0);
+    let mode = std::fs::metadata(home.config_path())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o640);
+    let names: Vec<_> = std::fs::read_dir(home.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["config.yaml"]);
+    assert_eq!(
+        home.run(["config", "get", "proxy.enabled"]).stdout,
+        "true\n"
+    );
+}
+
+#[test]
+fn a_value_that_breaks_the_key_is_refused_and_the_file_kept() {
+    let home = TestHome::new();
+    home.write_config(COMMENTED);
+    let run = home.run(["config", "set", "terminal.timeout", "-5"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains("terminal.timeout: must be at least 1"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(home.read_config(), COMMENTED);
+}
+
+#[test]
+fn replacing_a_section_needs_force() {
+    let home = TestHome::new();
+    home.write_config(COMMENTED);
+    let run = home.run(["config", "set", "proxy", "off"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("--force"), "{}", run.stderr);
+    assert_eq!(home.read_config(), COMMENTED);
+}
+
+#[test]
+fn unknown_keys_are_saved_with_a_suggestion() {
+    let home = TestHome::new();
+    let run = home.run(["config", "set", "terminal.backnd", "docker"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stderr.contains("did you mean `terminal.backend`?"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        home.run(["config", "get", "terminal.backnd"]).stdout,
+        "docker\n"
+    );
+    let check = home.run(["config", "check"]);
+    assert_eq!(check.code, 0);
+    assert!(
+        check
+            .stderr
+            .contains("config.yaml:2:3: terminal.backnd: unknown key"),
+        "{}",
+        check.stderr
+    );
+}
+
+#[test]
+fn credential_keys_go_to_a_0600_env_file_and_never_to_stdout() {
+    let home = TestHome::new();
+    let run = home.run(["config", "set", "OPENROUTER_API_KEY", "sk-or-secret-value"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        !run.stdout.contains("sk-or-secret-value") && !run.stderr.contains("sk-or-secret-value")
+    );
+    let env = home.path().join(".env");
+    assert_eq!(
+        std::fs::read_to_string(&env).unwrap(),
+        "OPENROUTER_API_KEY=sk-or-secret-value\n"
+    );
+    assert_eq!(
+        std::fs::metadata(&env).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(!home.config_path().exists());
+    assert_eq!(home.run(["config", "unset", "OPENROUTER_API_KEY"]).code, 0);
+    assert_eq!(std::fs::read_to_string(&env).unwrap(), "");
+}
+
+#[test]
+fn get_of_a_key_that_is_not_set_exits_1() {
+    let home = TestHome::new();
+    let run = home.run(["config", "get", "terminal.ssh_host"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(run.stderr, "Config key not set: terminal.ssh_host\n");
+    assert_eq!(home.run(["config", "get", "terminal.nothing"]).code, 1);
+}
+
+#[test]
+fn show_prints_the_merged_config() {
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: docker\n");
+    let yaml = home.run(["config", "show"]);
+    assert!(
+        yaml.stdout
+            .starts_with("terminal:\n  backend: docker\n  cwd: .\n  timeout: 180\n"),
+        "{}",
+        yaml.stdout
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&home.run(["config", "show", "--json"]).stdout).unwrap();
+    assert_eq!(json["terminal"]["backend"], "docker");
+    assert_eq!(json["proxy"]["tunnel_port"], 9090);
+    assert_eq!(json["security"]["redact_secrets"], true);
+}
+
+#[test]
+fn path_and_env_path_name_files_in_the_home() {
+    let home = TestHome::new();
+    assert_eq!(
+        home.run(["config", "path"]).stdout.trim(),
+        home.config_path().to_str().unwrap()
+    );
+    assert_eq!(
+        home.run(["config", "env-path"]).stdout.trim(),
+        home.path().join(".env").to_str().unwrap()
+    );
+    let via_env = home
+        .command(["config", "path"])
+        .env("HERMES_HOME", "/nonexistent/elsewhere")
+        .output()
+        .unwrap();
+    // --home wins over HERMES_HOME.
+    assert_eq!(
+        String::from_utf8_lossy(&via_env.stdout).trim(),
+        home.config_path().to_str().unwrap()
+    );
+}
+
+#[test]
+fn check_exits_1_on_every_malformed_fixture_naming_key_and_line() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/invalid-configs");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 30);
+    for file in files {
+        let home = TestHome::new();
+        let bytes = std::fs::read(&file).unwrap();
+        home.write_config(&bytes);
+        let first = bytes.split(|&b| b == b'\n').next().unwrap();
+        let expect = std::str::from_utf8(first)
+            .unwrap()
+            .strip_prefix("# expect: ")
+            .unwrap();
+        let (loc, rest) = expect.split_once(' ').unwrap_or((expect, ""));
+        let needle = if loc.starts_with(|c: char| c.is_ascii_digit()) {
+            let loc = loc.trim_end_matches(':');
+            let prefix = format!("{}:{loc}", home.config_path().display());
+            if rest.is_empty() {
+                prefix
+            } else {
+                format!("{prefix}: {rest}")
+            }
+        } else {
+            expect.to_string()
+        };
+        let run = home.run(["config", "check"]);
+        assert_eq!(run.code, 1, "{}: {run:?}", file.display());
+        assert!(
+            run.stderr.contains(&needle),
+            "{}:\nwanted: {needle}\ngot: {}",
+            file.display(),
+            run.stderr
+        );
+        // The config was not touched.
+        assert_eq!(std::fs::read(home.config_path()).unwrap(), bytes);
+    }
+}
+
+#[test]
+fn check_on_a_missing_file_says_defaults_apply() {
+    let home = TestHome::new();
+    let run = home.run(["config", "check"]);
+    assert_eq!(run.code, 0);
+    assert!(run.stdout.contains("built-in defaults"), "{}", run.stdout);
+}
