@@ -278,7 +278,7 @@ pub fn validate(root: &Node, errors: &mut Vec<Issue>, warnings: &mut Vec<Issue>)
             }
         }
     }
-    check_network_args(root, errors);
+    check_extra_args(root, errors);
 }
 
 fn unknown_key<'a>(path: &str, pos: Pos, known: impl IntoIterator<Item = &'a str>) -> Issue {
@@ -289,42 +289,57 @@ fn unknown_key<'a>(path: &str, pos: Pos, known: impl IntoIterator<Item = &'a str
     Issue::new(path, pos, format!("unknown key, ignored{hint}"))
 }
 
-/// `docker_network: false` means no network at all: a network option in
-/// `docker_extra_args` contradicts it.
-fn check_network_args(root: &Node, errors: &mut Vec<Issue>) {
+/// `docker_extra_args` may only use the options that map onto the create
+/// call; a network option contradicts `docker_network: false` (which means
+/// no network at all) and is otherwise the network's business, not theirs.
+fn check_extra_args(root: &Node, errors: &mut Vec<Issue>) {
     let Some(terminal) = root.get("terminal") else {
         return;
     };
-    let Some(network) = terminal.value.get("docker_network") else {
-        return;
-    };
-    if network.value.to_value() != Value::Bool(false) {
-        return;
-    }
     let Some(args) = terminal.value.get("docker_extra_args") else {
         return;
     };
     let NodeKind::Seq { items, .. } = &args.value.kind else {
         return;
     };
-    for (i, item) in items.iter().enumerate() {
-        if let Value::Str(arg) = item.to_value() {
-            let option = arg.split('=').next().unwrap_or(&arg);
-            if matches!(
-                option,
-                "--network" | "--net" | "--network-alias" | "--ip" | "--ip6"
-            ) {
-                errors.push(Issue::new(
-                    format!("terminal.docker_extra_args[{i}]"),
-                    item.start,
-                    format!(
-                        "`{arg}` contradicts terminal.docker_network: false (line {}), which means no network at all",
-                        network.key_pos.line
-                    ),
-                ));
-            }
-        }
-    }
+    let strings: Option<Vec<String>> = items
+        .iter()
+        .map(|item| match item.to_value() {
+            Value::Str(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let Some(strings) = strings else {
+        return; // the type check has reported the non-strings
+    };
+    let Err(e) = crate::sandbox::parse_extra_args(&strings) else {
+        return;
+    };
+    let Some(item) = items.get(e.index) else {
+        return;
+    };
+    let arg = &strings[e.index];
+    let option = arg.split('=').next().unwrap_or(arg);
+    let network_off = terminal
+        .value
+        .get("docker_network")
+        .filter(|n| n.value.to_value() == Value::Bool(false));
+    let is_network = matches!(
+        option,
+        "--network" | "--net" | "--network-alias" | "--ip" | "--ip6"
+    );
+    let message = match network_off {
+        Some(network) if is_network => format!(
+            "`{arg}` contradicts terminal.docker_network: false (line {}), which means no network at all",
+            network.key_pos.line
+        ),
+        _ => e.message,
+    };
+    errors.push(Issue::new(
+        format!("terminal.docker_extra_args[{}]", e.index),
+        item.start,
+        message,
+    ));
 }
 
 /// Checks one key's value against its type.

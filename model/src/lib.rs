@@ -7,13 +7,17 @@
 //! - [`edit`]: `config set`/`unset` as text edits that keep comments and order.
 //! - [`dotenv`]: reading and editing `.env` files.
 //! - [`desired`]: what the host should look like, derived from the config.
+//! - [`sandbox`]: the Docker sandbox wanted: names, labels, hardened spec, spec hash.
+//! - [`observed`]: the labelled containers a pass saw.
 //! - [`plan`]: the operations a pass would carry out, each with its cause.
 
 pub mod config;
 pub mod desired;
 pub mod dotenv;
 pub mod edit;
+pub mod observed;
 pub mod plan;
+pub mod sandbox;
 pub mod schema;
 pub mod value;
 pub mod yaml;

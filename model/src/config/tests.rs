@@ -129,7 +129,12 @@ fn network_options_contradict_no_network() {
     assert_eq!(e.len(), 1);
     assert_eq!(e[0].path, "terminal.docker_extra_args[1]");
     assert!(e[0].message.contains("line 2"), "{}", e[0]);
-    assert!(load("terminal:\n  docker_extra_args: [--network=host]\n").is_ok());
+    let e = errors("terminal:\n  docker_extra_args: [--network=host]\n");
+    assert!(
+        e[0].message.starts_with("`--network` is not supported"),
+        "{}",
+        e[0]
+    );
 }
 
 #[test]

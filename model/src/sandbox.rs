@@ -1,0 +1,534 @@
+//! The Docker sandbox as hermes wants it: names, labels, the hardened
+//! container spec and its spec hash.
+//!
+//! [`SandboxSpec::persistent`] is a pure function of the config, the
+//! profile and task, the home directory and the environment values that
+//! `docker_forward_env` names. Every setting that shapes the container goes
+//! into the spec hash, stored in the `hermes-spec-hash` label, so drift is
+//! one string compare: Docker fills in defaults, so deep-diffing `inspect`
+//! output would always look drifted.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::config::{Config, Volume};
+
+/// Every hermes container carries `hermes-agent=1`; nothing without it is
+/// ever touched.
+pub const LABEL_AGENT: &str = "hermes-agent";
+pub const LABEL_PROFILE: &str = "hermes-profile";
+pub const LABEL_TASK: &str = "hermes-task-id";
+pub const LABEL_SESSION: &str = "hermes-session";
+pub const LABEL_EGRESS: &str = "hermes-egress";
+pub const LABEL_SPEC_HASH: &str = "hermes-spec-hash";
+
+/// The capabilities a sandbox keeps after dropping all.
+pub const CAP_ADD: &[&str] = &["DAC_OVERRIDE", "CHOWN", "FOWNER", "SETUID", "SETGID"];
+pub const PIDS_LIMIT: i64 = 256;
+
+/// Which sandbox: a (profile, task) pair, plus a session id for
+/// disposable session sandboxes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SandboxKey {
+    pub profile: String,
+    pub task: String,
+    pub session: Option<String>,
+}
+
+impl SandboxKey {
+    pub fn persistent(profile: &str, task: &str) -> SandboxKey {
+        SandboxKey {
+            profile: profile.to_string(),
+            task: task.to_string(),
+            session: None,
+        }
+    }
+
+    /// The container name: `hermes-<profile>-<task>[-<session>]`, so that
+    /// two processes racing to create one sandbox end with one container
+    /// and a name conflict for the loser.
+    pub fn container_name(&self) -> String {
+        let mut name = format!(
+            "hermes-{}-{}",
+            sanitize(&self.profile),
+            sanitize(&self.task)
+        );
+        if let Some(session) = &self.session {
+            name.push('-');
+            name.push_str(&sanitize(session));
+        }
+        name
+    }
+}
+
+/// A label value: `[A-Za-z0-9_.-]`, at most 63 characters.
+pub fn sanitize(value: &str) -> String {
+    let mut out: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect();
+    if out.is_empty() {
+        out.push('_');
+    }
+    out
+}
+
+/// One bind mount.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Bind {
+    pub host: String,
+    pub container: String,
+    pub options: Option<String>,
+}
+
+impl Bind {
+    /// `host:container[:options]`, the engine's bind syntax.
+    pub fn to_engine(&self) -> String {
+        match &self.options {
+            Some(o) => format!("{}:{}:{o}", self.host, self.container),
+            None => format!("{}:{}", self.host, self.container),
+        }
+    }
+}
+
+/// The options of `docker_extra_args` that map onto the create call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExtraArgs {
+    pub cap_add: Vec<String>,
+    pub devices: Vec<String>,
+    pub add_hosts: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// `name=soft[:hard]`.
+    pub ulimits: Vec<(String, i64, i64)>,
+    pub shm_size_bytes: Option<u64>,
+    pub labels: Vec<(String, String)>,
+}
+
+/// Why a `docker_extra_args` entry was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ExtraArgError {
+    /// The index of the offending list item.
+    pub index: usize,
+    pub message: String,
+}
+
+/// The options `docker_extra_args` may use.
+pub const EXTRA_OPTIONS: &[&str] = &[
+    "--cap-add",
+    "--device",
+    "--add-host",
+    "-e",
+    "--env",
+    "--ulimit",
+    "--shm-size",
+    "--label",
+    "-l",
+];
+
+/// Parses `docker_extra_args` (`--opt value` or `--opt=value`).
+pub fn parse_extra_args(args: &[String]) -> Result<ExtraArgs, ExtraArgError> {
+    let mut out = ExtraArgs::default();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        let at = i;
+        let err = |message: String| ExtraArgError { index: at, message };
+        let (option, inline) = match arg.split_once('=') {
+            Some((o, v)) if o.starts_with('-') => (o, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        if !EXTRA_OPTIONS.contains(&option) {
+            return Err(err(format!(
+                "`{option}` is not supported in docker_extra_args; supported: {}",
+                EXTRA_OPTIONS.join(", ")
+            )));
+        }
+        let value = match inline {
+            Some(v) => v,
+            None => {
+                i += 1;
+                match args.get(i) {
+                    Some(v) => v.clone(),
+                    None => return Err(err(format!("`{option}` needs a value"))),
+                }
+            }
+        };
+        match option {
+            "--cap-add" => out.cap_add.push(value.to_ascii_uppercase()),
+            "--device" => out.devices.push(value),
+            "--add-host" => {
+                if !value.contains(':') {
+                    return Err(err(format!("`--add-host {value}` must be host:address")));
+                }
+                out.add_hosts.push(value);
+            }
+            "-e" | "--env" => match value.split_once('=') {
+                Some((k, v)) if crate::config::is_env_name(k) => {
+                    out.env.push((k.to_string(), v.to_string()));
+                }
+                _ => return Err(err(format!("`{option} {value}` must be NAME=value"))),
+            },
+            "--ulimit" => out.ulimits.push(parse_ulimit(&value).map_err(err)?),
+            "--shm-size" => match crate::config::parse_size(&value) {
+                Some(n) if n > 0 => out.shm_size_bytes = Some(n),
+                _ => return Err(err(format!("`--shm-size {value}` is not a size"))),
+            },
+            _ => match value.split_once('=') {
+                Some((k, v)) if !k.is_empty() => out.labels.push((k.to_string(), v.to_string())),
+                _ => return Err(err(format!("`{option} {value}` must be key=value"))),
+            },
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
+fn parse_ulimit(value: &str) -> Result<(String, i64, i64), String> {
+    let bad = || format!("`--ulimit {value}` must be name=soft[:hard]");
+    let (name, limits) = value.split_once('=').ok_or_else(bad)?;
+    let (soft, hard) = match limits.split_once(':') {
+        Some((s, h)) => (s, h),
+        None => (limits, limits),
+    };
+    let soft: i64 = soft.parse().map_err(|_| bad())?;
+    let hard: i64 = hard.parse().map_err(|_| bad())?;
+    if name.is_empty() {
+        return Err(bad());
+    }
+    Ok((name.to_string(), soft, hard))
+}
+
+/// Everything the engine needs to create one sandbox container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxSpec {
+    pub key: SandboxKey,
+    pub name: String,
+    pub image: String,
+    /// Labels, the spec hash included.
+    pub labels: BTreeMap<String, String>,
+    /// Environment values. Passed in the create call's body, never on a
+    /// command line.
+    pub env: Vec<(String, String)>,
+    pub binds: Vec<Bind>,
+    /// Directories on the host that the binds need.
+    pub host_dirs: Vec<PathBuf>,
+    /// Mount point → options (`rw,nosuid,size=512m`).
+    pub tmpfs: BTreeMap<String, String>,
+    pub cap_drop: Vec<String>,
+    pub cap_add: Vec<String>,
+    pub security_opt: Vec<String>,
+    pub pids_limit: i64,
+    pub nano_cpus: i64,
+    pub memory_bytes: i64,
+    pub shm_size_bytes: i64,
+    /// `false`: network mode `none`.
+    pub network: bool,
+    pub devices: Vec<String>,
+    pub add_hosts: Vec<String>,
+    pub ulimits: Vec<(String, i64, i64)>,
+    pub cmd: Vec<String>,
+    pub working_dir: String,
+}
+
+/// Where a persistent sandbox keeps its data on the host.
+pub fn data_dir(home: &Path, key: &SandboxKey) -> PathBuf {
+    home.join("sandboxes")
+        .join("docker")
+        .join(sanitize(&key.profile))
+        .join(sanitize(&key.task))
+}
+
+impl SandboxSpec {
+    /// The persistent sandbox of `key`: `/workspace` and `/root` are bind
+    /// mounts under [`data_dir`], so recreating the container loses no file.
+    /// `forward` holds the values of `docker_forward_env` that were found
+    /// (host environment first, then `.env`).
+    pub fn persistent(
+        config: &Config,
+        key: SandboxKey,
+        home: &Path,
+        forward: &[(String, String)],
+        extra: &ExtraArgs,
+    ) -> SandboxSpec {
+        let t = &config.terminal;
+        let data = data_dir(home, &key);
+        let workspace = data.join("workspace");
+        let root_home = data.join("home");
+        let mut binds = vec![
+            Bind {
+                host: workspace.display().to_string(),
+                container: "/workspace".to_string(),
+                options: None,
+            },
+            Bind {
+                host: root_home.display().to_string(),
+                container: "/root".to_string(),
+                options: None,
+            },
+        ];
+        binds.extend(t.docker_volumes.iter().map(
+            |Volume {
+                 host,
+                 container,
+                 options,
+             }| Bind {
+                host: host.clone(),
+                container: container.clone(),
+                options: options.clone(),
+            },
+        ));
+        let mut tmpfs = BTreeMap::new();
+        tmpfs.insert("/tmp".to_string(), "rw,nosuid,size=512m".to_string());
+        tmpfs.insert(
+            "/var/tmp".to_string(),
+            "rw,noexec,nosuid,size=256m".to_string(),
+        );
+        tmpfs.insert("/run".to_string(), "rw,noexec,nosuid,size=64m".to_string());
+        let mut env: Vec<(String, String)> = Vec::new();
+        let mut put = |k: &str, v: &str| {
+            env.retain(|(name, _)| name != k);
+            env.push((k.to_string(), v.to_string()));
+        };
+        for (k, v) in forward {
+            put(k, v);
+        }
+        for (k, v) in &t.docker_env {
+            put(k, v);
+        }
+        for (k, v) in &extra.env {
+            put(k, v);
+        }
+        let mut cap_add: Vec<String> = CAP_ADD.iter().map(|c| c.to_string()).collect();
+        for cap in &extra.cap_add {
+            if !cap_add.contains(cap) {
+                cap_add.push(cap.clone());
+            }
+        }
+        let mut labels = BTreeMap::new();
+        for (k, v) in &extra.labels {
+            labels.insert(k.clone(), v.clone());
+        }
+        labels.insert(LABEL_AGENT.to_string(), "1".to_string());
+        labels.insert(LABEL_PROFILE.to_string(), sanitize(&key.profile));
+        labels.insert(LABEL_TASK.to_string(), sanitize(&key.task));
+        labels.insert(LABEL_EGRESS.to_string(), "off".to_string());
+        let shm = extra.shm_size_bytes.unwrap_or(t.docker_shm_size_bytes);
+        let mut spec = SandboxSpec {
+            name: key.container_name(),
+            key,
+            image: t.docker_image.clone(),
+            labels,
+            env,
+            binds,
+            host_dirs: vec![workspace, root_home],
+            tmpfs,
+            cap_drop: vec!["ALL".to_string()],
+            cap_add,
+            security_opt: vec!["no-new-privileges".to_string()],
+            pids_limit: PIDS_LIMIT,
+            nano_cpus: (t.container_cpu * 1e9).round() as i64,
+            memory_bytes: i64::try_from(t.container_memory_mb).unwrap_or(i64::MAX / (1 << 20))
+                * (1 << 20),
+            shm_size_bytes: i64::try_from(shm).unwrap_or(i64::MAX),
+            network: t.docker_network,
+            devices: extra.devices.clone(),
+            add_hosts: extra.add_hosts.clone(),
+            ulimits: extra.ulimits.clone(),
+            cmd: vec!["sleep".to_string(), "infinity".to_string()],
+            working_dir: "/workspace".to_string(),
+        };
+        let hash = spec.compute_hash();
+        spec.labels.insert(LABEL_SPEC_HASH.to_string(), hash);
+        spec
+    }
+
+    /// The spec hash: the first 12 hex digits of SHA-256 over every field
+    /// that shapes the container, in a fixed order, the hash label excluded.
+    pub fn compute_hash(&self) -> String {
+        let mut h = Sha256::new();
+        let mut field = |name: &str, value: &str| {
+            h.update(name.as_bytes());
+            h.update([0]);
+            h.update((value.len() as u64).to_le_bytes());
+            h.update(value.as_bytes());
+        };
+        field("name", &self.name);
+        field("image", &self.image);
+        for (k, v) in self.labels.iter().filter(|(k, _)| *k != LABEL_SPEC_HASH) {
+            field("label", &format!("{k}={v}"));
+        }
+        for (k, v) in &self.env {
+            field("env", &format!("{k}={v}"));
+        }
+        for b in &self.binds {
+            field("bind", &b.to_engine());
+        }
+        for (k, v) in &self.tmpfs {
+            field("tmpfs", &format!("{k}={v}"));
+        }
+        for c in &self.cap_drop {
+            field("cap_drop", c);
+        }
+        for c in &self.cap_add {
+            field("cap_add", c);
+        }
+        for s in &self.security_opt {
+            field("security_opt", s);
+        }
+        field("pids", &self.pids_limit.to_string());
+        field("cpus", &self.nano_cpus.to_string());
+        field("memory", &self.memory_bytes.to_string());
+        field("shm", &self.shm_size_bytes.to_string());
+        field("network", &self.network.to_string());
+        for d in &self.devices {
+            field("device", d);
+        }
+        for a in &self.add_hosts {
+            field("add_host", a);
+        }
+        for (n, s, hd) in &self.ulimits {
+            field("ulimit", &format!("{n}={s}:{hd}"));
+        }
+        for c in &self.cmd {
+            field("cmd", c);
+        }
+        field("workdir", &self.working_dir);
+        let digest = h.finalize();
+        digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    pub fn hash(&self) -> &str {
+        self.labels.get(LABEL_SPEC_HASH).map_or("", String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::config::load;
+
+    fn spec(text: &str) -> SandboxSpec {
+        let config = load(text).unwrap().config;
+        let extra = parse_extra_args(&config.terminal.docker_extra_args).unwrap();
+        SandboxSpec::persistent(
+            &config,
+            SandboxKey::persistent("default", "default"),
+            Path::new("/h"),
+            &[],
+            &extra,
+        )
+    }
+
+    #[test]
+    fn a_persistent_sandbox_is_hardened_as_the_reference() {
+        let s = spec("");
+        assert_eq!(s.name, "hermes-default-default");
+        assert_eq!(s.cap_drop, ["ALL"]);
+        assert_eq!(s.cap_add, CAP_ADD);
+        assert_eq!(s.security_opt, ["no-new-privileges"]);
+        assert_eq!(s.pids_limit, 256);
+        assert_eq!(s.tmpfs["/tmp"], "rw,nosuid,size=512m");
+        assert_eq!(s.tmpfs["/var/tmp"], "rw,noexec,nosuid,size=256m");
+        assert_eq!(s.tmpfs["/run"], "rw,noexec,nosuid,size=64m");
+        assert_eq!(s.nano_cpus, 1_000_000_000);
+        assert_eq!(s.memory_bytes, 5120 << 20);
+        assert_eq!(s.shm_size_bytes, 1 << 30);
+        assert_eq!(s.cmd, ["sleep", "infinity"]);
+        assert_eq!(
+            s.binds[0].to_engine(),
+            "/h/sandboxes/docker/default/default/workspace:/workspace"
+        );
+        assert_eq!(
+            s.binds[1].to_engine(),
+            "/h/sandboxes/docker/default/default/home:/root"
+        );
+        assert_eq!(s.labels[LABEL_AGENT], "1");
+        assert_eq!(s.labels[LABEL_EGRESS], "off");
+        assert_eq!(s.hash().len(), 12);
+    }
+
+    #[test]
+    fn every_shaping_setting_changes_the_hash() {
+        let base = spec("").hash().to_string();
+        for text in [
+            "terminal:\n  docker_image: debian:12\n",
+            "terminal:\n  docker_env: {A: b}\n",
+            "terminal:\n  container_memory: 1024\n",
+            "terminal:\n  container_cpu: 2\n",
+            "terminal:\n  docker_network: false\n",
+            "terminal:\n  docker_volumes: [/srv:/srv]\n",
+            "terminal:\n  docker_shm_size: 2g\n",
+            "terminal:\n  docker_extra_args: [--cap-add=SYS_PTRACE]\n",
+        ] {
+            assert_ne!(spec(text).hash(), base, "{text}");
+        }
+        // Settings that do not shape the container do not.
+        assert_eq!(spec("terminal:\n  timeout: 5\n").hash(), base);
+        assert_eq!(spec("").hash(), base);
+    }
+
+    #[test]
+    fn extra_args_map_onto_the_create_call() {
+        let args: Vec<String> = [
+            "--cap-add=SYS_PTRACE",
+            "--device",
+            "/dev/fuse",
+            "--add-host=db:10.0.0.5",
+            "-e",
+            "A=1",
+            "--ulimit",
+            "nofile=1024:2048",
+            "--shm-size=2g",
+            "--label",
+            "team=ml",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let extra = parse_extra_args(&args).unwrap();
+        assert_eq!(extra.cap_add, ["SYS_PTRACE"]);
+        assert_eq!(extra.devices, ["/dev/fuse"]);
+        assert_eq!(extra.add_hosts, ["db:10.0.0.5"]);
+        assert_eq!(extra.env, [("A".to_string(), "1".to_string())]);
+        assert_eq!(extra.ulimits, [("nofile".to_string(), 1024, 2048)]);
+        assert_eq!(extra.shm_size_bytes, Some(2 << 30));
+        assert_eq!(extra.labels, [("team".to_string(), "ml".to_string())]);
+    }
+
+    #[test]
+    fn unsupported_extra_args_name_the_option() {
+        let e =
+            parse_extra_args(&["--cap-add=X".to_string(), "--privileged".to_string()]).unwrap_err();
+        assert_eq!(e.index, 1);
+        assert!(
+            e.message.starts_with("`--privileged` is not supported"),
+            "{e}"
+        );
+        let e = parse_extra_args(&["--device".to_string()]).unwrap_err();
+        assert!(e.message.contains("needs a value"), "{e}");
+    }
+
+    #[test]
+    fn names_and_labels_are_sanitized() {
+        assert_eq!(sanitize("a b/c"), "a_b_c");
+        assert_eq!(sanitize(&"x".repeat(80)).len(), 63);
+        let key = SandboxKey {
+            profile: "p".into(),
+            task: "t 1".into(),
+            session: Some("s/2".into()),
+        };
+        assert_eq!(key.container_name(), "hermes-p-t_1-s_2");
+    }
+}
