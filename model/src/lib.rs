@@ -1,5 +1,6 @@
 //! The pure data model of hermes: no IO, no async runtime, no clock.
 //!
+//! - [`action`]: the operations of the host plan.
 //! - [`yaml`]: a positioned YAML tree, read with limits against hostile input.
 //! - [`value`]: plain config values, the merged view, YAML and JSON rendering.
 //! - [`schema`]: every known key with its type and default.
@@ -11,6 +12,7 @@
 //! - [`observed`]: the labelled containers a pass saw.
 //! - [`plan`]: the operations a pass would carry out, each with its cause.
 
+pub mod action;
 pub mod config;
 pub mod desired;
 pub mod dotenv;

@@ -1,71 +1,95 @@
 //! The pure planners: given what the config wants ([`Desired`]), what
 //! exists ([`Observed`]) and the time, decide what one pass does. No IO, no
 //! async runtime, no clock of their own: the same inputs always give the
-//! same [`Plan`], which is what makes `--dry-run` trustworthy and the rules
-//! testable in milliseconds.
+//! same [`HostPlan`], which is what makes `--dry-run` trustworthy and the
+//! rules testable in milliseconds.
+//!
+//! - [`persistence`]: one warm persistent Docker sandbox per (profile, task).
 
-use std::time::SystemTime;
+pub mod persistence;
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hermes_model::action::Action;
 use hermes_model::config::Backend;
-use hermes_model::desired::Desired;
-use hermes_model::plan::{Describe, Kind, Op, Plan, Target};
+use hermes_model::desired::{DEFAULT_TASK, Desired};
+use hermes_model::observed::Observed;
+use hermes_model::plan::{Op, Plan, Target};
 
-/// Everything a pass saw on the host.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Observed {}
-
-/// What one operation of the host's plan does.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Action {
-    /// The configured backend cannot be driven by this build.
-    Unsupported,
-}
-
-impl Describe for Action {
-    fn kind(&self) -> Kind {
-        match self {
-            Action::Unsupported => Kind::Blocked,
-        }
-    }
-
-    fn verb(&self) -> &'static str {
-        match self {
-            Action::Unsupported => "blocked",
-        }
-    }
-}
+/// The plan of a whole host.
+pub type HostPlan = Plan<Action>;
 
 /// Plans one pass over every part of the host.
-pub fn plan_all(desired: &Desired, _observed: &Observed, _now: SystemTime) -> Plan<Action> {
+pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> HostPlan {
+    let now = unix_seconds(now);
     let mut ops = Vec::new();
     match desired.backend() {
         // Commands run on the host itself: there is nothing to converge.
         Backend::Local => {}
+        Backend::Docker => {}
         other => ops.push(Op {
             target: Target::Sandbox {
                 profile: desired.profile.clone(),
-                task: "default".to_string(),
+                task: DEFAULT_TASK.to_string(),
                 session: None,
             },
-            action: Action::Unsupported,
+            action: Action::Blocked,
             cause: format!("the {other} backend is not available in this build"),
         }),
     }
+    // Containers are planned whatever the backend: switching away from
+    // docker leaves them to be reported, never silently forgotten.
+    ops.extend(persistence::plan(desired, observed, now));
     Plan::new(ops)
+}
+
+/// Seconds since the Unix epoch; times before it read as 0.
+pub fn unix_seconds(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// `14m`, `3h`, `2d`: a short age for causes.
+pub fn age(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        3600..86400 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use std::path::Path;
+
     use super::*;
-    use hermes_model::config::Config;
+    use hermes_model::config::load;
+    use hermes_model::desired::HostEnv;
 
     #[test]
     fn the_local_backend_has_nothing_to_converge() {
-        let desired = Desired::new(Config::default(), "default").unwrap();
+        let desired = Desired::build(
+            load("").unwrap().config,
+            "default",
+            Path::new("/h"),
+            &HostEnv::default(),
+        )
+        .unwrap();
         let plan = plan_all(&desired, &Observed::default(), SystemTime::UNIX_EPOCH);
         assert!(!plan.is_pending());
         assert_eq!(plan.to_string(), "No changes. The host is converged.");
+    }
+
+    #[test]
+    fn ages_are_short() {
+        assert_eq!(age(59), "59s");
+        assert_eq!(age(60 * 14), "14m");
+        assert_eq!(age(3600 * 5 + 1), "5h");
+        assert_eq!(age(86400 * 2), "2d");
+        assert_eq!(age(-5), "0s");
     }
 }

@@ -202,7 +202,7 @@ fn unset(home: &Home, key: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn read_env_text(home: &Home) -> anyhow::Result<String> {
+pub fn read_env_text(home: &Home) -> anyhow::Result<String> {
     let path = home.env_file();
     let bytes = fsio::read_bounded(&path, yaml::MAX_BYTES)
         .with_context(|| format!("cannot read {}", path.display()))?

@@ -4,11 +4,12 @@
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use hermes_model::config;
-use hermes_model::desired::Desired;
+use hermes_model::config::{self, Backend};
+use hermes_model::desired::{Desired, HostEnv};
+use hermes_model::observed::Observed;
 
 use crate::cli::{Output, ReconcileArgs};
-use crate::commands::config::read_config_text;
+use crate::commands::config::{read_config_text, read_env_text};
 use crate::home::Home;
 
 pub fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
@@ -18,8 +19,14 @@ pub fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<E
     for w in &loaded.warnings {
         eprintln!("warning: {}", w.render(&file));
     }
-    let desired = Desired::new(loaded.config, profile)?;
-    let observed = hermes_reconcilers::Observed::default();
+    let desired = Desired::build(loaded.config, profile, home.root(), &host_env(home)?)?;
+    for w in &desired.warnings {
+        eprintln!("warning: {w}");
+    }
+    if desired.backend() == Backend::Docker {
+        anyhow::bail!("the docker backend is not wired into reconcile in this build");
+    }
+    let observed = Observed::default();
     let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&plan.to_json())?),
@@ -38,4 +45,12 @@ pub fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<E
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The environment `docker_forward_env` may read: this process's, then `.env`.
+pub fn host_env(home: &Home) -> anyhow::Result<HostEnv> {
+    Ok(HostEnv {
+        process: std::env::vars().collect(),
+        dotenv: hermes_model::dotenv::parse(&read_env_text(home)?),
+    })
 }

@@ -1,0 +1,50 @@
+//! The operations of the host's plan. Each is one engine call or a short
+//! idempotent sequence, so a pass cut short (even by `kill -9`) is finished
+//! by the next one.
+
+use crate::plan::{Describe, Kind};
+use crate::sandbox::SandboxSpec;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Create the container and start it.
+    Create(Box<SandboxSpec>),
+    /// Start an existing container whose spec is current.
+    Start { id: String },
+    /// Remove the old container, then create and start the new spec. The
+    /// sandbox's data lives in bind mounts and is kept.
+    Recreate {
+        old_id: String,
+        spec: Box<SandboxSpec>,
+    },
+    /// Remove a container (a duplicate, or one that is reaped).
+    Remove { id: String },
+    /// Wanted, but refused; the cause says why.
+    Blocked,
+    /// A labelled container hermes does not manage or no longer wants:
+    /// reported, never touched.
+    Keep { id: String, verb: &'static str },
+}
+
+impl Describe for Action {
+    fn kind(&self) -> Kind {
+        match self {
+            Action::Create(_) | Action::Start { .. } => Kind::Create,
+            Action::Recreate { .. } => Kind::Change,
+            Action::Remove { .. } => Kind::Remove,
+            Action::Blocked => Kind::Blocked,
+            Action::Keep { .. } => Kind::Report,
+        }
+    }
+
+    fn verb(&self) -> &'static str {
+        match self {
+            Action::Create(_) => "create",
+            Action::Start { .. } => "start",
+            Action::Recreate { .. } => "recreate",
+            Action::Remove { .. } => "remove",
+            Action::Blocked => "blocked",
+            Action::Keep { verb, .. } => verb,
+        }
+    }
+}

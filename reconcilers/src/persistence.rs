@@ -1,0 +1,219 @@
+//! The persistence reconciler: for each desired persistent sandbox,
+//!
+//! - none → create and start;
+//! - running with an equal spec hash → nothing;
+//! - created or exited with an equal hash → start;
+//! - a different hash, or dead → recreate (the data is in bind mounts);
+//! - several for one (profile, task) → keep the running one started last
+//!   (tie: created last), remove the others;
+//! - a labelled container without a spec hash → reported, never removed.
+//!
+//! Labelled containers of the active profile that no desired sandbox
+//! claims are reported "not desired, kept"; other profiles are not touched.
+
+use std::collections::BTreeSet;
+
+use hermes_model::action::Action;
+use hermes_model::desired::Desired;
+use hermes_model::observed::{ContainerState, Observed, ObservedContainer};
+use hermes_model::plan::{Op, Target};
+use hermes_model::sandbox::{SandboxSpec, sanitize};
+
+use crate::age;
+
+/// The operations that converge the persistent sandboxes.
+pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Vec<Op<Action>> {
+    let mut ops = Vec::new();
+    let mut claimed: BTreeSet<&str> = BTreeSet::new();
+    let profile = sanitize(&desired.profile);
+    for spec in &desired.sandboxes {
+        let target = target_of(spec);
+        let ours: Vec<&ObservedContainer> = observed
+            .containers
+            .iter()
+            .filter(|c| {
+                c.profile() == Some(profile.as_str())
+                    && c.task() == Some(sanitize(&spec.key.task).as_str())
+                    && c.session().map(str::to_string) == spec.key.session.as_deref().map(sanitize)
+            })
+            .collect();
+        let (managed, unmanaged): (Vec<_>, Vec<_>) =
+            ours.into_iter().partition(|c| c.spec_hash().is_some());
+        for c in &unmanaged {
+            claimed.insert(&c.id);
+            ops.push(unmanaged_op(c));
+        }
+        // An unmanaged container holding our name would make every create
+        // fail: say so instead of looping.
+        if let Some(squatter) = unmanaged.iter().find(|c| c.name == spec.name) {
+            if managed.is_empty() {
+                ops.push(Op {
+                    target,
+                    action: Action::Blocked,
+                    cause: format!(
+                        "container {} (no hermes-spec-hash label) holds the name; remove it by hand",
+                        squatter.name
+                    ),
+                });
+                continue;
+            }
+        }
+        let Some(keep) = pick_keeper(&managed) else {
+            ops.push(Op {
+                target,
+                action: Action::Create(Box::new(spec.clone())),
+                cause: "no container with these labels".to_string(),
+            });
+            continue;
+        };
+        for c in &managed {
+            claimed.insert(&c.id);
+            if c.id != keep.id {
+                ops.push(Op {
+                    target: target.clone(),
+                    action: Action::Remove { id: c.id.clone() },
+                    cause: format!("duplicate: {} {} is kept", keep.state.as_str(), keep.name),
+                });
+            }
+        }
+        if let Some(op) = converge_one(spec, keep, target, now) {
+            ops.push(op);
+        }
+    }
+    for c in &observed.containers {
+        if claimed.contains(c.id.as_str()) || c.profile() != Some(profile.as_str()) {
+            continue;
+        }
+        if c.spec_hash().is_none() {
+            ops.push(unmanaged_op(c));
+        } else {
+            ops.push(Op {
+                target: Target::Container {
+                    name: c.name.clone(),
+                },
+                action: Action::Keep {
+                    id: c.id.clone(),
+                    verb: "kept",
+                },
+                cause: format!("not desired ({}), kept", c.state.as_str()),
+            });
+        }
+    }
+    ops
+}
+
+fn target_of(spec: &SandboxSpec) -> Target {
+    Target::Sandbox {
+        profile: spec.key.profile.clone(),
+        task: spec.key.task.clone(),
+        session: spec.key.session.clone(),
+    }
+}
+
+fn unmanaged_op(c: &ObservedContainer) -> Op<Action> {
+    Op {
+        target: Target::Container {
+            name: c.name.clone(),
+        },
+        action: Action::Keep {
+            id: c.id.clone(),
+            verb: "unmanaged",
+        },
+        cause: "no hermes-spec-hash label; left alone".to_string(),
+    }
+}
+
+/// The running container started last; without a running one, the one
+/// created last. Ties break on the id, so the choice is deterministic.
+fn pick_keeper<'a>(managed: &[&'a ObservedContainer]) -> Option<&'a ObservedContainer> {
+    managed.iter().copied().max_by(|a, b| {
+        let key = |c: &ObservedContainer| {
+            (
+                c.state == ContainerState::Running,
+                c.started_at.unwrap_or(i64::MIN),
+                c.created,
+                c.id.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    })
+}
+
+fn converge_one(
+    spec: &SandboxSpec,
+    keep: &ObservedContainer,
+    target: Target,
+    now: i64,
+) -> Option<Op<Action>> {
+    let observed_hash = keep.spec_hash().unwrap_or_default();
+    if observed_hash != spec.hash() || keep.name != spec.name {
+        let mut cause = if keep.name != spec.name {
+            format!("container named {}, wanted {}", keep.name, spec.name)
+        } else {
+            format!("spec changed: {observed_hash} -> {}", spec.hash())
+        };
+        cause.push_str(&recreate_cost(keep));
+        return Some(Op {
+            target,
+            action: Action::Recreate {
+                old_id: keep.id.clone(),
+                spec: Box::new(spec.clone()),
+            },
+            cause,
+        });
+    }
+    let (action, cause) = match keep.state {
+        ContainerState::Running | ContainerState::Restarting | ContainerState::Removing => {
+            return None;
+        }
+        ContainerState::Paused => (
+            Action::Keep {
+                id: keep.id.clone(),
+                verb: "paused",
+            },
+            "paused by hand; left alone".to_string(),
+        ),
+        ContainerState::Created => (
+            Action::Start {
+                id: keep.id.clone(),
+            },
+            format!("created {} ago, never started", age(now - keep.created)),
+        ),
+        ContainerState::Exited => (
+            Action::Start {
+                id: keep.id.clone(),
+            },
+            match keep.finished_at {
+                Some(t) => format!("exited {} ago", age(now - t)),
+                None => "exited".to_string(),
+            },
+        ),
+        ContainerState::Dead => (
+            Action::Recreate {
+                old_id: keep.id.clone(),
+                spec: Box::new(spec.clone()),
+            },
+            "dead: the engine cannot start it; /workspace and /root are kept".to_string(),
+        ),
+    };
+    Some(Op {
+        target,
+        action,
+        cause,
+    })
+}
+
+/// What a recreate costs, for the cause.
+fn recreate_cost(c: &ObservedContainer) -> String {
+    let stops = match (c.state, c.processes) {
+        (ContainerState::Running, Some(0)) => "no command running".to_string(),
+        (ContainerState::Running, Some(1)) => "stops 1 running process".to_string(),
+        (ContainerState::Running, Some(n)) => format!("stops {n} running processes"),
+        (ContainerState::Running, None) => "stops what runs in it".to_string(),
+        _ => "not running".to_string(),
+    };
+    format!("; {stops}; /workspace and /root are kept")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,228 @@
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use hermes_model::config::load;
+use hermes_model::desired::HostEnv;
+use hermes_model::plan::Plan;
+use hermes_model::sandbox::{LABEL_AGENT, LABEL_PROFILE, LABEL_SPEC_HASH, LABEL_TASK};
+
+use super::*;
+
+const NOW: i64 = 1_800_000_000;
+
+fn desired(text: &str) -> Desired {
+    Desired::build(
+        load(text).unwrap().config,
+        "default",
+        Path::new("/h"),
+        &HostEnv::default(),
+    )
+    .unwrap()
+}
+
+fn docker() -> Desired {
+    desired("terminal:\n  backend: docker\n")
+}
+
+fn container(id: &str, state: ContainerState, hash: Option<&str>) -> ObservedContainer {
+    let mut labels = BTreeMap::new();
+    labels.insert(LABEL_AGENT.to_string(), "1".to_string());
+    labels.insert(LABEL_PROFILE.to_string(), "default".to_string());
+    labels.insert(LABEL_TASK.to_string(), "default".to_string());
+    if let Some(h) = hash {
+        labels.insert(LABEL_SPEC_HASH.to_string(), h.to_string());
+    }
+    ObservedContainer {
+        id: id.to_string(),
+        name: "hermes-default-default".to_string(),
+        labels,
+        state,
+        created: NOW - 3600,
+        started_at: (state == ContainerState::Running).then_some(NOW - 1800),
+        finished_at: (state == ContainerState::Exited).then_some(NOW - 14 * 60),
+        processes: (state == ContainerState::Running).then_some(0),
+    }
+}
+
+fn render(d: &Desired, containers: Vec<ObservedContainer>) -> String {
+    Plan::new(plan(d, &Observed { containers }, NOW)).to_string()
+}
+
+#[test]
+fn no_container_means_create() {
+    assert_eq!(
+        render(&docker(), vec![]),
+        "+ sandbox default/default   create      no container with these labels\n\
+         Plan: 1 to create, 0 to change, 0 to remove."
+    );
+}
+
+#[test]
+fn a_running_container_with_the_same_hash_needs_nothing() {
+    let d = docker();
+    let hash = d.sandboxes[0].hash().to_string();
+    assert_eq!(
+        render(
+            &d,
+            vec![container("a", ContainerState::Running, Some(&hash))]
+        ),
+        "No changes. The host is converged."
+    );
+}
+
+#[test]
+fn an_exited_or_created_container_with_the_same_hash_is_started() {
+    let d = docker();
+    let hash = d.sandboxes[0].hash().to_string();
+    assert_eq!(
+        render(
+            &d,
+            vec![container("a", ContainerState::Exited, Some(&hash))]
+        ),
+        "+ sandbox default/default   start       exited 14m ago\n\
+         Plan: 1 to create, 0 to change, 0 to remove."
+    );
+    assert_eq!(
+        render(
+            &d,
+            vec![container("a", ContainerState::Created, Some(&hash))]
+        ),
+        "+ sandbox default/default   start       created 1h ago, never started\n\
+         Plan: 1 to create, 0 to change, 0 to remove."
+    );
+}
+
+#[test]
+fn a_changed_hash_recreates_and_says_what_it_costs() {
+    let d = docker();
+    let new = d.sandboxes[0].hash().to_string();
+    let mut c = container("a", ContainerState::Running, Some("0123456789ab"));
+    c.processes = Some(2);
+    assert_eq!(
+        render(&d, vec![c]),
+        format!(
+            "~ sandbox default/default   recreate    spec changed: 0123456789ab -> {new}; stops 2 running processes; /workspace and /root are kept\n\
+             Plan: 0 to create, 1 to change, 0 to remove."
+        )
+    );
+}
+
+#[test]
+fn duplicates_keep_the_running_one_started_last() {
+    let d = docker();
+    let hash = d.sandboxes[0].hash().to_string();
+    let mut older = container("old", ContainerState::Running, Some(&hash));
+    older.started_at = Some(NOW - 7200);
+    older.name = "hermes-default-default-x".into();
+    let newer = container("new", ContainerState::Running, Some(&hash));
+    let mut exited = container("ex", ContainerState::Exited, Some(&hash));
+    exited.created = NOW;
+    exited.name = "hermes-default-default-y".into();
+    let ops = plan(
+        &d,
+        &Observed {
+            containers: vec![older, newer, exited],
+        },
+        NOW,
+    );
+    let removed: Vec<_> = ops
+        .iter()
+        .filter_map(|op| match &op.action {
+            Action::Remove { id } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(removed, ["old", "ex"]);
+    assert_eq!(ops.len(), 2, "the keeper needs nothing: {ops:?}");
+    assert!(
+        ops[0]
+            .cause
+            .contains("duplicate: running hermes-default-default is kept")
+    );
+}
+
+#[test]
+fn without_a_running_duplicate_the_one_created_last_is_kept() {
+    let d = docker();
+    let hash = d.sandboxes[0].hash().to_string();
+    let mut a = container("a", ContainerState::Exited, Some(&hash));
+    a.created = NOW - 100;
+    let mut b = container("b", ContainerState::Exited, Some(&hash));
+    b.created = NOW - 50;
+    b.name = "other".into();
+    let ops = plan(
+        &d,
+        &Observed {
+            containers: vec![a, b],
+        },
+        NOW,
+    );
+    assert!(
+        matches!(&ops[0].action, Action::Remove { id } if id == "a"),
+        "{ops:?}"
+    );
+    // The keeper has another name than the spec's: it is recreated.
+    assert!(
+        matches!(&ops[1].action, Action::Recreate { old_id, .. } if old_id == "b"),
+        "{ops:?}"
+    );
+}
+
+#[test]
+fn a_container_without_a_spec_hash_is_reported_never_removed() {
+    let d = docker();
+    let plan_text = render(&d, vec![container("u", ContainerState::Running, None)]);
+    assert_eq!(
+        plan_text,
+        "! sandbox default/default            blocked     container hermes-default-default (no hermes-spec-hash label) holds the name; remove it by hand\n\
+         ? container hermes-default-default   unmanaged   no hermes-spec-hash label; left alone\n\
+         Plan: 0 to create, 0 to change, 0 to remove, 1 blocked."
+    );
+}
+
+#[test]
+fn containers_no_longer_desired_are_kept_and_reported() {
+    let d = desired("");
+    let text = render(
+        &d,
+        vec![container(
+            "a",
+            ContainerState::Running,
+            Some("0123456789ab"),
+        )],
+    );
+    assert_eq!(
+        text,
+        "? container hermes-default-default   kept        not desired (running), kept\n\
+         No changes. The host is converged."
+    );
+}
+
+#[test]
+fn other_profiles_are_not_touched() {
+    let d = docker();
+    let mut c = container("a", ContainerState::Exited, Some("0123456789ab"));
+    c.labels
+        .insert(LABEL_PROFILE.to_string(), "work".to_string());
+    assert_eq!(
+        render(&d, vec![c]),
+        "+ sandbox default/default   create      no container with these labels\n\
+         Plan: 1 to create, 0 to change, 0 to remove."
+    );
+}
+
+#[test]
+fn a_dead_container_is_recreated() {
+    let d = docker();
+    let hash = d.sandboxes[0].hash().to_string();
+    let ops = plan(
+        &d,
+        &Observed {
+            containers: vec![container("a", ContainerState::Dead, Some(&hash))],
+        },
+        NOW,
+    );
+    assert!(matches!(ops[0].action, Action::Recreate { .. }));
+}
