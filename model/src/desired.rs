@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::{Backend, Config};
-use crate::sandbox::{self, SandboxKey, SandboxSpec};
+use crate::sandbox::{self, ExtraArgs, SandboxKey, SandboxSpec};
 
 /// The task of the one warm persistent sandbox per profile.
 pub const DEFAULT_TASK: &str = "default";
@@ -37,6 +37,10 @@ pub struct Desired {
     pub home: PathBuf,
     /// The persistent sandboxes that should be running.
     pub sandboxes: Vec<SandboxSpec>,
+    /// The `docker_forward_env` values that were found.
+    pub forward_env: Vec<(String, String)>,
+    /// `docker_extra_args`, mapped.
+    pub extra_args: ExtraArgs,
     /// Things worth a word that do not stop the plan (a forwarded variable
     /// that is set nowhere, say).
     pub warnings: Vec<String>,
@@ -70,35 +74,43 @@ impl Desired {
     ) -> Result<Desired, BadProfile> {
         check_profile(profile)?;
         let mut warnings = Vec::new();
-        let mut sandboxes = Vec::new();
         let t = &config.terminal;
-        if t.backend == Backend::Docker && t.container_persistent {
-            let mut forward = Vec::new();
-            for name in &t.docker_forward_env {
-                match env.lookup(name) {
-                    Some(value) => forward.push((name.clone(), value.to_string())),
-                    None => warnings.push(format!(
-                        "terminal.docker_forward_env: {name} is set neither in the environment nor in .env; not forwarded"
-                    )),
-                }
+        let mut forward_env = Vec::new();
+        for name in &t.docker_forward_env {
+            match env.lookup(name) {
+                Some(value) => forward_env.push((name.clone(), value.to_string())),
+                None => warnings.push(format!(
+                    "terminal.docker_forward_env: {name} is set neither in the environment nor in .env; not forwarded"
+                )),
             }
-            // Validation has refused unsupported options already.
-            let extra = sandbox::parse_extra_args(&t.docker_extra_args).unwrap_or_default();
-            sandboxes.push(SandboxSpec::persistent(
-                &config,
-                SandboxKey::persistent(profile, DEFAULT_TASK),
-                home,
-                &forward,
-                &extra,
-            ));
         }
-        Ok(Desired {
+        // Validation has refused unsupported options already.
+        let extra_args = sandbox::parse_extra_args(&t.docker_extra_args).unwrap_or_default();
+        let wants_sandbox = t.backend == Backend::Docker && t.container_persistent;
+        let mut desired = Desired {
             profile: profile.to_string(),
             config,
             home: home.to_path_buf(),
-            sandboxes,
+            sandboxes: Vec::new(),
+            forward_env,
+            extra_args,
             warnings,
-        })
+        };
+        if wants_sandbox {
+            desired.sandboxes.push(desired.sandbox_for_task(DEFAULT_TASK));
+        }
+        Ok(desired)
+    }
+
+    /// The persistent sandbox of one task of the active profile.
+    pub fn sandbox_for_task(&self, task: &str) -> SandboxSpec {
+        SandboxSpec::persistent(
+            &self.config,
+            SandboxKey::persistent(&self.profile, task),
+            &self.home,
+            &self.forward_env,
+            &self.extra_args,
+        )
     }
 
     pub fn backend(&self) -> Backend {
