@@ -48,6 +48,16 @@ impl Issue {
     }
 }
 
+impl From<yaml::YamlError> for Issue {
+    fn from(e: yaml::YamlError) -> Issue {
+        Issue {
+            path: String::new(),
+            pos: e.pos,
+            message: e.message,
+        }
+    }
+}
+
 impl fmt::Display for Issue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.render("config.yaml"))
@@ -199,13 +209,7 @@ impl std::default::Default for Config {
 
 /// Loads config text: parses, validates and merges over the defaults.
 pub fn load(text: &str) -> Result<Loaded, ConfigError> {
-    let root = yaml::parse(text).map_err(|e| {
-        ConfigError(vec![Issue {
-            path: String::new(),
-            pos: e.pos,
-            message: e.message,
-        }])
-    })?;
+    let root = yaml::parse(text).map_err(|e| ConfigError(vec![e.into()]))?;
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let empty = root.is_none();

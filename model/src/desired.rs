@@ -97,7 +97,9 @@ impl Desired {
             warnings,
         };
         if wants_sandbox {
-            desired.sandboxes.push(desired.sandbox_for_task(DEFAULT_TASK));
+            desired
+                .sandboxes
+                .push(desired.sandbox_for_task(DEFAULT_TASK));
         }
         Ok(desired)
     }

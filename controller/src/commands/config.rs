@@ -43,17 +43,8 @@ pub fn read_config_text(home: &Home) -> anyhow::Result<Option<String>> {
     else {
         return Ok(None);
     };
-    let text = yaml::text_from_bytes(&bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{}",
-            Issue {
-                path: String::new(),
-                pos: e.pos,
-                message: e.message,
-            }
-            .render(&path.display().to_string())
-        )
-    })?;
+    let text = yaml::text_from_bytes(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}", Issue::from(e).render(&path.display().to_string())))?;
     Ok(Some(text.to_string()))
 }
 
@@ -65,12 +56,7 @@ fn merged_view(home: &Home) -> anyhow::Result<Value> {
         let root = yaml::parse(&text).map_err(|e| {
             anyhow::anyhow!(
                 "{}",
-                Issue {
-                    path: String::new(),
-                    pos: e.pos,
-                    message: e.message,
-                }
-                .render(&home.config().display().to_string())
+                Issue::from(e).render(&home.config().display().to_string())
             )
         })?;
         if let Some(root) = root {
