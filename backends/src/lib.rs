@@ -5,3 +5,14 @@
 //! vercel_sandbox), and the observers that read the Docker world by label
 //! into the `Observed` value the planners take. This crate does IO; the
 //! decisions stay in `reconcilers`.
+//!
+//! - [`docker`]: the Docker engine through bollard: observing labelled
+//!   containers, idempotent create/start/remove, image pulls, and exec with
+//!   live output and timeouts that kill the whole process tree.
+
+pub mod docker;
+
+/// The model crate this crate's API speaks ([`model::sandbox::SandboxSpec`],
+/// [`model::observed::ObservedContainer`], …), re-exported so users of the
+/// backends need no second dependency to name those types.
+pub use hermes_model as model;

@@ -46,6 +46,40 @@ pub enum Command {
     Config(ConfigCommand),
     /// Compare config.yaml with the host and converge (one pass).
     Reconcile(ReconcileArgs),
+    /// Run a command in the sandbox of the configured backend.
+    Exec(ExecArgs),
+    /// Inspect the sandboxes hermes manages.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The task whose sandbox runs the command.
+    #[arg(long, default_value = "default")]
+    pub task: String,
+    /// Seconds before the command is killed, with everything it started
+    /// (default: terminal.timeout). Exit code 124 on timeout.
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// Working directory inside the sandbox (default: /workspace).
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// An environment variable for the command, NAME=value; repeatable.
+    #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Every labelled container: profile, task, state, spec match, age, idle.
+    List {
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
 }
 
 #[derive(Debug, Subcommand)]

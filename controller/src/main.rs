@@ -3,6 +3,7 @@
 //! result into an exit code. Everything that decides lives in the library
 //! crates; this binary only does IO and wiring.
 
+mod apply;
 mod cli;
 mod commands;
 mod fsio;
@@ -39,8 +40,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| "default".to_string());
     match cli.command {
         Command::Config(command) => commands::config::run(&home, command),
-        Command::Reconcile(args) => commands::reconcile::run(&home, &profile, &args),
+        Command::Reconcile(args) => {
+            runtime()?.block_on(commands::reconcile::run(&home, &profile, &args))
+        }
+        Command::Exec(args) => runtime()?.block_on(commands::exec::run(&home, &profile, args)),
+        Command::Sandbox(command) => {
+            runtime()?.block_on(commands::sandbox::run(&home, &profile, command))
+        }
     }
+}
+
+/// A small runtime for the commands that talk to an engine: one thread is
+/// plenty for a command-line pass and starts fastest.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
 }
 
 fn init_tracing(format: LogFormat) {

@@ -8,11 +8,14 @@ use hermes_model::config::{self, Backend};
 use hermes_model::desired::{Desired, HostEnv};
 use hermes_model::observed::Observed;
 
+use hermes_backends::docker::Engine;
+
+use crate::apply::apply;
 use crate::cli::{Output, ReconcileArgs};
 use crate::commands::config::{read_config_text, read_env_text};
 use crate::home::Home;
 
-pub fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
     let file = home.config().display().to_string();
     let text = read_config_text(home)?.unwrap_or_default();
     let loaded = config::load(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
@@ -23,10 +26,18 @@ pub fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<E
     for w in &desired.warnings {
         eprintln!("warning: {w}");
     }
-    if desired.backend() == Backend::Docker {
-        anyhow::bail!("the docker backend is not wired into reconcile in this build");
-    }
-    let observed = Observed::default();
+    // The engine is only needed where there are containers to converge.
+    let engine = if desired.backend() == Backend::Docker {
+        Some(Engine::connect().await?)
+    } else {
+        None
+    };
+    let observed = match &engine {
+        Some(engine) => Observed {
+            containers: engine.observe().await?,
+        },
+        None => Observed::default(),
+    };
     let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&plan.to_json())?),
@@ -39,12 +50,35 @@ pub fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<E
             ExitCode::SUCCESS
         });
     }
-    // Blocked operations are the only ones a pass without a sandbox backend
-    // can produce; they are refusals, and a refusal is a failed pass.
-    if plan.summary().blocked > 0 {
-        return Ok(ExitCode::from(1));
+    let Some(engine) = engine else {
+        // No engine: only refusals can be pending, and a refusal fails the pass.
+        return Ok(if plan.summary().blocked > 0 {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        });
+    };
+    if !plan.is_pending() {
+        return Ok(ExitCode::SUCCESS);
     }
-    Ok(ExitCode::SUCCESS)
+    let applied = apply(&engine, &plan, args.output == Output::Text).await;
+    // Observe again: what the host looks like now, not what we hoped.
+    let after = Observed {
+        containers: engine.observe().await?,
+    };
+    let remaining = hermes_reconcilers::plan_all(&desired, &after, SystemTime::now());
+    if args.output == Output::Text {
+        if remaining.is_pending() {
+            println!("Still pending after this pass:\n{remaining}");
+        } else {
+            println!("The host is converged.");
+        }
+    }
+    Ok(if applied.failed > 0 || remaining.summary().blocked > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// The environment `docker_forward_env` may read: this process's, then `.env`.

@@ -1,0 +1,409 @@
+//! The operations of a plan, each idempotent: create (a name conflict means
+//! another process got there first), start (already running is started),
+//! remove (already gone is removed), and making sure an image is there.
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, RemoveContainerOptionsBuilder,
+};
+use futures_util::StreamExt;
+use hermes_model::sandbox::SandboxSpec;
+
+use super::Engine;
+use super::error::{DockerError, is_conflict, is_not_found, server_message};
+
+/// What [`Engine::create`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// A new container, with the engine's id.
+    Created { id: String },
+    /// A container of that name exists (the engine answered 409): another
+    /// process created it first, which counts as done.
+    AlreadyExists,
+}
+
+/// What [`Engine::remove`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoveOutcome {
+    Removed,
+    /// There was no such container (404), or its removal was already in
+    /// progress: counts as done.
+    AlreadyGone,
+}
+
+/// What [`Engine::ensure_image`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageOutcome {
+    /// The engine had the image.
+    Present,
+    /// The image was pulled.
+    Pulled,
+}
+
+/// A device of `--device host[:container[:perms]]`.
+pub type DeviceMapping = bollard::models::DeviceMapping;
+
+impl Engine {
+    /// Creates the container of `spec` (not started). Makes the host
+    /// directories the binds need first (mode 0700, parents included). Every
+    /// field of the spec goes into the create call's body: environment
+    /// values never appear on a command line.
+    pub async fn create(&self, spec: &SandboxSpec) -> Result<CreateOutcome, DockerError> {
+        for dir in &spec.host_dirs {
+            let mut builder = tokio::fs::DirBuilder::new();
+            builder.recursive(true).mode(0o700);
+            builder
+                .create(dir)
+                .await
+                .map_err(|source| DockerError::HostDir {
+                    container: spec.name.clone(),
+                    path: dir.clone(),
+                    source,
+                })?;
+        }
+        let body = create_body(spec)?;
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&spec.name)
+            .build();
+        match self.docker.create_container(Some(options), body).await {
+            Ok(created) => Ok(CreateOutcome::Created { id: created.id }),
+            Err(e) if is_conflict(&e) => Ok(CreateOutcome::AlreadyExists),
+            Err(e) if is_not_found(&e) => Err(DockerError::engine(
+                "create container (image missing?)",
+                &format!("{} from image {}", spec.name, spec.image),
+                e,
+            )),
+            Err(e) => Err(DockerError::engine(
+                "create container",
+                &format!("{} from image {}", spec.name, spec.image),
+                e,
+            )),
+        }
+    }
+
+    /// Starts a container (by id or name). An already running one counts as
+    /// started (the engine's 304); a missing one is [`DockerError::Gone`].
+    pub async fn start(&self, id: &str) -> Result<(), DockerError> {
+        // bollard passes 304 Not Modified through as success.
+        match self.docker.start_container(id, None).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(DockerError::Gone {
+                container: id.to_string(),
+                reason: "no such container".to_string(),
+            }),
+            Err(e) => Err(DockerError::engine("start container", id, e)),
+        }
+    }
+
+    /// Removes a container (by id or name), running or not, keeping its
+    /// volumes (the bind-mounted data outlives the container). A missing
+    /// container, or one whose removal is in progress, counts as removed.
+    pub async fn remove(&self, id: &str) -> Result<RemoveOutcome, DockerError> {
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(false)
+            .build();
+        match self.docker.remove_container(id, Some(options)).await {
+            Ok(()) => Ok(RemoveOutcome::Removed),
+            Err(e) if is_not_found(&e) => Ok(RemoveOutcome::AlreadyGone),
+            Err(e)
+                if is_conflict(&e)
+                    && server_message(&e).is_some_and(|m| m.contains("already in progress")) =>
+            {
+                Ok(RemoveOutcome::AlreadyGone)
+            }
+            Err(e) => Err(DockerError::engine("remove container", id, e)),
+        }
+    }
+
+    /// Makes sure the engine has `image`, pulling it when the engine answers
+    /// 404, and handing each progress line of the pull to `progress`.
+    pub async fn ensure_image(
+        &self,
+        image: &str,
+        mut progress: impl FnMut(&str),
+    ) -> Result<ImageOutcome, DockerError> {
+        match self.docker.inspect_image(image).await {
+            Ok(_) => return Ok(ImageOutcome::Present),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(DockerError::engine("inspect image", image, e)),
+        }
+        let (from_image, tag) = split_reference(image);
+        let mut options = CreateImageOptionsBuilder::default().from_image(from_image);
+        if let Some(tag) = tag {
+            options = options.tag(tag);
+        }
+        let mut pull = self.docker.create_image(Some(options.build()), None, None);
+        while let Some(item) = pull.next().await {
+            match item {
+                Ok(info) => {
+                    let line = match (info.id.as_deref(), info.status.as_deref()) {
+                        (Some(id), Some(status)) if !id.is_empty() => format!("{id}: {status}"),
+                        (_, Some(status)) => status.to_string(),
+                        _ => continue,
+                    };
+                    progress(&line);
+                }
+                Err(e) => {
+                    let message = match e {
+                        bollard::errors::Error::DockerStreamError { error } => error,
+                        bollard::errors::Error::DockerResponseServerError { message, .. } => {
+                            message
+                        }
+                        other => other.to_string(),
+                    };
+                    return Err(DockerError::Pull {
+                        image: image.to_string(),
+                        message,
+                    });
+                }
+            }
+        }
+        match self.docker.inspect_image(image).await {
+            Ok(_) => Ok(ImageOutcome::Pulled),
+            Err(e) => Err(DockerError::Pull {
+                image: image.to_string(),
+                message: format!("the pull ended but the image is still missing: {e}"),
+            }),
+        }
+    }
+}
+
+/// The create call's body for `spec`.
+fn create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody, DockerError> {
+    let devices = spec
+        .devices
+        .iter()
+        .map(|d| {
+            parse_device(d).map_err(|message| DockerError::InvalidSpec {
+                container: spec.name.clone(),
+                message,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let host_config = HostConfig {
+        binds: Some(spec.binds.iter().map(|b| b.to_engine()).collect()),
+        tmpfs: Some(
+            spec.tmpfs
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        cap_drop: Some(spec.cap_drop.clone()),
+        cap_add: Some(spec.cap_add.clone()),
+        security_opt: Some(spec.security_opt.clone()),
+        pids_limit: Some(spec.pids_limit),
+        nano_cpus: Some(spec.nano_cpus),
+        memory: Some(spec.memory_bytes),
+        shm_size: Some(spec.shm_size_bytes),
+        init: Some(true),
+        network_mode: (!spec.network).then(|| "none".to_string()),
+        devices: Some(devices),
+        extra_hosts: Some(spec.add_hosts.clone()),
+        ulimits: Some(
+            spec.ulimits
+                .iter()
+                .map(|(name, soft, hard)| ResourcesUlimits {
+                    name: Some(name.clone()),
+                    soft: Some(*soft),
+                    hard: Some(*hard),
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    Ok(ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        cmd: Some(spec.cmd.clone()),
+        working_dir: Some(spec.working_dir.clone()),
+        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        labels: Some(
+            spec.labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<HashMap<_, _>>(),
+        ),
+        host_config: Some(host_config),
+        ..Default::default()
+    })
+}
+
+/// Parses `host[:container[:perms]]` the way the Docker CLI does: the
+/// container path defaults to the host path, the permissions to `rwm`; a
+/// second field that reads as permissions (`/dev/fuse:rw`) is permissions.
+pub fn parse_device(text: &str) -> Result<DeviceMapping, String> {
+    let parts: Vec<&str> = text.split(':').collect();
+    let (host, container, perms) = match parts.as_slice() {
+        [host] => (*host, *host, "rwm"),
+        [host, second] if valid_device_mode(second) => (*host, *host, *second),
+        [host, container] => (*host, *container, "rwm"),
+        [host, container, perms] => (*host, *container, *perms),
+        _ => return Err(format!("device `{text}` must be host[:container[:perms]]")),
+    };
+    if host.is_empty() || container.is_empty() {
+        return Err(format!("device `{text}` must be host[:container[:perms]]"));
+    }
+    if !valid_device_mode(perms) {
+        return Err(format!(
+            "device `{text}`: permissions `{perms}` must be made of r, w and m"
+        ));
+    }
+    if !container.starts_with('/') {
+        return Err(format!(
+            "device `{text}`: the container path `{container}` must be absolute"
+        ));
+    }
+    Ok(DeviceMapping {
+        path_on_host: Some(host.to_string()),
+        path_in_container: Some(container.to_string()),
+        cgroup_permissions: Some(perms.to_string()),
+    })
+}
+
+fn valid_device_mode(mode: &str) -> bool {
+    !mode.is_empty()
+        && mode.len() <= 3
+        && mode.chars().all(|c| matches!(c, 'r' | 'w' | 'm'))
+        && ['r', 'w', 'm']
+            .iter()
+            .all(|c| mode.chars().filter(|m| m == c).count() <= 1)
+}
+
+/// Splits an image reference into `fromImage` and `tag` for the pull. A
+/// reference without a tag pulls `latest` (the engine would pull every tag
+/// otherwise); a digest reference is passed whole.
+fn split_reference(image: &str) -> (&str, Option<&str>) {
+    if image.contains('@') {
+        return (image, None);
+    }
+    let last_slash = image.rfind('/').map_or(0, |i| i + 1);
+    match image[last_slash..].rfind(':') {
+        Some(colon) => {
+            let at = last_slash + colon;
+            (&image[..at], Some(&image[at + 1..]))
+        }
+        None => (image, Some("latest")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::path::Path;
+
+    use hermes_model::config::load;
+    use hermes_model::sandbox::{SandboxKey, parse_extra_args};
+
+    use super::*;
+
+    #[test]
+    fn devices_parse_like_the_docker_cli() {
+        let d = parse_device("/dev/fuse").unwrap();
+        assert_eq!(d.path_on_host.as_deref(), Some("/dev/fuse"));
+        assert_eq!(d.path_in_container.as_deref(), Some("/dev/fuse"));
+        assert_eq!(d.cgroup_permissions.as_deref(), Some("rwm"));
+        let d = parse_device("/dev/sda:/dev/xvda").unwrap();
+        assert_eq!(d.path_in_container.as_deref(), Some("/dev/xvda"));
+        assert_eq!(d.cgroup_permissions.as_deref(), Some("rwm"));
+        let d = parse_device("/dev/sda:r").unwrap();
+        assert_eq!(d.path_in_container.as_deref(), Some("/dev/sda"));
+        assert_eq!(d.cgroup_permissions.as_deref(), Some("r"));
+        let d = parse_device("/dev/sda:/dev/xvda:rw").unwrap();
+        assert_eq!(d.cgroup_permissions.as_deref(), Some("rw"));
+        assert!(parse_device("/dev/sda:/dev/xvda:rx").is_err());
+        assert!(parse_device("/dev/sda:/dev/xvda:rr").is_err());
+        assert!(parse_device("a:b:c:d").is_err());
+        assert!(parse_device("").is_err());
+        assert!(parse_device("/dev/sda:xvda").is_err());
+    }
+
+    #[test]
+    fn image_references_split_into_name_and_tag() {
+        assert_eq!(split_reference("debian"), ("debian", Some("latest")));
+        assert_eq!(split_reference("debian:12"), ("debian", Some("12")));
+        assert_eq!(
+            split_reference("localhost:5000/team/img"),
+            ("localhost:5000/team/img", Some("latest"))
+        );
+        assert_eq!(
+            split_reference("localhost:5000/team/img:v1"),
+            ("localhost:5000/team/img", Some("v1"))
+        );
+        assert_eq!(
+            split_reference("debian@sha256:abcd"),
+            ("debian@sha256:abcd", None)
+        );
+    }
+
+    #[test]
+    fn the_whole_spec_goes_into_the_create_body() {
+        let config = load(
+            "terminal:\n  docker_network: false\n  docker_env: {SECRET: s3cr3t}\n  \
+             docker_extra_args: [--device=/dev/fuse, --add-host=db:10.0.0.5, \
+             --ulimit=nofile=1024:2048, --cap-add=SYS_PTRACE]\n",
+        )
+        .unwrap()
+        .config;
+        let extra = parse_extra_args(&config.terminal.docker_extra_args).unwrap();
+        let spec = SandboxSpec::persistent(
+            &config,
+            SandboxKey::persistent("p", "t"),
+            Path::new("/h"),
+            &[],
+            &extra,
+        );
+        let body = create_body(&spec).unwrap();
+        assert_eq!(body.image.as_deref(), Some(spec.image.as_str()));
+        assert_eq!(
+            body.cmd.as_deref(),
+            Some(&["sleep".to_string(), "infinity".to_string()][..])
+        );
+        assert_eq!(body.working_dir.as_deref(), Some("/workspace"));
+        assert_eq!(
+            body.env.as_deref(),
+            Some(&["SECRET=s3cr3t".to_string()][..])
+        );
+        assert_eq!(body.entrypoint, None);
+        assert_eq!(body.labels.as_ref().unwrap()["hermes-agent"], "1");
+        let host = body.host_config.unwrap();
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(host.init, Some(true));
+        assert_eq!(host.cap_drop.as_deref(), Some(&["ALL".to_string()][..]));
+        assert!(host.cap_add.unwrap().contains(&"SYS_PTRACE".to_string()));
+        assert_eq!(host.pids_limit, Some(256));
+        assert_eq!(host.memory, Some(spec.memory_bytes));
+        assert_eq!(host.nano_cpus, Some(spec.nano_cpus));
+        assert_eq!(host.shm_size, Some(spec.shm_size_bytes));
+        assert_eq!(host.tmpfs.unwrap()["/tmp"], "rw,nosuid,size=512m");
+        assert_eq!(host.binds.unwrap().len(), 2);
+        assert_eq!(
+            host.extra_hosts.as_deref(),
+            Some(&["db:10.0.0.5".to_string()][..])
+        );
+        let ulimit = &host.ulimits.unwrap()[0];
+        assert_eq!(
+            (ulimit.name.as_deref(), ulimit.soft, ulimit.hard),
+            (Some("nofile"), Some(1024), Some(2048))
+        );
+        let device = &host.devices.unwrap()[0];
+        assert_eq!(device.path_on_host.as_deref(), Some("/dev/fuse"));
+    }
+
+    #[test]
+    fn a_bad_device_names_the_container() {
+        let config = load("").unwrap().config;
+        let mut spec = SandboxSpec::persistent(
+            &config,
+            SandboxKey::persistent("p", "t"),
+            Path::new("/h"),
+            &[],
+            &Default::default(),
+        );
+        spec.devices = vec!["/dev/x:/y:bad".to_string()];
+        let e = create_body(&spec).unwrap_err();
+        assert!(e.to_string().contains("hermes-p-t"), "{e}");
+    }
+}

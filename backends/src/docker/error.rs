@@ -1,0 +1,205 @@
+//! What can go wrong talking to the engine, and how bollard's errors are
+//! classified (404 not found, 409 conflict).
+
+use std::path::PathBuf;
+
+use bollard::errors::Error as BollardError;
+
+/// An error of the Docker backend. Every message names the container,
+/// image or host involved.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    /// The engine did not answer at `host` (`DOCKER_HOST`, or the local
+    /// socket).
+    #[error("cannot reach the Docker engine at {host}: {source}")]
+    Connect {
+        host: String,
+        #[source]
+        source: BollardError,
+    },
+
+    /// The container does not exist ("No such container") or is not
+    /// running: the caller may recreate it and retry once.
+    #[error("container {container} is gone: {reason}")]
+    Gone { container: String, reason: String },
+
+    /// A container has the name of a sandbox but not the `hermes-agent=1`
+    /// label: hermes does not touch it.
+    #[error(
+        "container {container} exists but is not labelled hermes-agent=1; hermes leaves it alone"
+    )]
+    Foreign { container: String },
+
+    /// An exec started, but its container went away (or the engine lost the
+    /// exec) before it finished: the command may have run in part, so this
+    /// is not [`DockerError::Gone`].
+    #[error("exec in container {container} was interrupted: {reason}")]
+    Interrupted { container: String, reason: String },
+
+    /// The image is not there and pulling it failed.
+    #[error("cannot pull image {image}: {message}")]
+    Pull { image: String, message: String },
+
+    /// The spec cannot be expressed to the engine (a bad device mapping,
+    /// say).
+    #[error("invalid spec for container {container}: {message}")]
+    InvalidSpec { container: String, message: String },
+
+    /// A directory a bind mount needs could not be made on the host.
+    #[error("cannot create {path} on the host for container {container}: {source}")]
+    HostDir {
+        container: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Writing an exec's output to the caller's writer failed.
+    #[error("cannot write the output of an exec in container {container}: {source}")]
+    Output {
+        container: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Any other answer of the engine: `action` on `target` failed.
+    #[error("{action} {target}: {source}")]
+    Engine {
+        action: &'static str,
+        target: String,
+        #[source]
+        source: BollardError,
+    },
+}
+
+impl DockerError {
+    /// Wraps an engine error of `action` on `target`.
+    pub(crate) fn engine(action: &'static str, target: &str, source: BollardError) -> DockerError {
+        DockerError::Engine {
+            action,
+            target: target.to_string(),
+            source,
+        }
+    }
+
+    /// Whether the container was gone, so that recreating it and retrying
+    /// once is the right answer.
+    pub fn is_gone(&self) -> bool {
+        matches!(self, DockerError::Gone { .. })
+    }
+
+    /// The engine's HTTP status, when the engine answered with an error.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            DockerError::Connect { source, .. } | DockerError::Engine { source, .. } => {
+                status_code(source)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The HTTP status of an error answer of the engine.
+pub fn status_code(error: &BollardError) -> Option<u16> {
+    match error {
+        BollardError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// The message of an error answer of the engine.
+pub fn server_message(error: &BollardError) -> Option<&str> {
+    match error {
+        BollardError::DockerResponseServerError { message, .. } => Some(message),
+        _ => None,
+    }
+}
+
+/// 404: no such container, image or exec.
+pub fn is_not_found(error: &BollardError) -> bool {
+    status_code(error) == Some(404)
+}
+
+/// 409: a name already in use, a container not running, a removal already
+/// in progress.
+pub fn is_conflict(error: &BollardError) -> bool {
+    status_code(error) == Some(409)
+}
+
+/// 304: already started, already stopped.
+pub fn is_not_modified(error: &BollardError) -> bool {
+    status_code(error) == Some(304)
+}
+
+/// A 409 that says the container is not running ("Container … is not
+/// running"), as opposed to paused or restarting.
+pub fn is_not_running(error: &BollardError) -> bool {
+    is_conflict(error) && server_message(error).is_some_and(|m| m.contains("is not running"))
+}
+
+/// Classifies an error of creating or starting an exec: a missing or
+/// stopped container is [`DockerError::Gone`].
+pub(crate) fn exec_error(
+    container: &str,
+    action: &'static str,
+    error: BollardError,
+) -> DockerError {
+    if is_not_found(&error) {
+        DockerError::Gone {
+            container: container.to_string(),
+            reason: "no such container".to_string(),
+        }
+    } else if is_not_running(&error) {
+        DockerError::Gone {
+            container: container.to_string(),
+            reason: "it is not running".to_string(),
+        }
+    } else {
+        DockerError::engine(action, container, error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(status_code: u16, message: &str) -> BollardError {
+        BollardError::DockerResponseServerError {
+            status_code,
+            message: message.to_string(),
+        }
+    }
+
+    #[test]
+    fn engine_answers_are_classified_by_status() {
+        assert!(is_not_found(&server(404, "No such container: x")));
+        assert!(!is_not_found(&server(409, "Conflict")));
+        assert!(is_conflict(&server(
+            409,
+            "Conflict. The container name is in use"
+        )));
+        assert!(is_not_modified(&server(304, "")));
+        assert!(!is_conflict(&BollardError::RequestTimeoutError));
+        assert_eq!(status_code(&BollardError::RequestTimeoutError), None);
+    }
+
+    #[test]
+    fn a_missing_or_stopped_container_is_gone_but_a_paused_one_is_not() {
+        let gone = exec_error("c1", "exec in", server(404, "No such container: c1"));
+        assert!(gone.is_gone(), "{gone}");
+        assert_eq!(gone.to_string(), "container c1 is gone: no such container");
+        let stopped = exec_error("c1", "exec in", server(409, "Container abc is not running"));
+        assert!(stopped.is_gone(), "{stopped}");
+        let paused = exec_error(
+            "c1",
+            "exec in",
+            server(
+                409,
+                "Container abc is paused, unpause the container before exec",
+            ),
+        );
+        assert!(!paused.is_gone(), "{paused}");
+        assert_eq!(paused.status_code(), Some(409));
+        assert!(paused.to_string().contains("c1"), "{paused}");
+    }
+}

@@ -1,0 +1,335 @@
+//! Running a command inside a sandbox.
+//!
+//! Output streams live, stdout and stderr apart, chunk by chunk as the
+//! engine sends it. Every exec carries a unique marker in its environment
+//! ([`EXEC_ID_ENV`]); on timeout a second exec, as root, stops and kills
+//! every process that carries the marker and every descendant of those, so
+//! a timed-out command leaves nothing running inside the container (killing
+//! only the client would leave the processes there until the pids limit is
+//! exhausted).
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use futures_util::StreamExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+use super::Engine;
+use super::error::{DockerError, exec_error, is_not_found};
+
+/// The environment variable that marks every process of one exec.
+pub const EXEC_ID_ENV: &str = "HERMES_EXEC_ID";
+
+/// The exit code of a command that timed out, as `timeout(1)` reports it.
+pub const TIMEOUT_EXIT_CODE: i64 = 124;
+
+/// How long the kill of a timed-out command may take.
+const KILL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One command to run in a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecRequest {
+    /// The program and its arguments (no shell unless you give one).
+    pub cmd: Vec<String>,
+    /// Extra environment values, passed in the exec's body, never on a
+    /// command line.
+    pub env: Vec<(String, String)>,
+    /// The working directory; the container's (`/workspace`) when `None`.
+    pub cwd: Option<String>,
+    /// After this long the whole process tree is killed.
+    pub timeout: Duration,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecOutcome {
+    /// The command's exit code; [`TIMEOUT_EXIT_CODE`] when it timed out.
+    pub exit_code: i64,
+    pub timed_out: bool,
+}
+
+/// Stops (so nothing forks any more) every process whose environment holds
+/// the marker `$1`, and every descendant of those (a child that cleared its
+/// environment is still caught by its parent pid), round after round until
+/// a round finds nothing new; then kills them all. POSIX sh and grep only.
+const KILL_SCRIPT: &str = r#"id=$1
+all=" "
+round=0
+while [ "$round" -lt 20 ]; do
+  round=$((round + 1))
+  new=" "
+  grew=1
+  while [ "$grew" = 1 ]; do
+    grew=0
+    for p in /proc/[0-9]*; do
+      pid=${p#/proc/}
+      case "$all$new" in *" $pid "*) continue ;; esac
+      hit=0
+      if read -r stat 2>/dev/null < "$p/stat"; then
+        rest=${stat##*) }
+        ppid=${rest#* }
+        ppid=${ppid%% *}
+        case "$all$new" in *" $ppid "*) hit=1 ;; esac
+      fi
+      if [ "$hit" = 0 ] && grep -qsz "^HERMES_EXEC_ID=$id\$" "$p/environ"; then
+        hit=1
+      fi
+      if [ "$hit" = 1 ]; then
+        new="$new$pid "
+        grew=1
+      fi
+    done
+  done
+  [ "$new" = " " ] && break
+  kill -STOP $new 2>/dev/null
+  all="$all${new# }"
+done
+[ "$all" = " " ] || kill -KILL $all 2>/dev/null
+exit 0
+"#;
+
+impl Engine {
+    /// Runs `req` in `container` (id or name), writing its stdout and stderr
+    /// to the two writers as they arrive.
+    ///
+    /// - A container that does not exist or is not running is
+    ///   [`DockerError::Gone`]: recreate it and retry once.
+    /// - On timeout the whole process tree of the command is killed inside
+    ///   the container and the outcome is `timed_out` with exit code 124.
+    /// - If a writer fails, the command's processes are killed and the
+    ///   error is [`DockerError::Output`].
+    /// - If the container goes away while the command runs, the error is
+    ///   [`DockerError::Interrupted`] (the command may have run in part).
+    pub async fn exec(
+        &self,
+        container: &str,
+        req: &ExecRequest,
+        mut stdout: impl AsyncWrite + Unpin,
+        mut stderr: impl AsyncWrite + Unpin,
+    ) -> Result<ExecOutcome, DockerError> {
+        let deadline = Instant::now() + req.timeout;
+        let marker = new_exec_id();
+        let mut env: Vec<String> = req
+            .env
+            .iter()
+            .filter(|(k, _)| k != EXEC_ID_ENV)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        env.push(format!("{EXEC_ID_ENV}={marker}"));
+        let options = CreateExecOptions::<String> {
+            cmd: Some(req.cmd.clone()),
+            env: Some(env),
+            working_dir: req.cwd.clone(),
+            attach_stdin: Some(false),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            ..Default::default()
+        };
+        let exec_id = self
+            .docker
+            .create_exec(container, options)
+            .await
+            .map_err(|e| exec_error(container, "create exec in", e))?
+            .id;
+        let start = StartExecOptions {
+            detach: false,
+            tty: false,
+            output_capacity: Some(64 * 1024),
+        };
+        let started = self
+            .docker
+            .start_exec(&exec_id, Some(start))
+            .await
+            .map_err(|e| exec_error(container, "start exec in", e))?;
+        let StartExecResults::Attached { mut output, input } = started else {
+            return Err(DockerError::Interrupted {
+                container: container.to_string(),
+                reason: "the engine started the exec detached".to_string(),
+            });
+        };
+        // Kept open until the end: closing our half early is not needed and
+        // some engines read it as a hang-up.
+        let _input = input;
+
+        let run = async {
+            while let Some(item) = output.next().await {
+                let (writer, message): (&mut (dyn AsyncWrite + Unpin), _) = match item {
+                    Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
+                        (&mut stdout, message)
+                    }
+                    Ok(LogOutput::StdErr { message }) => (&mut stderr, message),
+                    Ok(LogOutput::StdIn { .. }) => continue,
+                    Err(e) => {
+                        return Err(RunError::Stream(e.to_string()));
+                    }
+                };
+                writer.write_all(&message).await.map_err(RunError::Output)?;
+                writer.flush().await.map_err(RunError::Output)?;
+            }
+            // The output is closed; the process may outlive it (it can
+            // close its stdout), so wait for its exit code.
+            self.wait_exit(&exec_id).await
+        };
+        let result = tokio::time::timeout_at(deadline, run).await;
+        let error = match result {
+            Ok(Ok(exit_code)) => {
+                return Ok(ExecOutcome {
+                    exit_code,
+                    timed_out: false,
+                });
+            }
+            Err(_elapsed) => {
+                drop(output);
+                self.kill_marked(container, &marker).await;
+                return Ok(ExecOutcome {
+                    exit_code: TIMEOUT_EXIT_CODE,
+                    timed_out: true,
+                });
+            }
+            Ok(Err(error)) => error,
+        };
+        drop(output);
+        match error {
+            RunError::Output(source) => {
+                self.kill_marked(container, &marker).await;
+                Err(DockerError::Output {
+                    container: container.to_string(),
+                    source,
+                })
+            }
+            RunError::Stream(reason) => {
+                self.kill_marked(container, &marker).await;
+                Err(DockerError::Interrupted {
+                    container: container.to_string(),
+                    reason,
+                })
+            }
+            RunError::Lost => Err(DockerError::Interrupted {
+                container: container.to_string(),
+                reason: "the engine no longer knows the exec (container removed?)".to_string(),
+            }),
+            RunError::Engine(e) => Err(DockerError::engine("inspect exec in", container, e)),
+        }
+    }
+
+    /// Polls the exec until it has exited and returns its exit code.
+    async fn wait_exit(&self, exec_id: &str) -> Result<i64, RunError> {
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match self.docker.inspect_exec(exec_id).await {
+                Ok(info) if info.running != Some(true) => {
+                    if let Some(code) = info.exit_code {
+                        return Ok(code);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => return Err(RunError::Lost),
+                Err(e) => return Err(RunError::Engine(e)),
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
+        }
+    }
+
+    /// Stops and kills, as root, every process of `container` that carries
+    /// `marker`, and their descendants. Best effort: failures are logged.
+    async fn kill_marked(&self, container: &str, marker: &str) {
+        let options = CreateExecOptions::<String> {
+            cmd: Some(vec![
+                "sh".to_string(),
+                "-c".to_string(),
+                KILL_SCRIPT.to_string(),
+                "hermes-kill".to_string(),
+                marker.to_string(),
+            ]),
+            user: Some("root".to_string()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            ..Default::default()
+        };
+        let kill = async {
+            let id = self.docker.create_exec(container, options).await?.id;
+            if let StartExecResults::Attached { mut output, .. } =
+                self.docker.start_exec(&id, None).await?
+            {
+                let mut said = Vec::new();
+                while let Some(item) = output.next().await {
+                    if let Ok(item) = item {
+                        said.extend_from_slice(&item.into_bytes());
+                    }
+                }
+                let info = self.docker.inspect_exec(&id).await?;
+                if info.exit_code != Some(0) {
+                    tracing::warn!(
+                        container,
+                        exit_code = ?info.exit_code,
+                        output = %String::from_utf8_lossy(&said),
+                        "the kill of a timed-out command failed"
+                    );
+                }
+            }
+            Ok::<(), bollard::errors::Error>(())
+        };
+        match tokio::time::timeout(KILL_TIMEOUT, kill).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if is_not_found(&e) => {
+                tracing::debug!(container, "container gone: nothing left to kill");
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(container, error = %e, "cannot kill a timed-out command");
+            }
+            Err(_) => {
+                tracing::warn!(container, "the kill of a timed-out command did not finish");
+            }
+        }
+    }
+}
+
+/// Why the streaming part of an exec stopped early.
+enum RunError {
+    Output(std::io::Error),
+    Stream(String),
+    Lost,
+    Engine(bollard::errors::Error),
+}
+
+/// 128 bits of hex, unique per exec: hashed from per-process random keys,
+/// a counter, the time and the pid.
+fn new_exec_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut out = String::with_capacity(32);
+    for half in 0u8..2 {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u8(half);
+        h.write_u64(count);
+        h.write_u128(nanos);
+        h.write_u32(std::process::id());
+        out.push_str(&format!("{:016x}", h.finish()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_ids_are_unique_hex() {
+        let a = new_exec_id();
+        let b = new_exec_id();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b);
+    }
+}

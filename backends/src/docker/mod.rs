@@ -1,0 +1,92 @@
+//! The Docker engine, through bollard.
+//!
+//! [`Engine`] is a cheap-to-clone handle on one engine. It reads the Docker
+//! world ([`Engine::observe`], [`Engine::find`]), carries out the operations
+//! of a plan, each idempotent so that a pass interrupted by `kill -9` is
+//! finished by the next one ([`Engine::create`] answers
+//! [`CreateOutcome::AlreadyExists`] on a name conflict, [`Engine::remove`]
+//! counts a missing container as removed, [`Engine::start`] an already
+//! running one as started), and runs commands inside sandboxes
+//! ([`Engine::exec`]), streaming their output live and killing their whole
+//! process tree on timeout.
+//!
+//! Nothing without the `hermes-agent=1` label is ever read into the
+//! observed world.
+
+mod apply;
+mod error;
+mod exec;
+mod observe;
+
+use std::sync::Arc;
+
+use bollard::Docker;
+
+pub use apply::{CreateOutcome, DeviceMapping, ImageOutcome, RemoveOutcome, parse_device};
+pub use error::{
+    DockerError, is_conflict, is_not_found, is_not_modified, is_not_running, server_message,
+    status_code,
+};
+pub use exec::{EXEC_ID_ENV, ExecOutcome, ExecRequest, TIMEOUT_EXIT_CODE};
+pub use observe::parse_engine_time;
+
+/// Where `connect_with_defaults` looks when `DOCKER_HOST` is not set.
+const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+
+/// A handle on one Docker engine. Cloning is cheap: clones share the
+/// connection pool.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    docker: Docker,
+    host: Arc<str>,
+}
+
+impl Engine {
+    /// Connects the way the Docker CLI does: `DOCKER_HOST` when set, the
+    /// local socket otherwise, and negotiates the API version down to what
+    /// the engine speaks (Debian's engine speaks 1.41, older than bollard's
+    /// default). Negotiating is a request, so an engine that does not
+    /// answer is an error here, naming the host that was tried.
+    pub async fn connect() -> Result<Engine, DockerError> {
+        let host = docker_host();
+        let docker = Docker::connect_with_defaults().map_err(|source| DockerError::Connect {
+            host: host.clone(),
+            source,
+        })?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|source| DockerError::Connect {
+                host: host.clone(),
+                source,
+            })?;
+        Ok(Engine {
+            docker,
+            host: host.into(),
+        })
+    }
+
+    /// Wraps a client made elsewhere (with a request modifier, say). The
+    /// host named in errors is `DOCKER_HOST`'s value or the local socket.
+    pub fn from_docker(docker: Docker) -> Engine {
+        Engine {
+            docker,
+            host: docker_host().into(),
+        }
+    }
+
+    /// The bollard client underneath.
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// The address of the engine (`DOCKER_HOST` or the local socket).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+}
+
+fn docker_host() -> String {
+    // The same lookup as bollard's `connect_with_defaults`.
+    std::env::var("DOCKER_HOST").unwrap_or_else(|_| DEFAULT_HOST.to_string())
+}

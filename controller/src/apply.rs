@@ -1,0 +1,108 @@
+//! Carrying out a plan against the Docker engine: each operation is one
+//! engine call or a short idempotent sequence, so an interrupted pass is
+//! finished by the next one. A failed operation does not stop the others.
+
+use std::io::Write;
+use std::time::Instant;
+
+use hermes_backends::docker::{CreateOutcome, DockerError, Engine};
+use hermes_model::action::Action;
+use hermes_model::plan::{Describe, Op};
+use hermes_model::sandbox::SandboxSpec;
+use hermes_reconcilers::HostPlan;
+
+/// What an applied plan came to.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub done: usize,
+    pub failed: usize,
+}
+
+/// Applies every operation of `plan` in order, printing each as it
+/// completes (`verbose`) and every failure.
+pub async fn apply(engine: &Engine, plan: &HostPlan, verbose: bool) -> Applied {
+    let mut applied = Applied::default();
+    for op in &plan.ops {
+        let started = Instant::now();
+        match apply_one(engine, op).await {
+            Ok(false) => {}
+            Ok(true) => {
+                applied.done += 1;
+                if verbose {
+                    println!(
+                        "{} {}   {} done ({:.1}s)",
+                        op.action.kind().symbol(),
+                        op.target,
+                        op.action.verb(),
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            Err(e) => {
+                applied.failed += 1;
+                tracing::warn!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
+                eprintln!("error: {} {}: {e}", op.target, op.action.verb());
+            }
+        }
+    }
+    applied
+}
+
+/// Carries out one operation; `Ok(false)` for operations that only report.
+pub async fn apply_one(engine: &Engine, op: &Op<Action>) -> Result<bool, DockerError> {
+    match &op.action {
+        Action::Create(spec) => {
+            ensure_image(engine, spec).await?;
+            create_and_start(engine, spec).await?;
+        }
+        Action::Start { id } => engine.start(id).await?,
+        Action::Recreate { old_id, spec } => {
+            // Pull first: a failed pull must not cost the old container.
+            ensure_image(engine, spec).await?;
+            engine.remove(old_id).await?;
+            create_and_start(engine, spec).await?;
+        }
+        Action::Remove { id } => {
+            engine.remove(id).await?;
+        }
+        Action::Blocked | Action::Keep { .. } => return Ok(false),
+    }
+    Ok(true)
+}
+
+async fn ensure_image(engine: &Engine, spec: &SandboxSpec) -> Result<(), DockerError> {
+    let mut last_len = 0usize;
+    let result = engine
+        .ensure_image(&spec.image, |line: &str| {
+            // One status line, rewritten in place: a progress bar on a terminal.
+            let mut err = std::io::stderr().lock();
+            let pad = last_len.saturating_sub(line.chars().count());
+            let _ = write!(err, "\r{line}{}", " ".repeat(pad));
+            let _ = err.flush();
+            last_len = line.chars().count();
+        })
+        .await;
+    if last_len > 0 {
+        eprintln!();
+    }
+    result.map(|_| ())
+}
+
+/// Creates the container (a name conflict means a racing process created
+/// it: that counts as done) and starts it.
+pub async fn create_and_start(engine: &Engine, spec: &SandboxSpec) -> Result<String, DockerError> {
+    let id = match engine.create(spec).await? {
+        CreateOutcome::Created { id } => id,
+        CreateOutcome::AlreadyExists => match engine.find(&spec.key).await? {
+            Some(found) => found.id,
+            None => {
+                return Err(DockerError::Gone {
+                    container: spec.name.clone(),
+                    reason: "created by another process, then removed".to_string(),
+                });
+            }
+        },
+    };
+    engine.start(&id).await?;
+    Ok(id)
+}

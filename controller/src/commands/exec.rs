@@ -1,0 +1,193 @@
+//! `hermes exec -- CMD…`: runs a command in the sandbox of the configured
+//! backend, streaming its output, with its exit code as hermes's own.
+//!
+//! Docker: a missing or stopped sandbox is created or started first,
+//! through the same planner as `reconcile`; a container that vanished
+//! between lookup and exec is recreated and the command retried once. On
+//! timeout the whole process tree inside the container is killed, and the
+//! exit code is 124. Local: the command runs on the host in its own process
+//! group, which a timeout kills whole.
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use hermes_backends::docker::{DockerError, Engine, ExecRequest};
+use hermes_model::config::{self, Backend};
+use hermes_model::desired::Desired;
+use hermes_model::observed::Observed;
+use hermes_model::plan::{Describe, Kind, Plan, Target};
+
+use crate::apply::apply_one;
+use crate::cli::ExecArgs;
+use crate::commands::config::read_config_text;
+use crate::commands::reconcile::host_env;
+use crate::home::Home;
+
+/// The exit code of a command that ran out of time, as `timeout(1)`.
+const TIMED_OUT: u8 = 124;
+
+pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let file = home.config().display().to_string();
+    let text = read_config_text(home)?.unwrap_or_default();
+    let loaded = config::load(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
+    let timeout = Duration::from_secs(
+        args.timeout
+            .unwrap_or(loaded.config.terminal.timeout_seconds),
+    );
+    let env = parse_env(&args.env)?;
+    let desired = Desired::build(loaded.config, profile, home.root(), &host_env(home)?)?;
+    match desired.backend() {
+        Backend::Local => run_local(&args, &env, timeout).await,
+        Backend::Docker => run_docker(&desired, &args, env, timeout).await,
+        other => {
+            anyhow::bail!("`hermes exec` on the {other} backend is not available in this build")
+        }
+    }
+}
+
+fn parse_env(pairs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    pairs
+        .iter()
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) if config::is_env_name(k) => Ok((k.to_string(), v.to_string())),
+            _ => anyhow::bail!(
+                "--env {:?}: expected NAME=value",
+                pair.split('=').next().unwrap_or("")
+            ),
+        })
+        .collect()
+}
+
+fn timed_out(timeout: Duration) -> ExitCode {
+    eprintln!("[Command timed out after {}s]", timeout.as_secs());
+    ExitCode::from(TIMED_OUT)
+}
+
+fn exit_code(code: i64) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(if code < 0 { 1 } else { 255 }))
+}
+
+async fn run_local(
+    args: &ExecArgs,
+    env: &[(String, String)],
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    let (program, rest) = args
+        .command
+        .split_first()
+        .context("no command given: hermes exec -- CMD…")?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(rest)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(cwd) = &args.cwd {
+        cmd.current_dir(cwd);
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot run {program}"))?;
+    match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(status) => {
+            let status = status?;
+            Ok(exit_code(i64::from(
+                status.code().unwrap_or(128 + status_signal(&status)),
+            )))
+        }
+        Err(_) => {
+            if let Some(pid) = child.id() {
+                // The whole process group, children included.
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let _ = child.wait().await;
+            Ok(timed_out(timeout))
+        }
+    }
+}
+
+fn status_signal(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().unwrap_or(0)
+}
+
+async fn run_docker(
+    desired: &Desired,
+    args: &ExecArgs,
+    env: Vec<(String, String)>,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        !args.command.is_empty(),
+        "no command given: hermes exec -- CMD…"
+    );
+    let spec = desired.sandbox_for_task(&args.task);
+    let engine = Engine::connect().await?;
+    let request = ExecRequest {
+        cmd: args.command.clone(),
+        env,
+        cwd: args.cwd.clone(),
+        timeout,
+    };
+    for attempt in 0..2 {
+        let id = ensure_sandbox(&engine, desired, &spec).await?;
+        let outcome = engine
+            .exec(&id, &request, tokio::io::stdout(), tokio::io::stderr())
+            .await;
+        match outcome {
+            Ok(outcome) if outcome.timed_out => return Ok(timed_out(timeout)),
+            Ok(outcome) => return Ok(exit_code(outcome.exit_code)),
+            Err(e @ DockerError::Gone { .. }) if attempt == 0 => {
+                tracing::warn!(error = %e, "the sandbox vanished; recreating it once");
+                eprintln!("hermes: {e}; recreating the sandbox and retrying once");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    anyhow::bail!("sandbox {} vanished twice; not retrying", spec.name)
+}
+
+/// Finds the sandbox by its name; creates or starts it through the
+/// persistence planner when needed. Returns the container id.
+async fn ensure_sandbox(
+    engine: &Engine,
+    desired: &Desired,
+    spec: &hermes_model::sandbox::SandboxSpec,
+) -> anyhow::Result<String> {
+    let found = engine.find(&spec.key).await?;
+    if let Some(c) = &found {
+        if c.state == hermes_model::observed::ContainerState::Running
+            && c.spec_hash() == Some(spec.hash())
+        {
+            return Ok(c.id.clone());
+        }
+    }
+    let mut only = desired.clone();
+    only.sandboxes = vec![spec.clone()];
+    let observed = Observed {
+        containers: found.into_iter().collect(),
+    };
+    let plan = Plan::new(
+        hermes_reconcilers::persistence::plan(
+            &only,
+            &observed,
+            hermes_reconcilers::unix_seconds(SystemTime::now()),
+        )
+        .into_iter()
+        .filter(|op| matches!(op.target, Target::Sandbox { .. }))
+        .collect(),
+    );
+    for op in &plan.ops {
+        if op.action.kind() == Kind::Blocked {
+            anyhow::bail!("sandbox {} is blocked: {}", spec.name, op.cause);
+        }
+        apply_one(engine, op).await?;
+    }
+    match engine.find(&spec.key).await? {
+        Some(c) => Ok(c.id),
+        None => anyhow::bail!("sandbox {} was not created", spec.name),
+    }
+}
