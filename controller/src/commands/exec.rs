@@ -20,23 +20,19 @@ use hermes_model::plan::{Describe, Kind, Plan, Target};
 
 use crate::apply::apply_one;
 use crate::cli::ExecArgs;
-use crate::commands::config::read_config_text;
-use crate::commands::reconcile::host_env;
+use crate::commands::load_desired;
 use crate::home::Home;
 
 /// The exit code of a command that ran out of time, as `timeout(1)`.
 const TIMED_OUT: u8 = 124;
 
 pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<ExitCode> {
-    let file = home.config().display().to_string();
-    let text = read_config_text(home)?.unwrap_or_default();
-    let loaded = config::load(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
+    let desired = load_desired(home, profile)?;
     let timeout = Duration::from_secs(
         args.timeout
-            .unwrap_or(loaded.config.terminal.timeout_seconds),
+            .unwrap_or(desired.config.terminal.timeout_seconds),
     );
     let env = parse_env(&args.env)?;
-    let desired = Desired::build(loaded.config, profile, home.root(), &host_env(home)?)?;
     match desired.backend() {
         Backend::Local => run_local(&args, &env, timeout).await,
         Backend::Docker => run_docker(&desired, &args, env, timeout).await,

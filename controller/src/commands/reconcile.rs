@@ -4,28 +4,18 @@
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use hermes_model::config::{self, Backend};
-use hermes_model::desired::{Desired, HostEnv};
+use hermes_model::config::Backend;
 use hermes_model::observed::Observed;
 
 use hermes_backends::docker::Engine;
 
 use crate::apply::apply;
 use crate::cli::{Output, ReconcileArgs};
-use crate::commands::config::{read_config_text, read_env_text};
+use crate::commands::load_desired;
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
-    let file = home.config().display().to_string();
-    let text = read_config_text(home)?.unwrap_or_default();
-    let loaded = config::load(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
-    for w in &loaded.warnings {
-        eprintln!("warning: {}", w.render(&file));
-    }
-    let desired = Desired::build(loaded.config, profile, home.root(), &host_env(home)?)?;
-    for w in &desired.warnings {
-        eprintln!("warning: {w}");
-    }
+    let desired = load_desired(home, profile)?;
     // The engine is only needed where there are containers to converge.
     let engine = if desired.backend() == Backend::Docker {
         Some(Engine::connect().await?)
@@ -78,13 +68,5 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
-    })
-}
-
-/// The environment `docker_forward_env` may read: this process's, then `.env`.
-pub fn host_env(home: &Home) -> anyhow::Result<HostEnv> {
-    Ok(HostEnv {
-        process: std::env::vars().collect(),
-        dotenv: hermes_model::dotenv::parse(&read_env_text(home)?),
     })
 }

@@ -4,20 +4,14 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
-use hermes_model::config;
-use hermes_model::desired::Desired;
 
 use crate::cli::{Output, SandboxCommand};
-use crate::commands::config::read_config_text;
-use crate::commands::reconcile::host_env;
+use crate::commands::load_desired;
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow::Result<ExitCode> {
     let SandboxCommand::List { output } = command;
-    let file = home.config().display().to_string();
-    let text = read_config_text(home)?.unwrap_or_default();
-    let loaded = config::load(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
-    let desired = Desired::build(loaded.config, profile, home.root(), &host_env(home)?)?;
+    let desired = load_desired(home, profile)?;
     let engine = Engine::connect().await?;
     let mut containers = engine.observe().await?;
     containers
