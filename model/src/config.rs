@@ -98,6 +98,7 @@ pub struct Loaded {
 pub struct Config {
     pub terminal: Terminal,
     pub proxy: Proxy,
+    pub reconcile: Reconcile,
     pub security: Security,
 }
 
@@ -121,6 +122,8 @@ pub struct Terminal {
     pub docker_extra_args: Vec<String>,
     pub docker_network: bool,
     pub docker_shm_size_bytes: u64,
+    /// `None`: persistent sandboxes are never reaped for idleness.
+    pub persistent_max_idle_seconds: Option<u64>,
     pub singularity_image: String,
     pub ssh_host: Option<String>,
     pub ssh_user: Option<String>,
@@ -190,6 +193,22 @@ pub struct Proxy {
     /// `None`: the built-in deny list.
     pub upstream_deny_cidrs: Option<Vec<IpNet>>,
     pub extra_allowed_hosts: Vec<String>,
+    pub enforce_on_ssh: bool,
+    /// Sandboxes join an internal network whose only service is the proxy.
+    pub enforce_network: bool,
+    /// `None`: the Docker bridge gateway when there is one, and 127.0.0.1.
+    pub listen: Option<Vec<IpAddr>>,
+    /// Host name (lowercase) → address, used instead of DNS.
+    pub resolve: Vec<(String, IpAddr)>,
+    pub upstream_ca_file: Option<String>,
+    pub upstream_header_timeout_seconds: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reconcile {
+    /// Remove sandboxes that are no longer desired.
+    pub prune: bool,
+    pub resync_seconds: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -466,6 +485,44 @@ fn check(spec: &KeySpec, path: &str, node: &Node, errors: &mut Vec<Issue>) {
                 _ => Err("expected a CIDR range such as 10.0.0.0/8".to_string()),
             })
         }
+        Ty::OptIpList => {
+            if value == Value::Null {
+                return;
+            }
+            each_item(path, node, errors, spec, |_, v| match v {
+                Value::Str(s) => parse_listen_addr(s).map(drop),
+                _ => Err("expected an IP address such as 127.0.0.1".to_string()),
+            })
+        }
+        Ty::ResolveMap => match &node.kind {
+            NodeKind::Map { entries, .. } => {
+                for entry in entries {
+                    let item_path = format!("{path}.{}", entry.key);
+                    if let Err(message) = check_host_pattern(&entry.key) {
+                        errors.push(Issue::new(item_path.as_str(), entry.key_pos, message));
+                    } else if entry.key.starts_with("*.") {
+                        errors.push(Issue::new(
+                            item_path.as_str(),
+                            entry.key_pos,
+                            "name one host; wildcards cannot be resolved",
+                        ));
+                    }
+                    match entry.value.to_value() {
+                        Value::Str(s) if s.parse::<IpAddr>().is_ok() => {}
+                        other => errors.push(Issue::new(
+                            item_path,
+                            entry.value.start,
+                            format!(
+                                "expected an IP address such as 127.0.0.1, found {}",
+                                describe(&entry.value, &other)
+                            ),
+                        )),
+                    }
+                }
+            }
+            _ if value == Value::Null => {}
+            _ => wrong(errors),
+        },
         Ty::EnvMap => match &node.kind {
             NodeKind::Map { entries, .. } => {
                 for entry in entries {
@@ -620,6 +677,19 @@ pub fn parse_cidr(text: &str) -> Result<IpNet, String> {
     ))
 }
 
+/// Parses a listen address: a concrete IP, never the unspecified one.
+pub fn parse_listen_addr(text: &str) -> Result<IpAddr, String> {
+    let addr: IpAddr = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not an IP address (for example 127.0.0.1)"))?;
+    if addr.is_unspecified() {
+        return Err(format!(
+            "`{text}` would listen on every interface; name the addresses to listen on"
+        ));
+    }
+    Ok(addr)
+}
+
 /// Checks an allowlist entry: an exact host name or `*.domain`.
 pub fn check_host_pattern(text: &str) -> Result<(), String> {
     if text == "*" {
@@ -698,6 +768,10 @@ impl Config {
                     Value::Str(s) => parse_size(&s).unwrap_or(0),
                     _ => 0,
                 },
+                persistent_max_idle_seconds: match r.get("terminal.persistent_max_idle_seconds") {
+                    Value::Int(i) => u64::try_from(i).ok(),
+                    _ => None,
+                },
                 singularity_image,
                 ssh_host: r.opt_string("terminal.ssh_host"),
                 ssh_user: r.opt_string("terminal.ssh_user"),
@@ -724,6 +798,28 @@ impl Config {
                     .into_iter()
                     .map(|h| h.to_ascii_lowercase())
                     .collect(),
+                enforce_on_ssh: r.bool("proxy.enforce_on_ssh"),
+                enforce_network: r.bool("proxy.enforce_network"),
+                listen: match r.get("proxy.listen") {
+                    Value::Null => None,
+                    _ => Some(
+                        r.strings("proxy.listen")
+                            .iter()
+                            .filter_map(|s| s.parse().ok())
+                            .collect(),
+                    ),
+                },
+                resolve: r
+                    .env_map("proxy.resolve")
+                    .into_iter()
+                    .filter_map(|(host, ip)| Some((host.to_ascii_lowercase(), ip.parse().ok()?)))
+                    .collect(),
+                upstream_ca_file: r.opt_string("proxy.upstream_ca_file"),
+                upstream_header_timeout_seconds: r.uint("proxy.upstream_header_timeout_seconds"),
+            },
+            reconcile: Reconcile {
+                prune: r.bool("reconcile.prune"),
+                resync_seconds: r.uint("reconcile.resync_seconds"),
             },
             security: Security {
                 redact_secrets: r.bool("security.redact_secrets"),

@@ -41,6 +41,10 @@ pub enum Ty {
     OptCidrList,
     /// A list of host names or `*.domain` patterns.
     HostPatternList,
+    /// A list of IP addresses, or null for the built-in choice.
+    OptIpList,
+    /// A mapping of host names to IP addresses (like curl's `--resolve`).
+    ResolveMap,
 }
 
 impl Ty {
@@ -71,6 +75,8 @@ impl Ty {
             Ty::EnvMap => "a mapping of variable names to values".into(),
             Ty::OptCidrList => "a list of CIDR ranges (such as 10.0.0.0/8) or null".into(),
             Ty::HostPatternList => "a list of host names or *.domain patterns".into(),
+            Ty::OptIpList => "a list of IP addresses (such as 127.0.0.1) or null".into(),
+            Ty::ResolveMap => "a mapping of host names to IP addresses".into(),
         }
     }
 }
@@ -127,7 +133,7 @@ const fn key(path: &'static str, ty: Ty, default: Default) -> KeySpec {
 }
 
 /// The sections of config.yaml.
-pub const SECTIONS: &[&str] = &["terminal", "proxy", "security"];
+pub const SECTIONS: &[&str] = &["terminal", "proxy", "reconcile", "security"];
 
 /// Every known key, in the order `config show` prints them.
 pub const KEYS: &[KeySpec] = &[
@@ -180,6 +186,11 @@ pub const KEYS: &[KeySpec] = &[
     ),
     key("terminal.docker_network", Ty::Bool, Default::Bool(true)),
     key("terminal.docker_shm_size", Ty::Size, Default::Str("1g")),
+    key(
+        "terminal.persistent_max_idle_seconds",
+        Ty::OptPosInt,
+        Default::Null,
+    ),
     key("terminal.singularity_image", Ty::OptStr, Default::Null),
     key("terminal.ssh_host", Ty::OptStr, Default::Null),
     key("terminal.ssh_user", Ty::OptStr, Default::Null),
@@ -204,6 +215,18 @@ pub const KEYS: &[KeySpec] = &[
         Ty::HostPatternList,
         Default::EmptyList,
     ),
+    key("proxy.enforce_on_ssh", Ty::Bool, Default::Bool(true)),
+    key("proxy.enforce_network", Ty::Bool, Default::Bool(false)),
+    key("proxy.listen", Ty::OptIpList, Default::Null),
+    key("proxy.resolve", Ty::ResolveMap, Default::EmptyMap),
+    key("proxy.upstream_ca_file", Ty::OptStr, Default::Null),
+    key(
+        "proxy.upstream_header_timeout_seconds",
+        Ty::PosInt,
+        Default::Int(300),
+    ),
+    key("reconcile.prune", Ty::Bool, Default::Bool(false)),
+    key("reconcile.resync_seconds", Ty::PosInt, Default::Int(30)),
     key("security.redact_secrets", Ty::Bool, Default::Bool(true)),
 ];
 

@@ -220,3 +220,48 @@ fn a_multi_megabyte_file_is_refused_at_once() {
     assert!(load(&big).is_err());
     assert!(started.elapsed() < std::time::Duration::from_secs(1));
 }
+
+#[test]
+fn proxy_listen_resolve_and_reconcile_keys_are_typed() {
+    let loaded = load(
+        "proxy:\n  listen: [127.0.0.1, \"::1\"]\n  resolve:\n    API.example.com: 127.0.0.2\n  upstream_ca_file: /etc/up.pem\nreconcile:\n  prune: true\n  resync_seconds: 5\nterminal:\n  persistent_max_idle_seconds: 600\n",
+    )
+    .unwrap();
+    let c = loaded.config;
+    assert_eq!(
+        c.proxy.listen,
+        Some(vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()])
+    );
+    assert_eq!(
+        c.proxy.resolve,
+        vec![("api.example.com".to_string(), "127.0.0.2".parse().unwrap())]
+    );
+    assert_eq!(c.proxy.upstream_ca_file.as_deref(), Some("/etc/up.pem"));
+    assert_eq!(c.proxy.upstream_header_timeout_seconds, 300);
+    assert!(c.reconcile.prune);
+    assert_eq!(c.reconcile.resync_seconds, 5);
+    assert_eq!(c.terminal.persistent_max_idle_seconds, Some(600));
+    let d = Config::default();
+    assert_eq!(d.proxy.listen, None);
+    assert!(!d.reconcile.prune);
+    assert!(d.proxy.enforce_on_ssh);
+    assert!(!d.proxy.enforce_network);
+    assert_eq!(d.terminal.persistent_max_idle_seconds, None);
+}
+
+/// The example config documents every key with its default.
+#[test]
+fn the_example_config_holds_every_key_at_its_default() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/config.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let loaded = load(&text).unwrap();
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    assert_eq!(loaded.config, Config::default());
+    for spec in crate::schema::KEYS {
+        assert!(
+            loaded.user.get_path(spec.path).is_some(),
+            "{} is missing from examples/config.yaml",
+            spec.path
+        );
+    }
+}
