@@ -8,6 +8,9 @@
 
 pub mod persistence;
 
+#[cfg(test)]
+mod golden_tests;
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hermes_model::action::Action;

@@ -72,7 +72,13 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Vec<Op<Action>>
                 ops.push(Op {
                     target: target.clone(),
                     action: Action::Remove { id: c.id.clone() },
-                    cause: format!("duplicate: {} {} is kept", keep.state.as_str(), keep.name),
+                    cause: format!(
+                        "duplicate {} ({}); {} {} is kept",
+                        c.name,
+                        c.state.as_str(),
+                        keep.state.as_str(),
+                        keep.name
+                    ),
                 });
             }
         }

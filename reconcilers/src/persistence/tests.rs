@@ -136,11 +136,9 @@ fn duplicates_keep_the_running_one_started_last() {
         .collect();
     assert_eq!(removed, ["old", "ex"]);
     assert_eq!(ops.len(), 2, "the keeper needs nothing: {ops:?}");
-    assert!(
-        ops[0]
-            .cause
-            .contains("duplicate: running hermes-default-default is kept")
-    );
+    assert!(ops[0].cause.contains(
+        "duplicate hermes-default-default-x (running); running hermes-default-default is kept"
+    ));
 }
 
 #[test]

@@ -1,0 +1,148 @@
+//! Golden tests of the plan as `reconcile --dry-run` prints it, in text and
+//! in JSON: whole host plans compared verbatim with the files in `golden/`.
+//! After a deliberate change of the output, rewrite them with
+//! `HERMES_UPDATE_GOLDEN=1 cargo test -p hermes-reconcilers golden`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use hermes_model::config::load;
+use hermes_model::desired::{Desired, HostEnv};
+use hermes_model::observed::{ContainerState, Observed, ObservedContainer};
+use hermes_model::sandbox::{LABEL_AGENT, LABEL_PROFILE, LABEL_SPEC_HASH, LABEL_TASK};
+
+use crate::{HostPlan, plan_all};
+
+const NOW: i64 = 1_800_000_000;
+
+fn desired(config: &str) -> Desired {
+    Desired::build(
+        load(config).unwrap().config,
+        "default",
+        Path::new("/h"),
+        &HostEnv::default(),
+    )
+    .unwrap()
+}
+
+fn container(
+    id: &str,
+    name: &str,
+    task: &str,
+    state: ContainerState,
+    hash: Option<&str>,
+) -> ObservedContainer {
+    let mut labels = BTreeMap::new();
+    labels.insert(LABEL_AGENT.to_string(), "1".to_string());
+    labels.insert(LABEL_PROFILE.to_string(), "default".to_string());
+    labels.insert(LABEL_TASK.to_string(), task.to_string());
+    if let Some(h) = hash {
+        labels.insert(LABEL_SPEC_HASH.to_string(), h.to_string());
+    }
+    let running = state == ContainerState::Running;
+    ObservedContainer {
+        id: id.to_string(),
+        name: name.to_string(),
+        labels,
+        state,
+        created: NOW - 7200,
+        started_at: running.then_some(NOW - 3600),
+        finished_at: (state == ContainerState::Exited).then_some(NOW - 600),
+        processes: running.then_some(3),
+    }
+}
+
+fn plan(desired: &Desired, containers: Vec<ObservedContainer>) -> HostPlan {
+    let now = UNIX_EPOCH + Duration::from_secs(NOW as u64);
+    plan_all(desired, &Observed { containers }, now)
+}
+
+fn golden(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/golden")
+        .join(name)
+}
+
+/// Compares `actual` with the golden file, or rewrites the file when asked.
+fn check(name: &str, actual: &str) {
+    let path = golden(name);
+    if std::env::var_os("HERMES_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (HERMES_UPDATE_GOLDEN=1 writes it)", path.display()));
+    assert!(
+        actual == expected,
+        "{} differs\n--- expected\n{expected}\n--- actual\n{actual}",
+        path.display()
+    );
+}
+
+fn check_both(stem: &str, plan: &HostPlan) {
+    check(&format!("{stem}.txt"), &format!("{plan}\n"));
+    let json = serde_json::to_string_pretty(&plan.to_json()).unwrap();
+    check(&format!("{stem}.json"), &format!("{json}\n"));
+}
+
+/// Every kind of operation of a Docker host at once: a recreate with its
+/// cost, duplicates removed, a container of a task no longer desired, and
+/// one without a spec hash.
+#[test]
+fn a_docker_host_with_drift_duplicates_and_strays() {
+    let d = desired("terminal:\n  backend: docker\n  container_memory: 2048\n");
+    let containers = vec![
+        container(
+            "c1",
+            "hermes-default-default",
+            "default",
+            ContainerState::Running,
+            Some("0123456789ab"),
+        ),
+        container(
+            "c2",
+            "hermes-default-default-2",
+            "default",
+            ContainerState::Exited,
+            Some("0123456789ab"),
+        ),
+        container(
+            "c3",
+            "hermes-default-review",
+            "review",
+            ContainerState::Exited,
+            Some("ba9876543210"),
+        ),
+        container("c4", "hand-made", "scratch", ContainerState::Running, None),
+    ];
+    check_both("docker-drift", &plan(&d, containers));
+}
+
+#[test]
+fn a_fresh_docker_host() {
+    let d = desired("terminal:\n  backend: docker\n");
+    check_both("docker-fresh", &plan(&d, Vec::new()));
+}
+
+#[test]
+fn a_converged_docker_host() {
+    let d = desired("terminal:\n  backend: docker\n");
+    let hash = d.sandboxes[0].hash().to_string();
+    let keeper = container(
+        "c1",
+        "hermes-default-default",
+        "default",
+        ContainerState::Running,
+        Some(&hash),
+    );
+    check_both("docker-converged", &plan(&d, vec![keeper]));
+}
+
+#[test]
+fn a_backend_this_build_cannot_run_is_blocked() {
+    let d = desired("terminal:\n  backend: modal\n");
+    check_both("modal-blocked", &plan(&d, Vec::new()));
+}
