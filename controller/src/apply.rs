@@ -18,11 +18,16 @@ pub struct Applied {
     pub failed: usize,
 }
 
-/// Applies every operation of `plan` in order, printing each as it
-/// completes (`verbose`) and every failure.
+/// Applies every operation of `plan`, printing each as it completes
+/// (`verbose`) and every failure. Removals go first: a duplicate must be
+/// gone before a create takes the name it may hold.
 pub async fn apply(engine: &Engine, plan: &HostPlan, verbose: bool) -> Applied {
     let mut applied = Applied::default();
-    for op in &plan.ops {
+    let (removals, others): (Vec<_>, Vec<_>) = plan
+        .ops
+        .iter()
+        .partition(|op| matches!(op.action, Action::Remove { .. }));
+    for op in removals.into_iter().chain(others) {
         let started = Instant::now();
         match apply_one(engine, op).await {
             Ok(false) => {}
@@ -40,7 +45,7 @@ pub async fn apply(engine: &Engine, plan: &HostPlan, verbose: bool) -> Applied {
             }
             Err(e) => {
                 applied.failed += 1;
-                tracing::warn!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
+                tracing::info!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
                 eprintln!("error: {} {}: {e}", op.target, op.action.verb());
             }
         }
@@ -88,13 +93,21 @@ async fn ensure_image(engine: &Engine, spec: &SandboxSpec) -> Result<(), DockerE
     result.map(|_| ())
 }
 
-/// Creates the container (a name conflict means a racing process created
-/// it: that counts as done) and starts it.
+/// Creates the container and starts it. A name conflict counts as done
+/// only when the container holding the name has this very spec (a racing
+/// process created it); any other holder is an error, never adopted.
 pub async fn create_and_start(engine: &Engine, spec: &SandboxSpec) -> Result<String, DockerError> {
     let id = match engine.create(spec).await? {
         CreateOutcome::Created { id } => id,
         CreateOutcome::AlreadyExists => match engine.find(&spec.key).await? {
-            Some(found) => found.id,
+            Some(found) if found.spec_hash() == Some(spec.hash()) => found.id,
+            Some(found) => {
+                return Err(DockerError::NameTaken {
+                    container: spec.name.clone(),
+                    found: found.spec_hash().unwrap_or("(none)").to_string(),
+                    wanted: spec.hash().to_string(),
+                });
+            }
             None => {
                 return Err(DockerError::Gone {
                     container: spec.name.clone(),

@@ -3,7 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-/// The hermes home directory and the paths inside it.
+/// The hermes home directory (always an absolute path) and the paths
+/// inside it.
 #[derive(Debug, Clone)]
 pub struct Home {
     root: PathBuf,
@@ -24,6 +25,14 @@ impl Home {
                 },
             },
         };
+        // Bind mounts need absolute paths, and a daemon may change its
+        // working directory: anchor a relative home once, here.
+        let root = std::path::absolute(&root).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot make the hermes home {} absolute: {e}",
+                root.display()
+            )
+        })?;
         Ok(Home { root })
     }
 
@@ -37,5 +46,19 @@ impl Home {
 
     pub fn env_file(&self) -> PathBuf {
         self.root.join(".env")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_relative_home_is_made_absolute() {
+        let home = Home::resolve(Some(PathBuf::from("rel/home"))).unwrap();
+        assert!(home.root().is_absolute(), "{}", home.root().display());
+        assert!(home.root().ends_with("rel/home"));
     }
 }

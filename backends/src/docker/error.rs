@@ -30,6 +30,18 @@ pub enum DockerError {
     )]
     Foreign { container: String },
 
+    /// Creating a sandbox met a container of its name built from another
+    /// spec (one the same pass is about to remove, or a stale one): the
+    /// create is not done, and the next pass sorts it out.
+    #[error(
+        "container {container} exists with spec hash {found}, not {wanted}; the next pass replaces it"
+    )]
+    NameTaken {
+        container: String,
+        found: String,
+        wanted: String,
+    },
+
     /// An exec started, but its container went away (or the engine lost the
     /// exec) before it finished: the command may have run in part, so this
     /// is not [`DockerError::Gone`].
