@@ -11,6 +11,7 @@
 use bollard::Docker;
 
 pub mod cli;
+pub mod docker_cli;
 
 /// The environment variable naming the image the tests run containers from.
 pub const TEST_IMAGE_ENV: &str = "HERMES_TEST_IMAGE";

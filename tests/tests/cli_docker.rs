@@ -4,25 +4,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use hermes_tests::cli::TestHome;
+use hermes_tests::docker_cli::{ProfileCleanup, containers_of, docker};
 
-/// Removes the test's container however the test ends.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", &self.0])
-            .output();
-    }
-}
-
-fn docker_home(profile: &str) -> (TestHome, Cleanup) {
+fn docker_home(profile: &str) -> (TestHome, ProfileCleanup) {
     let home = TestHome::new();
     home.write_config(format!(
         "terminal:\n  backend: docker\n  docker_image: {}\n  docker_env:\n    GREETING: hello\n",
         hermes_tests::test_image()
     ));
-    (home, Cleanup(format!("hermes-{profile}-default")))
+    (home, ProfileCleanup(profile.to_string()))
 }
 
 #[test]
@@ -87,7 +77,7 @@ fn reconcile_creates_reattaches_and_recreates_keeping_the_workspace() {
 #[test]
 fn exec_streams_exit_codes_and_recovers_once_from_a_removed_container() {
     let profile = format!("e2x{}", std::process::id());
-    let (home, cleanup) = docker_home(&profile);
+    let (home, _cleanup) = docker_home(&profile);
     let hermes = |args: &[&str]| {
         let mut all = vec!["--profile", profile.as_str()];
         all.extend_from_slice(args);
@@ -98,11 +88,7 @@ fn exec_streams_exit_codes_and_recovers_once_from_a_removed_container() {
         (run.code, run.stdout.as_str(), run.stderr.as_str()),
         (7, "out\n", "err\n")
     );
-    let removed = std::process::Command::new("docker")
-        .args(["rm", "-f", &cleanup.0])
-        .output()
-        .unwrap();
-    assert!(removed.status.success());
+    docker(&["rm", "-f", &format!("hermes-{profile}-default")]);
     let run = hermes(&["exec", "--", "true"]);
     assert_eq!(run.code, 0, "{run:?}");
     let timed = hermes(&[
@@ -128,4 +114,93 @@ fn exec_streams_exit_codes_and_recovers_once_from_a_removed_container() {
         "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done",
     ]);
     assert!(!left.stdout.contains("sleep 1000"), "{}", left.stdout);
+}
+
+#[test]
+fn exec_passes_ten_megabytes_of_output_through_intact() {
+    let profile = format!("e2m{}", std::process::id());
+    let (home, _cleanup) = docker_home(&profile);
+    // 10 MiB of numbered lines on stdout, a few on stderr in between.
+    let out = home
+        .command([
+            "--profile",
+            &profile,
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "seq 1 1500000 | head -c 10485760; echo err >&2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len(), 10 * 1024 * 1024);
+    let text = String::from_utf8(out.stdout).unwrap();
+    for (i, line) in text.lines().take(1_000_000).enumerate() {
+        assert_eq!(line, (i + 1).to_string(), "line {}", i + 1);
+    }
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+}
+
+#[test]
+fn duplicates_of_one_sandbox_are_repaired_to_one() {
+    let profile = format!("e2d{}", std::process::id());
+    let (home, _cleanup) = docker_home(&profile);
+    let hermes = |args: &[&str]| {
+        let mut all = vec!["--profile", profile.as_str()];
+        all.extend_from_slice(args);
+        home.run(all)
+    };
+    assert_eq!(hermes(&["reconcile"]).code, 0);
+    let write = hermes(&["exec", "--", "sh", "-c", "echo kept > /workspace/marker"]);
+    assert_eq!(write.code, 0, "{write:?}");
+
+    // A second container with the same labels, as a racing process or a
+    // hand-made copy would leave.
+    let name = format!("hermes-{profile}-default");
+    let labels = docker(&[
+        "inspect",
+        "--format",
+        "{{range $k, $v := .Config.Labels}}{{$k}}={{$v}}\n{{end}}",
+        &name,
+    ]);
+    let mut args = vec![
+        "run".to_string(),
+        "-d".into(),
+        "--name".into(),
+        format!("{name}-copy"),
+    ];
+    for label in labels.lines().filter(|l| !l.is_empty()) {
+        args.push("--label".into());
+        args.push(label.to_string());
+    }
+    args.extend([
+        hermes_tests::test_image(),
+        "sleep".into(),
+        "infinity".into(),
+    ]);
+    docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(containers_of(&profile).len(), 2);
+
+    let dry = hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert!(
+        dry.stdout.contains("remove      duplicate "),
+        "{}",
+        dry.stdout
+    );
+    let apply = hermes(&["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    assert_eq!(
+        containers_of(&profile),
+        [(name.clone(), "running".to_string())]
+    );
+    assert_eq!(hermes(&["reconcile", "--dry-run"]).code, 0);
+    let read = hermes(&["exec", "--", "cat", "/workspace/marker"]);
+    assert_eq!((read.code, read.stdout.as_str()), (0, "kept\n"));
 }
