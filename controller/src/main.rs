@@ -3,6 +3,7 @@
 //! result into an exit code. Everything that decides lives in the library
 //! crates; this binary only does IO and wiring.
 
+mod activity;
 mod apply;
 mod cli;
 mod commands;

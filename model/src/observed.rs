@@ -89,4 +89,85 @@ impl ObservedContainer {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observed {
     pub containers: Vec<ObservedContainer>,
+    /// Unix seconds of the last exec start or finish, by container name,
+    /// from the records kept outside the containers.
+    pub activity: BTreeMap<String, i64>,
+}
+
+/// Whether a container is in use, and since when it is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idleness {
+    /// Not running: idleness does not apply.
+    NotRunning,
+    /// Processes besides the init and the keeper run inside: an exec, or a
+    /// background process it left.
+    Busy { processes: u32 },
+    /// Running, but what runs inside is not known: never treated as idle.
+    Unknown,
+    /// Running with nothing inside since this moment (Unix seconds): the
+    /// last recorded exec, or the start when it is later.
+    IdleSince(i64),
+}
+
+impl Observed {
+    /// How idle `c` is, from its processes and the activity records.
+    pub fn idleness(&self, c: &ObservedContainer) -> Idleness {
+        if c.state != ContainerState::Running {
+            return Idleness::NotRunning;
+        }
+        match c.processes {
+            None => Idleness::Unknown,
+            Some(n) if n > 0 => Idleness::Busy { processes: n },
+            Some(_) => {
+                let last = self.activity.get(&c.name).copied();
+                match (last, c.started_at) {
+                    (Some(a), Some(s)) => Idleness::IdleSince(a.max(s)),
+                    (Some(t), None) | (None, Some(t)) => Idleness::IdleSince(t),
+                    (None, None) => Idleness::IdleSince(c.created),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(processes: Option<u32>) -> ObservedContainer {
+        ObservedContainer {
+            id: "i".into(),
+            name: "hermes-p-t".into(),
+            labels: BTreeMap::new(),
+            state: ContainerState::Running,
+            created: 100,
+            started_at: Some(200),
+            finished_at: None,
+            processes,
+        }
+    }
+
+    #[test]
+    fn idleness_counts_from_the_later_of_start_and_last_exec() {
+        let mut observed = Observed::default();
+        let c = running(Some(0));
+        assert_eq!(observed.idleness(&c), Idleness::IdleSince(200));
+        observed.activity.insert("hermes-p-t".into(), 150);
+        assert_eq!(observed.idleness(&c), Idleness::IdleSince(200));
+        observed.activity.insert("hermes-p-t".into(), 300);
+        assert_eq!(observed.idleness(&c), Idleness::IdleSince(300));
+    }
+
+    #[test]
+    fn processes_inside_make_it_busy_and_unknown_is_never_idle() {
+        let observed = Observed::default();
+        assert_eq!(
+            observed.idleness(&running(Some(2))),
+            Idleness::Busy { processes: 2 }
+        );
+        assert_eq!(observed.idleness(&running(None)), Idleness::Unknown);
+        let mut stopped = running(Some(0));
+        stopped.state = ContainerState::Exited;
+        assert_eq!(observed.idleness(&stopped), Idleness::NotRunning);
+    }
 }

@@ -204,3 +204,58 @@ fn duplicates_of_one_sandbox_are_repaired_to_one() {
     let read = hermes(&["exec", "--", "cat", "/workspace/marker"]);
     assert_eq!((read.code, read.stdout.as_str()), (0, "kept\n"));
 }
+
+#[test]
+fn sandbox_list_shows_spec_match_age_and_idleness() {
+    let profile = format!("e2l{}", std::process::id());
+    let (home, _cleanup) = docker_home(&profile);
+    let hermes = |args: &[&str]| {
+        let mut all = vec!["--profile", profile.as_str()];
+        all.extend_from_slice(args);
+        home.run(all)
+    };
+    let name = format!("hermes-{profile}-default");
+    let mine = |list: &serde_json::Value| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["name"] == name.as_str())
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} missing from {list}"))
+    };
+    assert_eq!(hermes(&["exec", "--", "true"]).code, 0);
+    let list = hermes(&["sandbox", "list", "--output", "json"]);
+    assert_eq!(list.code, 0, "{list:?}");
+    let row = mine(&serde_json::from_str(&list.stdout).unwrap());
+    assert_eq!(row["state"], "running");
+    assert_eq!(row["spec_matches"], "yes");
+    assert_eq!(row["processes"], 0);
+    assert!(row["idle_seconds"].as_i64().unwrap() <= 5, "{row}");
+
+    // A process left running in the background keeps the sandbox busy.
+    let bg = hermes(&["exec", "--", "sh", "-c", "nohup sleep 30 >/dev/null 2>&1 &"]);
+    assert_eq!(bg.code, 0, "{bg:?}");
+    let row = mine(
+        &serde_json::from_str(&hermes(&["sandbox", "list", "--output", "json"]).stdout).unwrap(),
+    );
+    assert_eq!(row["processes"], 1, "{row}");
+    assert_eq!(row["idle_seconds"], serde_json::Value::Null, "{row}");
+    let text = hermes(&["sandbox", "list"]);
+    let line = text
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_else(|| panic!("{}", text.stdout));
+    assert!(line.ends_with("busy (1 running)"), "{line}");
+    assert!(text.stdout.starts_with("NAME "), "{}", text.stdout);
+
+    // A changed config shows as a spec mismatch.
+    assert_eq!(
+        hermes(&["config", "set", "terminal.container_memory", "1024"]).code,
+        0
+    );
+    let row = mine(
+        &serde_json::from_str(&hermes(&["sandbox", "list", "--output", "json"]).stdout).unwrap(),
+    );
+    assert_eq!(row["spec_matches"], "no");
+}

@@ -18,6 +18,7 @@ use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Describe, Kind, Plan, Target};
 
+use crate::activity::Activity;
 use crate::apply::apply_one;
 use crate::cli::ExecArgs;
 use crate::commands::load_desired;
@@ -35,7 +36,7 @@ pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<E
     let env = parse_env(&args.env)?;
     match desired.backend() {
         Backend::Local => run_local(&args, &env, timeout).await,
-        Backend::Docker => run_docker(&desired, &args, env, timeout).await,
+        Backend::Docker => run_docker(home, &desired, &args, env, timeout).await,
         other => {
             anyhow::bail!("`hermes exec` on the {other} backend is not available in this build")
         }
@@ -111,6 +112,7 @@ fn status_signal(status: &std::process::ExitStatus) -> i32 {
 }
 
 async fn run_docker(
+    home: &Home,
     desired: &Desired,
     args: &ExecArgs,
     env: Vec<(String, String)>,
@@ -130,9 +132,14 @@ async fn run_docker(
     };
     for attempt in 0..2 {
         let id = ensure_sandbox(&engine, desired, &spec).await?;
+        // Activity is recorded when the exec starts and when it ends, so an
+        // exec cut short by a crash still counts as use.
+        let activity = Activity::new(home);
+        record(&activity, &spec.name);
         let outcome = engine
             .exec(&id, &request, tokio::io::stdout(), tokio::io::stderr())
             .await;
+        record(&activity, &spec.name);
         match outcome {
             Ok(outcome) if outcome.timed_out => return Ok(timed_out(timeout)),
             Ok(outcome) => return Ok(exit_code(outcome.exit_code)),
@@ -144,6 +151,14 @@ async fn run_docker(
         }
     }
     anyhow::bail!("sandbox {} vanished twice; not retrying", spec.name)
+}
+
+/// Records use of a sandbox; a failure costs the idle reaper's precision,
+/// not the command, so it is a warning.
+fn record(activity: &Activity, container: &str) {
+    if let Err(e) = activity.touch(container) {
+        tracing::warn!(container, error = %e, "cannot record the sandbox's activity");
+    }
 }
 
 /// Finds the sandbox by its name; creates or starts it through the
@@ -165,6 +180,7 @@ async fn ensure_sandbox(
     only.sandboxes = vec![spec.clone()];
     let observed = Observed {
         containers: found.into_iter().collect(),
+        ..Observed::default()
     };
     let plan = Plan::new(
         hermes_reconcilers::persistence::plan(

@@ -5,9 +5,26 @@ pub mod exec;
 pub mod reconcile;
 pub mod sandbox;
 
+use anyhow::Context;
+use hermes_backends::docker::Engine;
 use hermes_model::desired::{Desired, HostEnv};
+use hermes_model::observed::Observed;
 
+use crate::activity::Activity;
 use crate::home::Home;
+
+/// Everything a pass sees: the labelled containers (one list call, plus
+/// inspect and top where the plan needs them) and the activity records.
+pub async fn observe(engine: &Engine, home: &Home) -> anyhow::Result<Observed> {
+    let containers = engine.observe().await?;
+    let activity = Activity::new(home)
+        .read_all()
+        .context("reading the sandboxes' activity records")?;
+    Ok(Observed {
+        containers,
+        activity,
+    })
+}
 
 /// Loads config.yaml (errors with file, line and key), prints its warnings
 /// and builds the desired state of `profile`.

@@ -9,9 +9,10 @@ use hermes_model::observed::Observed;
 
 use hermes_backends::docker::Engine;
 
+use crate::activity::Activity;
 use crate::apply::apply;
 use crate::cli::{Output, ReconcileArgs};
-use crate::commands::load_desired;
+use crate::commands::{load_desired, observe};
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
@@ -23,9 +24,7 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         None
     };
     let observed = match &engine {
-        Some(engine) => Observed {
-            containers: engine.observe().await?,
-        },
+        Some(engine) => observe(engine, home).await?,
         None => Observed::default(),
     };
     let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
@@ -53,9 +52,8 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     }
     let applied = apply(&engine, &plan, args.output == Output::Text).await;
     // Observe again: what the host looks like now, not what we hoped.
-    let after = Observed {
-        containers: engine.observe().await?,
-    };
+    let after = observe(&engine, home).await?;
+    forget_removed(home, &after);
     let remaining = hermes_reconcilers::plan_all(&desired, &after, SystemTime::now());
     if args.output == Output::Text {
         if remaining.is_pending() {
@@ -69,4 +67,18 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Drops the activity records of containers that no longer exist. A stale
+/// record would do no harm (a new container counts from its own start), but
+/// records should not pile up.
+fn forget_removed(home: &Home, observed: &Observed) {
+    let activity = Activity::new(home);
+    for name in observed.activity.keys() {
+        if !observed.containers.iter().any(|c| &c.name == name) {
+            if let Err(e) = activity.forget(name) {
+                tracing::debug!(container = %name, error = %e, "cannot drop an activity record");
+            }
+        }
+    }
 }

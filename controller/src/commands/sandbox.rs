@@ -1,23 +1,28 @@
-//! `hermes sandbox list`: every labelled container, whatever its profile.
+//! `hermes sandbox list`: every labelled container, whatever its profile,
+//! with whether its spec matches the config, its age and how long it has
+//! been idle (busy while an exec or a background process runs inside).
 
 use std::process::ExitCode;
 use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
+use hermes_model::observed::Idleness;
 
 use crate::cli::{Output, SandboxCommand};
-use crate::commands::load_desired;
+use crate::commands::{load_desired, observe};
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow::Result<ExitCode> {
     let SandboxCommand::List { output } = command;
     let desired = load_desired(home, profile)?;
     let engine = Engine::connect().await?;
-    let mut containers = engine.observe().await?;
-    containers
+    let mut observed = observe(&engine, home).await?;
+    observed
+        .containers
         .sort_by(|a, b| (a.profile(), a.task(), &a.name).cmp(&(b.profile(), b.task(), &b.name)));
     let now = hermes_reconcilers::unix_seconds(SystemTime::now());
-    let rows: Vec<[String; 7]> = containers
+    let rows: Vec<Row> = observed
+        .containers
         .iter()
         .map(|c| {
             let task = c.task().unwrap_or("-");
@@ -35,28 +40,46 @@ pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow:
                 }
                 Some(_) => "-".to_string(),
             };
-            [
-                c.name.clone(),
-                c.profile().unwrap_or("-").to_string(),
-                task.to_string(),
-                c.state.as_str().to_string(),
-                matches,
-                hermes_reconcilers::age(now - c.created),
-                c.finished_at
-                    .filter(|_| c.state != hermes_model::observed::ContainerState::Running)
-                    .map_or("-".to_string(), |t| hermes_reconcilers::age(now - t)),
-            ]
+            let idleness = observed.idleness(c);
+            let idle = match idleness {
+                Idleness::Busy { processes } => format!("busy ({processes} running)"),
+                Idleness::IdleSince(t) => hermes_reconcilers::age(now - t),
+                Idleness::Unknown => "?".to_string(),
+                Idleness::NotRunning => match c.finished_at {
+                    Some(t) => format!("stopped {}", hermes_reconcilers::age(now - t)),
+                    None => "-".to_string(),
+                },
+            };
+            Row {
+                cells: [
+                    c.name.clone(),
+                    c.profile().unwrap_or("-").to_string(),
+                    task.to_string(),
+                    c.state.as_str().to_string(),
+                    matches,
+                    hermes_reconcilers::age(now - c.created),
+                    idle,
+                ],
+                age_seconds: now - c.created,
+                idle_seconds: match idleness {
+                    Idleness::IdleSince(t) => Some(now - t),
+                    _ => None,
+                },
+                processes: c.processes,
+            }
         })
         .collect();
-    const HEAD: [&str; 7] = ["NAME", "PROFILE", "TASK", "STATE", "SPEC", "AGE", "STOPPED"];
+    const HEAD: [&str; 7] = ["NAME", "PROFILE", "TASK", "STATE", "SPEC", "AGE", "IDLE"];
     match output {
         Output::Json => {
             let list: Vec<_> = rows
                 .iter()
-                .map(|r| {
+                .map(|row| {
+                    let r = &row.cells;
                     serde_json::json!({
                         "name": r[0], "profile": r[1], "task": r[2], "state": r[3],
-                        "spec_matches": r[4], "age": r[5], "stopped_for": r[6],
+                        "spec_matches": r[4], "age_seconds": row.age_seconds,
+                        "idle_seconds": row.idle_seconds, "processes": row.processes,
                     })
                 })
                 .collect();
@@ -65,7 +88,7 @@ pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow:
         Output::Text => {
             let mut widths = HEAD.map(str::len);
             for r in &rows {
-                for (w, cell) in widths.iter_mut().zip(r) {
+                for (w, cell) in widths.iter_mut().zip(&r.cells) {
                     *w = (*w).max(cell.chars().count());
                 }
             }
@@ -81,9 +104,18 @@ pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow:
             };
             println!("{}", line(HEAD));
             for r in &rows {
-                println!("{}", line(r.each_ref().map(String::as_str)));
+                println!("{}", line(r.cells.each_ref().map(String::as_str)));
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line of the list: the printed cells, and the numbers JSON gives.
+struct Row {
+    cells: [String; 7],
+    age_seconds: i64,
+    /// Seconds since the last use, for a running sandbox with nothing inside.
+    idle_seconds: Option<i64>,
+    processes: Option<u32>,
 }

@@ -1,0 +1,142 @@
+//! When each sandbox was last used, recorded outside the container so that
+//! it survives restarts of hermes and of the sandbox: one empty file per
+//! container under `$HERMES_HOME/state/activity/`, whose modification time
+//! is the moment an exec last started or finished. Touching it is a single
+//! metadata update, cheap enough for every exec.
+
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use crate::fsio::ensure_dir;
+use crate::home::Home;
+
+/// The activity records of one home.
+#[derive(Debug, Clone)]
+pub struct Activity {
+    dir: PathBuf,
+}
+
+impl Activity {
+    pub fn new(home: &Home) -> Activity {
+        Activity {
+            dir: home.root().join("state").join("activity"),
+        }
+    }
+
+    /// Records that `container` is in use now.
+    pub fn touch(&self, container: &str) -> io::Result<()> {
+        if !is_plain_name(container) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("`{container}` is not a container name"),
+            ));
+        }
+        ensure_dir(&self.dir, 0o700)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .mode(0o600)
+            // Never through a symlink planted in the directory.
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(self.dir.join(container))?;
+        file.set_modified(SystemTime::now())
+    }
+
+    /// Unix seconds of the last recorded use of every container that has a
+    /// record. A missing directory is no records.
+    pub fn read_all(&self) -> io::Result<BTreeMap<String, i64>> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+            Err(e) => return Err(e),
+        };
+        let mut records = BTreeMap::new();
+        for entry in entries {
+            let entry = entry?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if !is_plain_name(&name) {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else {
+                continue; // removed in between
+            };
+            if let Ok(modified) = meta.modified() {
+                records.insert(name, hermes_reconcilers::unix_seconds(modified));
+            }
+        }
+        Ok(records)
+    }
+
+    /// Drops the record of a container that no longer exists.
+    pub fn forget(&self, container: &str) -> io::Result<()> {
+        if !is_plain_name(container) {
+            return Ok(());
+        }
+        match fs::remove_file(self.dir.join(container)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Container names as hermes makes them: `[A-Za-z0-9_.-]`, no dot first.
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_touch_is_read_back_and_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::resolve(Some(dir.path().to_path_buf())).unwrap();
+        let activity = Activity::new(&home);
+        assert!(activity.read_all().unwrap().is_empty());
+        let before = hermes_reconcilers::unix_seconds(SystemTime::now());
+        activity.touch("hermes-default-default").unwrap();
+        let records = activity.read_all().unwrap();
+        let at = records["hermes-default-default"];
+        assert!(at >= before && at <= before + 5, "{at} vs {before}");
+        activity.forget("hermes-default-default").unwrap();
+        activity.forget("hermes-default-default").unwrap();
+        assert!(activity.read_all().unwrap().is_empty());
+    }
+
+    #[test]
+    fn names_that_could_escape_the_directory_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::resolve(Some(dir.path().to_path_buf())).unwrap();
+        let activity = Activity::new(&home);
+        assert!(activity.touch("../escape").is_err());
+        assert!(activity.touch(".hidden").is_err());
+        assert!(!dir.path().join("state/escape").exists());
+    }
+
+    #[test]
+    fn a_symlink_in_place_of_a_record_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::resolve(Some(dir.path().to_path_buf())).unwrap();
+        let activity = Activity::new(&home);
+        activity.touch("a").unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, "keep").unwrap();
+        let link = dir.path().join("state/activity/b");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(activity.touch("b").is_err());
+    }
+}
