@@ -259,3 +259,60 @@ fn sandbox_list_shows_spec_match_age_and_idleness() {
     );
     assert_eq!(row["spec_matches"], "no");
 }
+
+#[test]
+fn a_failed_pull_names_the_image_keeps_the_old_sandbox_and_the_rest_of_the_plan_runs() {
+    let profile = format!("e2p{}", std::process::id());
+    let (home, _cleanup) = docker_home(&profile);
+    let hermes = |args: &[&str]| {
+        let mut all = vec!["--profile", profile.as_str()];
+        all.extend_from_slice(args);
+        home.run(all)
+    };
+    assert_eq!(hermes(&["reconcile"]).code, 0);
+    let name = format!("hermes-{profile}-default");
+    // A stopped duplicate: the plan removes it whatever else fails.
+    let hash = docker(&[
+        "inspect",
+        "--format",
+        "{{index .Config.Labels \"hermes-spec-hash\"}}",
+        &name,
+    ]);
+    docker(&[
+        "create",
+        "--name",
+        &format!("{name}-copy"),
+        "--label",
+        "hermes-agent=1",
+        "--label",
+        &format!("hermes-profile={profile}"),
+        "--label",
+        "hermes-task-id=default",
+        "--label",
+        &format!("hermes-spec-hash={}", hash.trim()),
+        &hermes_tests::test_image(),
+        "true",
+    ]);
+    // A registry on a closed loopback port: the pull fails at once and
+    // nothing leaves the machine.
+    let missing = format!("127.0.0.1:9/hermes-missing-{profile}:1");
+    assert_eq!(
+        hermes(&["config", "set", "terminal.docker_image", &missing]).code,
+        0
+    );
+    let apply = hermes(&["reconcile"]);
+    assert_eq!(apply.code, 1, "{apply:?}");
+    assert!(
+        apply
+            .stderr
+            .contains(&format!("cannot pull image {missing}")),
+        "{}",
+        apply.stderr
+    );
+    assert!(
+        apply.stdout.contains("- sandbox") && apply.stdout.contains("remove done"),
+        "{}",
+        apply.stdout
+    );
+    assert_eq!(containers_of(&profile), [(name, "running".to_string())]);
+}
