@@ -1,15 +1,23 @@
 //! Carrying out a plan against the Docker engine: each operation is one
 //! engine call or a short idempotent sequence, so an interrupted pass is
 //! finished by the next one. A failed operation does not stop the others.
+//! Removals go first and run a few at a time; the rest follow in order.
 
 use std::io::Write;
 use std::time::Instant;
 
+use futures_util::StreamExt;
 use hermes_backends::docker::{CreateOutcome, DockerError, Engine};
 use hermes_model::action::Action;
 use hermes_model::plan::{Describe, Op};
 use hermes_model::sandbox::SandboxSpec;
 use hermes_reconcilers::HostPlan;
+
+use crate::activity::Activity;
+
+/// How many removals run at once: enough to hide the engine's latency,
+/// few enough not to swamp it.
+pub const REMOVE_CONCURRENCY: usize = 8;
 
 /// What an applied plan came to.
 #[derive(Debug, Default)]
@@ -18,21 +26,19 @@ pub struct Applied {
     pub failed: usize,
 }
 
-/// Applies every operation of `plan`, printing each as it completes
-/// (`verbose`) and every failure. Removals go first: a duplicate must be
-/// gone before a create takes the name it may hold.
-pub async fn apply(engine: &Engine, plan: &HostPlan, verbose: bool) -> Applied {
-    let mut applied = Applied::default();
-    let (removals, others): (Vec<_>, Vec<_>) = plan
-        .ops
-        .iter()
-        .partition(|op| matches!(op.action, Action::Remove { .. }));
-    for op in removals.into_iter().chain(others) {
-        let started = Instant::now();
-        match apply_one(engine, op).await {
+impl Applied {
+    /// Counts and prints the result of one operation.
+    fn record(
+        &mut self,
+        op: &Op<Action>,
+        started: Instant,
+        result: Result<bool, DockerError>,
+        verbose: bool,
+    ) {
+        match result {
             Ok(false) => {}
             Ok(true) => {
-                applied.done += 1;
+                self.done += 1;
                 if verbose {
                     println!(
                         "{} {}   {} done ({:.1}s)",
@@ -44,11 +50,47 @@ pub async fn apply(engine: &Engine, plan: &HostPlan, verbose: bool) -> Applied {
                 }
             }
             Err(e) => {
-                applied.failed += 1;
+                self.failed += 1;
                 tracing::info!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
                 eprintln!("error: {} {}: {e}", op.target, op.action.verb());
             }
         }
+    }
+}
+
+/// Applies every operation of `plan`, printing each as it completes
+/// (`verbose`) and every failure. Removals go first, [`REMOVE_CONCURRENCY`]
+/// at a time: a duplicate must be gone before a create takes the name it
+/// may hold. The activity record of a removed container is dropped.
+pub async fn apply(
+    engine: &Engine,
+    plan: &HostPlan,
+    activity: &Activity,
+    verbose: bool,
+) -> Applied {
+    let mut applied = Applied::default();
+    let (removals, others): (Vec<_>, Vec<_>) = plan
+        .ops
+        .iter()
+        .partition(|op| matches!(op.action, Action::Remove { .. }));
+    let mut removing = futures_util::stream::iter(removals)
+        .map(|op| async move {
+            let started = Instant::now();
+            (op, started, apply_one(engine, op).await)
+        })
+        .buffer_unordered(REMOVE_CONCURRENCY);
+    while let Some((op, started, result)) = removing.next().await {
+        if let (Ok(true), Action::Remove { name, .. }) = (&result, &op.action) {
+            if let Err(e) = activity.forget(name) {
+                tracing::debug!(container = %name, error = %e, "cannot drop an activity record");
+            }
+        }
+        applied.record(op, started, result, verbose);
+    }
+    for op in others {
+        let started = Instant::now();
+        let result = apply_one(engine, op).await;
+        applied.record(op, started, result, verbose);
     }
     applied
 }
@@ -67,7 +109,7 @@ pub async fn apply_one(engine: &Engine, op: &Op<Action>) -> Result<bool, DockerE
             engine.remove(old_id).await?;
             create_and_start(engine, spec).await?;
         }
-        Action::Remove { id } => {
+        Action::Remove { id, .. } => {
             engine.remove(id).await?;
         }
         Action::Blocked | Action::Keep { .. } => return Ok(false),

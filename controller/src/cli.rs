@@ -51,6 +51,23 @@ pub enum Command {
     /// Inspect the sandboxes hermes manages.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
+    /// Session sandboxes: disposable, one per session id.
+    #[command(subcommand)]
+    Session(SessionCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// The session sandboxes of the active profile.
+    List {
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Remove a session's sandboxes (of every task), with their files.
+    End {
+        /// The session id given to `hermes exec --session`.
+        id: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -68,6 +85,15 @@ pub struct ExecArgs {
     /// An environment variable for the command, NAME=value; repeatable.
     #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
+    /// Run in this session's own sandbox (tmpfs /workspace and /root,
+    /// nothing carried over), shared by every exec that names it; removed
+    /// by `hermes session end ID` or when idle for terminal.lifetime_seconds.
+    #[arg(long, env = "HERMES_SESSION_ID", value_name = "ID")]
+    pub session: Option<String>,
+    /// Start the command and return at once; it keeps the sandbox busy
+    /// (never reaped as idle) while it runs. Its output is not kept.
+    #[arg(long, conflicts_with = "timeout")]
+    pub background: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -127,4 +153,8 @@ pub struct ReconcileArgs {
     /// How to print the plan.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
+    /// Also remove the sandboxes the config no longer wants (as
+    /// reconcile.prune: true does).
+    #[arg(long)]
+    pub prune: bool,
 }

@@ -48,6 +48,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sandbox(command) => {
             runtime()?.block_on(commands::sandbox::run(&home, &profile, command))
         }
+        Command::Session(command) => {
+            runtime()?.block_on(commands::session::run(&home, &profile, command))
+        }
     }
 }
 

@@ -18,7 +18,7 @@ pub enum Action {
         spec: Box<SandboxSpec>,
     },
     /// Remove a container (a duplicate, or one that is reaped).
-    Remove { id: String },
+    Remove { id: String, name: String },
     /// Wanted, but refused; the cause says why.
     Blocked,
     /// A labelled container hermes does not manage or no longer wants:

@@ -11,6 +11,10 @@ use crate::sandbox::{self, ExtraArgs, SandboxKey, SandboxSpec};
 /// The task of the one warm persistent sandbox per profile.
 pub const DEFAULT_TASK: &str = "default";
 
+/// The session `hermes exec` uses when `container_persistent` is false and
+/// no session is named.
+pub const DEFAULT_SESSION: &str = "default";
+
 /// The environment values a desired state may read: the host process's
 /// environment and the `.env` file, for `docker_forward_env`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,7 +39,8 @@ pub struct Desired {
     pub profile: String,
     pub config: Config,
     pub home: PathBuf,
-    /// The persistent sandboxes that should be running.
+    /// The warm sandboxes: those `reconcile` keeps running whether or not
+    /// anything uses them.
     pub sandboxes: Vec<SandboxSpec>,
     /// The `docker_forward_env` values that were found.
     pub forward_env: Vec<(String, String)>,
@@ -44,6 +49,34 @@ pub struct Desired {
     /// Things worth a word that do not stop the plan (a forwarded variable
     /// that is set nowhere, say).
     pub warnings: Vec<String>,
+    /// Set when this state is not the config's own (the file is invalid,
+    /// unreadable or empty, and the last good one stands in): why. A plan
+    /// made in doubt removes nothing.
+    pub doubt: Option<String>,
+}
+
+/// Why a session id was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("session id `{0}` must be 1 to 63 characters of letters, digits, `_`, `.` and `-`")]
+pub struct BadSession(pub String);
+
+/// Checks a session id: it becomes part of a label and a container name,
+/// and two ids must never map to one container.
+pub fn check_session(session: &str) -> Result<(), BadSession> {
+    check_profile(session).map_err(|_| BadSession(session.to_string()))
+}
+
+/// What the config says about one labelled container of the active profile
+/// that is not a warm sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A sandbox made on demand by `hermes exec` (a session's, another
+    /// task's, or the default task's when it is not kept warm), removed
+    /// when idle longer than `idle_limit` seconds (`None`: never).
+    OnDemand { idle_limit: Option<u64> },
+    /// The config no longer wants it (the backend is not docker, or a
+    /// persistent sandbox while `container_persistent` is false).
+    NotDesired,
 }
 
 /// Why a profile name was refused.
@@ -86,7 +119,12 @@ impl Desired {
         }
         // Validation has refused unsupported options already.
         let extra_args = sandbox::parse_extra_args(&t.docker_extra_args).unwrap_or_default();
-        let wants_sandbox = t.backend == Backend::Docker && t.container_persistent;
+        // The default task's sandbox is kept warm unless it is to go away
+        // when idle.
+        let wants_sandbox = t.backend == Backend::Docker
+            && t.container_persistent
+            && t.docker_persist_across_processes
+            && t.persistent_max_idle_seconds.is_none();
         let mut desired = Desired {
             profile: profile.to_string(),
             config,
@@ -95,6 +133,7 @@ impl Desired {
             forward_env,
             extra_args,
             warnings,
+            doubt: None,
         };
         if wants_sandbox {
             desired
@@ -106,13 +145,55 @@ impl Desired {
 
     /// The persistent sandbox of one task of the active profile.
     pub fn sandbox_for_task(&self, task: &str) -> SandboxSpec {
-        SandboxSpec::persistent(
+        self.sandbox(SandboxKey::persistent(&self.profile, task))
+    }
+
+    /// The sandbox of a key of the active profile.
+    pub fn sandbox(&self, key: SandboxKey) -> SandboxSpec {
+        SandboxSpec::new(
             &self.config,
-            SandboxKey::persistent(&self.profile, task),
+            key,
             &self.home,
             &self.forward_env,
             &self.extra_args,
         )
+    }
+
+    /// The sandbox `hermes exec` runs in: the session's when one is named;
+    /// without one, the task's persistent sandbox, or, when
+    /// `container_persistent` is false, the task's `default` session.
+    pub fn exec_sandbox(&self, task: &str, session: Option<&str>) -> SandboxSpec {
+        match session {
+            Some(s) => self.sandbox(SandboxKey::session(&self.profile, task, s)),
+            None if !self.config.terminal.container_persistent => {
+                self.sandbox(SandboxKey::session(&self.profile, task, DEFAULT_SESSION))
+            }
+            None => self.sandbox_for_task(task),
+        }
+    }
+
+    /// What the config says about a labelled container of the active
+    /// profile that no warm sandbox claims, from its session label.
+    pub fn role(&self, is_session: bool) -> Role {
+        let t = &self.config.terminal;
+        if t.backend != Backend::Docker {
+            return Role::NotDesired;
+        }
+        if is_session {
+            return Role::OnDemand {
+                idle_limit: Some(t.lifetime_seconds),
+            };
+        }
+        if !t.container_persistent {
+            return Role::NotDesired;
+        }
+        Role::OnDemand {
+            idle_limit: if t.docker_persist_across_processes {
+                t.persistent_max_idle_seconds
+            } else {
+                Some(t.lifetime_seconds)
+            },
+        }
     }
 
     pub fn backend(&self) -> Backend {
@@ -158,6 +239,76 @@ mod tests {
             &HostEnv::default(),
         );
         assert!(d.sandboxes.is_empty());
+    }
+
+    #[test]
+    fn the_default_sandbox_is_warm_only_when_kept_across_processes_and_never_idle_reaped() {
+        let warm = |extra: &str| {
+            build(
+                &format!("terminal:\n  backend: docker\n{extra}"),
+                &HostEnv::default(),
+            )
+            .sandboxes
+            .len()
+        };
+        assert_eq!(warm(""), 1);
+        assert_eq!(warm("  docker_persist_across_processes: false\n"), 0);
+        assert_eq!(warm("  persistent_max_idle_seconds: 600\n"), 0);
+    }
+
+    #[test]
+    fn roles_follow_the_backend_persistence_and_idle_settings() {
+        let role = |extra: &str, session: bool| {
+            build(&format!("terminal:\n{extra}"), &HostEnv::default()).role(session)
+        };
+        assert_eq!(role("  backend: local\n", true), Role::NotDesired);
+        assert_eq!(role("  backend: local\n", false), Role::NotDesired);
+        assert_eq!(
+            role("  backend: docker\n  lifetime_seconds: 30\n", true),
+            Role::OnDemand {
+                idle_limit: Some(30)
+            }
+        );
+        assert_eq!(
+            role("  backend: docker\n", false),
+            Role::OnDemand { idle_limit: None }
+        );
+        assert_eq!(
+            role(
+                "  backend: docker\n  persistent_max_idle_seconds: 900\n",
+                false
+            ),
+            Role::OnDemand {
+                idle_limit: Some(900)
+            }
+        );
+        assert_eq!(
+            role(
+                "  backend: docker\n  docker_persist_across_processes: false\n  lifetime_seconds: 40\n",
+                false
+            ),
+            Role::OnDemand {
+                idle_limit: Some(40)
+            }
+        );
+        assert_eq!(
+            role("  backend: docker\n  container_persistent: false\n", false),
+            Role::NotDesired
+        );
+    }
+
+    #[test]
+    fn exec_picks_the_session_or_the_task_sandbox() {
+        let d = build("terminal:\n  backend: docker\n", &HostEnv::default());
+        assert_eq!(d.exec_sandbox("t", None).name, "hermes-default-t");
+        assert_eq!(d.exec_sandbox("t", Some("s")).name, "hermes-default-t-s");
+        let d = build(
+            "terminal:\n  backend: docker\n  container_persistent: false\n",
+            &HostEnv::default(),
+        );
+        assert_eq!(d.exec_sandbox("t", None).name, "hermes-default-t-default");
+        assert!(check_session("a.b_c-1").is_ok());
+        assert!(check_session("a b").is_err());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The Docker sandbox as hermes wants it: names, labels, the hardened
 //! container spec and its spec hash.
 //!
-//! [`SandboxSpec::persistent`] is a pure function of the config, the
+//! [`SandboxSpec::new`] is a pure function of the config, the
 //! profile and task, the home directory and the environment values that
 //! `docker_forward_env` names. Every setting that shapes the container goes
 //! into the spec hash, stored in the `hermes-spec-hash` label, so drift is
@@ -43,6 +43,16 @@ impl SandboxKey {
             profile: profile.to_string(),
             task: task.to_string(),
             session: None,
+        }
+    }
+
+    /// The sandbox of a session: disposable, shared by every exec that
+    /// names the same session.
+    pub fn session(profile: &str, task: &str, session: &str) -> SandboxKey {
+        SandboxKey {
+            profile: profile.to_string(),
+            task: task.to_string(),
+            session: Some(session.to_string()),
         }
     }
 
@@ -249,11 +259,14 @@ pub fn data_dir(home: &Path, key: &SandboxKey) -> PathBuf {
 }
 
 impl SandboxSpec {
-    /// The persistent sandbox of `key`: `/workspace` and `/root` are bind
-    /// mounts under [`data_dir`], so recreating the container loses no file.
-    /// `forward` holds the values of `docker_forward_env` that were found
-    /// (host environment first, then `.env`).
-    pub fn persistent(
+    /// The sandbox of `key`. A persistent one keeps `/workspace` and
+    /// `/root` in bind mounts under [`data_dir`], so recreating the
+    /// container loses no file; a session's (`key.session` set) are tmpfs
+    /// mounts of 10 GiB and 1 GiB, so nothing is carried over from one
+    /// session to the next. `forward` holds the values of
+    /// `docker_forward_env` that were found (host environment first, then
+    /// `.env`).
+    pub fn new(
         config: &Config,
         key: SandboxKey,
         home: &Path,
@@ -261,21 +274,27 @@ impl SandboxSpec {
         extra: &ExtraArgs,
     ) -> SandboxSpec {
         let t = &config.terminal;
-        let data = data_dir(home, &key);
-        let workspace = data.join("workspace");
-        let root_home = data.join("home");
-        let mut binds = vec![
-            Bind {
-                host: workspace.display().to_string(),
-                container: "/workspace".to_string(),
-                options: None,
-            },
-            Bind {
-                host: root_home.display().to_string(),
-                container: "/root".to_string(),
-                options: None,
-            },
-        ];
+        let mut binds = Vec::new();
+        let mut host_dirs = Vec::new();
+        let mut tmpfs = BTreeMap::new();
+        if key.session.is_some() {
+            tmpfs.insert(
+                "/workspace".to_string(),
+                "rw,exec,nosuid,size=10g".to_string(),
+            );
+            tmpfs.insert("/root".to_string(), "rw,exec,nosuid,size=1g".to_string());
+        } else {
+            let data = data_dir(home, &key);
+            for (dir, container) in [("workspace", "/workspace"), ("home", "/root")] {
+                let host = data.join(dir);
+                binds.push(Bind {
+                    host: host.display().to_string(),
+                    container: container.to_string(),
+                    options: None,
+                });
+                host_dirs.push(host);
+            }
+        }
         binds.extend(t.docker_volumes.iter().map(
             |Volume {
                  host,
@@ -287,7 +306,6 @@ impl SandboxSpec {
                 options: options.clone(),
             },
         ));
-        let mut tmpfs = BTreeMap::new();
         tmpfs.insert("/tmp".to_string(), "rw,nosuid,size=512m".to_string());
         tmpfs.insert(
             "/var/tmp".to_string(),
@@ -321,6 +339,9 @@ impl SandboxSpec {
         labels.insert(LABEL_AGENT.to_string(), "1".to_string());
         labels.insert(LABEL_PROFILE.to_string(), sanitize(&key.profile));
         labels.insert(LABEL_TASK.to_string(), sanitize(&key.task));
+        if let Some(session) = &key.session {
+            labels.insert(LABEL_SESSION.to_string(), sanitize(session));
+        }
         labels.insert(LABEL_EGRESS.to_string(), "off".to_string());
         let shm = extra.shm_size_bytes.unwrap_or(t.docker_shm_size_bytes);
         let mut spec = SandboxSpec {
@@ -330,7 +351,7 @@ impl SandboxSpec {
             labels,
             env,
             binds,
-            host_dirs: vec![workspace, root_home],
+            host_dirs,
             tmpfs,
             cap_drop: vec!["ALL".to_string()],
             cap_add,
@@ -422,7 +443,7 @@ mod tests {
     fn spec(text: &str) -> SandboxSpec {
         let config = load(text).unwrap().config;
         let extra = parse_extra_args(&config.terminal.docker_extra_args).unwrap();
-        SandboxSpec::persistent(
+        SandboxSpec::new(
             &config,
             SandboxKey::persistent("default", "default"),
             Path::new("/h"),
@@ -457,6 +478,26 @@ mod tests {
         assert_eq!(s.labels[LABEL_AGENT], "1");
         assert_eq!(s.labels[LABEL_EGRESS], "off");
         assert_eq!(s.hash().len(), 12);
+    }
+
+    #[test]
+    fn a_session_sandbox_keeps_nothing_on_the_host() {
+        let config = load("").unwrap().config;
+        let s = SandboxSpec::new(
+            &config,
+            SandboxKey::session("default", "default", "s-1"),
+            Path::new("/h"),
+            &[],
+            &ExtraArgs::default(),
+        );
+        assert_eq!(s.name, "hermes-default-default-s-1");
+        assert_eq!(s.labels[LABEL_SESSION], "s-1");
+        assert!(s.binds.is_empty(), "{:?}", s.binds);
+        assert!(s.host_dirs.is_empty());
+        assert_eq!(s.tmpfs["/workspace"], "rw,exec,nosuid,size=10g");
+        assert_eq!(s.tmpfs["/root"], "rw,exec,nosuid,size=1g");
+        assert_eq!(s.cap_drop, ["ALL"]);
+        assert_ne!(s.hash(), spec("").hash());
     }
 
     #[test]

@@ -12,7 +12,9 @@ use std::time::{Duration, UNIX_EPOCH};
 use hermes_model::config::load;
 use hermes_model::desired::{Desired, HostEnv};
 use hermes_model::observed::{ContainerState, Observed, ObservedContainer};
-use hermes_model::sandbox::{LABEL_AGENT, LABEL_PROFILE, LABEL_SPEC_HASH, LABEL_TASK};
+use hermes_model::sandbox::{
+    LABEL_AGENT, LABEL_PROFILE, LABEL_SESSION, LABEL_SPEC_HASH, LABEL_TASK,
+};
 
 use crate::{HostPlan, plan_all};
 
@@ -57,7 +59,14 @@ fn container(
 
 fn plan(desired: &Desired, containers: Vec<ObservedContainer>) -> HostPlan {
     let now = UNIX_EPOCH + Duration::from_secs(NOW as u64);
-    plan_all(desired, &Observed { containers }, now)
+    plan_all(
+        desired,
+        &Observed {
+            containers,
+            ..Observed::default()
+        },
+        now,
+    )
 }
 
 fn golden(name: &str) -> PathBuf {
@@ -119,6 +128,48 @@ fn a_docker_host_with_drift_duplicates_and_strays() {
         container("c4", "hand-made", "scratch", ContainerState::Running, None),
     ];
     check_both("docker-drift", &plan(&d, containers));
+}
+
+/// The reaping rules at once, with sessions instead of persistent
+/// sandboxes: an idle session, a busy one, a stuck creation, an orphan, and
+/// a persistent sandbox the config no longer wants.
+#[test]
+fn a_session_host_with_idle_busy_stuck_orphaned_and_unwanted_sandboxes() {
+    let d = desired(
+        "terminal:\n  backend: docker\n  container_persistent: false\n  lifetime_seconds: 60\n",
+    );
+    let session = |id: &str, name: &str, state: ContainerState| {
+        let mut c = container(id, name, "default", state, Some("0123456789ab"));
+        c.labels.insert(
+            LABEL_SESSION.to_string(),
+            name.rsplit('-').next().unwrap().to_string(),
+        );
+        c
+    };
+    let idle = session("c1", "hermes-default-default-idle", ContainerState::Running);
+    let mut idle = idle;
+    idle.processes = Some(0);
+    let busy = session("c2", "hermes-default-default-busy", ContainerState::Running);
+    let mut stuck = session(
+        "c3",
+        "hermes-default-default-stuck",
+        ContainerState::Created,
+    );
+    stuck.created = NOW - 90;
+    let orphan = session("c4", "hermes-default-default-gone", ContainerState::Exited);
+    let unwanted = container(
+        "c5",
+        "hermes-default-default",
+        "default",
+        ContainerState::Running,
+        Some("ba9876543210"),
+    );
+    let observed = Observed {
+        containers: vec![idle, busy, stuck, orphan, unwanted],
+        activity: [("hermes-default-default-idle".to_string(), NOW - 61)].into(),
+    };
+    let now = UNIX_EPOCH + Duration::from_secs(NOW as u64);
+    check_both("docker-reaping", &plan_all(&d, &observed, now));
 }
 
 #[test]

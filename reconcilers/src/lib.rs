@@ -4,9 +4,17 @@
 //! same [`HostPlan`], which is what makes `--dry-run` trustworthy and the
 //! rules testable in milliseconds.
 //!
-//! - [`persistence`]: one warm persistent Docker sandbox per (profile, task).
+//! - [`persistence`]: the warm Docker sandboxes (one persistent sandbox of
+//!   the default task per profile).
+//! - [`reaping`]: everything else of the active profile — sandboxes made on
+//!   demand, sessions, orphans, stuck creations, what is no longer desired.
+//!
+//! A plan made in doubt (the config is invalid, unreadable or empty, and
+//! the last good one stands in) removes nothing: each removal becomes a
+//! report that says why it is held back.
 
 pub mod persistence;
+pub mod reaping;
 
 #[cfg(test)]
 mod golden_tests;
@@ -42,7 +50,20 @@ pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> Host
     }
     // Containers are planned whatever the backend: switching away from
     // docker leaves them to be reported, never silently forgotten.
-    ops.extend(persistence::plan(desired, observed, now));
+    let warm = persistence::plan(desired, observed, now);
+    ops.extend(warm.ops);
+    ops.extend(reaping::plan(desired, observed, now, &warm.claimed));
+    if let Some(doubt) = &desired.doubt {
+        for op in &mut ops {
+            if let Action::Remove { id, .. } = &op.action {
+                op.action = Action::Keep {
+                    id: id.clone(),
+                    verb: "kept",
+                };
+                op.cause = format!("would remove ({}), but {doubt}", op.cause);
+            }
+        }
+    }
     Plan::new(ops)
 }
 
@@ -52,14 +73,23 @@ pub fn unix_seconds(t: SystemTime) -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-/// `14m`, `3h`, `2d`: a short age for causes.
+/// `45s`, `14m`, `1m1s`, `3h20m`, `2d`: a short age for causes, in two
+/// units at most, so that a value just past a limit never reads as equal
+/// to it.
 pub fn age(seconds: i64) -> String {
     let s = seconds.max(0);
+    let two = |big: i64, big_unit: &str, small: i64, small_unit: &str| {
+        if small == 0 {
+            format!("{big}{big_unit}")
+        } else {
+            format!("{big}{big_unit}{small}{small_unit}")
+        }
+    };
     match s {
         0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        3600..86400 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86400),
+        60..3600 => two(s / 60, "m", s % 60, "s"),
+        3600..86400 => two(s / 3600, "h", s % 3600 / 60, "m"),
+        _ => two(s / 86400, "d", s % 86400 / 3600, "h"),
     }
 }
 
@@ -91,8 +121,11 @@ mod tests {
     fn ages_are_short() {
         assert_eq!(age(59), "59s");
         assert_eq!(age(60 * 14), "14m");
+        assert_eq!(age(61), "1m1s");
         assert_eq!(age(3600 * 5 + 1), "5h");
+        assert_eq!(age(3600 * 5 + 60 * 20), "5h20m");
         assert_eq!(age(86400 * 2), "2d");
+        assert_eq!(age(86400 * 2 + 3600 * 3 + 5), "2d3h");
         assert_eq!(age(-5), "0s");
     }
 }

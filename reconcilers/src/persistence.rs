@@ -8,8 +8,11 @@
 //!   (tie: created last), remove the others;
 //! - a labelled container without a spec hash → reported, never removed.
 //!
-//! Labelled containers of the active profile that no desired sandbox
-//! claims are reported "not desired, kept"; other profiles are not touched.
+//! - left in `created` longer than [`STUCK_SECONDS`] → recreate (a start
+//!   that failed).
+//!
+//! Labelled containers of the active profile that no warm sandbox claims
+//! are the reaping planner's ([`crate::reaping`]).
 
 use std::collections::BTreeSet;
 
@@ -21,10 +24,31 @@ use hermes_model::sandbox::{SandboxSpec, sanitize};
 
 use crate::age;
 
-/// The operations that converge the persistent sandboxes.
-pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Vec<Op<Action>> {
+/// How long a container may stay `created` before it counts as a start
+/// that failed.
+pub const STUCK_SECONDS: i64 = 60;
+
+/// The cause of a container left in `created`.
+pub(crate) fn stuck_cause(c: &ObservedContainer, now: i64) -> String {
+    format!(
+        "stuck in created for {} (> {}): a start that failed",
+        age(now - c.created),
+        age(STUCK_SECONDS)
+    )
+}
+
+/// What the persistence planner decided, and which containers it took
+/// charge of (by id): the reaping planner sees to the rest.
+#[derive(Debug, Default)]
+pub struct Planned {
+    pub ops: Vec<Op<Action>>,
+    pub claimed: BTreeSet<String>,
+}
+
+/// The operations that converge the warm sandboxes.
+pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
     let mut ops = Vec::new();
-    let mut claimed: BTreeSet<&str> = BTreeSet::new();
+    let mut claimed: BTreeSet<String> = BTreeSet::new();
     let profile = sanitize(&desired.profile);
     for spec in &desired.sandboxes {
         let target = target_of(spec);
@@ -40,7 +64,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Vec<Op<Action>>
         let (managed, unmanaged): (Vec<_>, Vec<_>) =
             ours.into_iter().partition(|c| c.spec_hash().is_some());
         for c in &unmanaged {
-            claimed.insert(&c.id);
+            claimed.insert(c.id.clone());
             ops.push(unmanaged_op(c));
         }
         // An unmanaged container holding our name would make every create
@@ -67,11 +91,14 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Vec<Op<Action>>
             continue;
         };
         for c in &managed {
-            claimed.insert(&c.id);
+            claimed.insert(c.id.clone());
             if c.id != keep.id {
                 ops.push(Op {
                     target: target.clone(),
-                    action: Action::Remove { id: c.id.clone() },
+                    action: Action::Remove {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                    },
                     cause: format!(
                         "duplicate {} ({}); {} {} is kept",
                         c.name,
@@ -86,29 +113,10 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Vec<Op<Action>>
             ops.push(op);
         }
     }
-    for c in &observed.containers {
-        if claimed.contains(c.id.as_str()) || c.profile() != Some(profile.as_str()) {
-            continue;
-        }
-        if c.spec_hash().is_none() {
-            ops.push(unmanaged_op(c));
-        } else {
-            ops.push(Op {
-                target: Target::Container {
-                    name: c.name.clone(),
-                },
-                action: Action::Keep {
-                    id: c.id.clone(),
-                    verb: "kept",
-                },
-                cause: format!("not desired ({}), kept", c.state.as_str()),
-            });
-        }
-    }
-    ops
+    Planned { ops, claimed }
 }
 
-fn target_of(spec: &SandboxSpec) -> Target {
+pub(crate) fn target_of(spec: &SandboxSpec) -> Target {
     Target::Sandbox {
         profile: spec.key.profile.clone(),
         task: spec.key.task.clone(),
@@ -116,7 +124,7 @@ fn target_of(spec: &SandboxSpec) -> Target {
     }
 }
 
-fn unmanaged_op(c: &ObservedContainer) -> Op<Action> {
+pub(crate) fn unmanaged_op(c: &ObservedContainer) -> Op<Action> {
     Op {
         target: Target::Container {
             name: c.name.clone(),
@@ -178,6 +186,13 @@ fn converge_one(
                 verb: "paused",
             },
             "paused by hand; left alone".to_string(),
+        ),
+        ContainerState::Created if now - keep.created > STUCK_SECONDS => (
+            Action::Recreate {
+                old_id: keep.id.clone(),
+                spec: Box::new(spec.clone()),
+            },
+            stuck_cause(keep, now),
         ),
         ContainerState::Created => (
             Action::Start {

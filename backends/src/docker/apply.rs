@@ -348,7 +348,7 @@ mod tests {
         .unwrap()
         .config;
         let extra = parse_extra_args(&config.terminal.docker_extra_args).unwrap();
-        let spec = SandboxSpec::persistent(
+        let spec = SandboxSpec::new(
             &config,
             SandboxKey::persistent("p", "t"),
             Path::new("/h"),
@@ -395,7 +395,7 @@ mod tests {
     #[test]
     fn a_bad_device_names_the_container() {
         let config = load("").unwrap().config;
-        let mut spec = SandboxSpec::persistent(
+        let mut spec = SandboxSpec::new(
             &config,
             SandboxKey::persistent("p", "t"),
             Path::new("/h"),

@@ -218,6 +218,51 @@ impl Engine {
         }
     }
 
+    /// Starts `req` in `container` detached and returns at once with the
+    /// marker its processes carry ([`EXEC_ID_ENV`]). Its output is not
+    /// kept; it runs until it ends or the container stops, and while it
+    /// runs the sandbox counts as busy. `req.timeout` does not apply.
+    pub async fn exec_background(
+        &self,
+        container: &str,
+        req: &ExecRequest,
+    ) -> Result<String, DockerError> {
+        let marker = new_exec_id();
+        let mut env: Vec<String> = req
+            .env
+            .iter()
+            .filter(|(k, _)| k != EXEC_ID_ENV)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        env.push(format!("{EXEC_ID_ENV}={marker}"));
+        let options = CreateExecOptions::<String> {
+            cmd: Some(req.cmd.clone()),
+            env: Some(env),
+            working_dir: req.cwd.clone(),
+            attach_stdin: Some(false),
+            attach_stdout: Some(false),
+            attach_stderr: Some(false),
+            tty: Some(false),
+            ..Default::default()
+        };
+        let exec_id = self
+            .docker
+            .create_exec(container, options)
+            .await
+            .map_err(|e| exec_error(container, "create exec in", e))?
+            .id;
+        let start = StartExecOptions {
+            detach: true,
+            tty: false,
+            output_capacity: None,
+        };
+        self.docker
+            .start_exec(&exec_id, Some(start))
+            .await
+            .map_err(|e| exec_error(container, "start exec in", e))?;
+        Ok(marker)
+    }
+
     /// Polls the exec until it has exited and returns its exit code.
     async fn wait_exit(&self, exec_id: &str) -> Result<i64, RunError> {
         let mut pause = Duration::from_millis(5);

@@ -122,7 +122,10 @@ async fn run_docker(
         !args.command.is_empty(),
         "no command given: hermes exec -- CMD…"
     );
-    let spec = desired.sandbox_for_task(&args.task);
+    if let Some(session) = &args.session {
+        hermes_model::desired::check_session(session)?;
+    }
+    let spec = desired.exec_sandbox(&args.task, args.session.as_deref());
     let engine = Engine::connect().await?;
     let request = ExecRequest {
         cmd: args.command.clone(),
@@ -136,6 +139,23 @@ async fn run_docker(
         // exec cut short by a crash still counts as use.
         let activity = Activity::new(home);
         record(&activity, &spec.name);
+        if args.background {
+            match engine.exec_background(&id, &request).await {
+                Ok(marker) => {
+                    eprintln!(
+                        "started in the background in {} ({}={marker})",
+                        spec.name,
+                        hermes_backends::docker::EXEC_ID_ENV
+                    );
+                    return Ok(ExitCode::SUCCESS);
+                }
+                Err(e @ DockerError::Gone { .. }) if attempt == 0 => {
+                    eprintln!("hermes: {e}; recreating the sandbox and retrying once");
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         let outcome = engine
             .exec(&id, &request, tokio::io::stdout(), tokio::io::stderr())
             .await;
@@ -188,6 +208,7 @@ async fn ensure_sandbox(
             &observed,
             hermes_reconcilers::unix_seconds(SystemTime::now()),
         )
+        .ops
         .into_iter()
         .filter(|op| matches!(op.target, Target::Sandbox { .. }))
         .collect(),

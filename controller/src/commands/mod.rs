@@ -4,6 +4,7 @@ pub mod config;
 pub mod exec;
 pub mod reconcile;
 pub mod sandbox;
+pub mod session;
 
 use anyhow::Context;
 use hermes_backends::docker::Engine;
@@ -33,6 +34,16 @@ pub fn load_desired(home: &Home, profile: &str) -> anyhow::Result<Desired> {
     let text = config::read_config_text(home)?.unwrap_or_default();
     let loaded =
         hermes_model::config::load(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
+    desired_of(home, profile, loaded)
+}
+
+/// Prints a loaded config's warnings and builds the desired state.
+fn desired_of(
+    home: &Home,
+    profile: &str,
+    loaded: hermes_model::config::Loaded,
+) -> anyhow::Result<Desired> {
+    let file = home.config().display().to_string();
     for w in &loaded.warnings {
         eprintln!("warning: {}", w.render(&file));
     }
@@ -41,6 +52,94 @@ pub fn load_desired(home: &Home, profile: &str) -> anyhow::Result<Desired> {
         eprintln!("warning: {w}");
     }
     Ok(desired)
+}
+
+/// The desired state of one pass, and the config error to report if the
+/// file could not be used.
+#[derive(Debug)]
+pub struct PassDesired {
+    pub desired: Desired,
+    /// What was wrong with config.yaml; the pass then plans with the last
+    /// good config (or the defaults) and removes nothing.
+    pub config_error: Option<String>,
+}
+
+/// Where the last config that loaded cleanly is kept.
+fn last_good_path(home: &Home) -> std::path::PathBuf {
+    home.root().join("state").join("last-good-config.yaml")
+}
+
+/// Loads the desired state for a reconcile pass. Never reaps on doubt: a
+/// config that is invalid, unreadable or empty — or missing after a good
+/// one was seen — is reported, and the last good config stands in with
+/// every removal held back. A host that never had a config runs on the
+/// defaults.
+pub fn load_for_pass(home: &Home, profile: &str) -> anyhow::Result<PassDesired> {
+    hermes_model::desired::check_profile(profile)?;
+    let file = home.config().display().to_string();
+    let last_good = last_good_path(home);
+    let (problem, detail) = match config::read_config_text(home) {
+        Ok(Some(text)) => match hermes_model::config::load(&text) {
+            Ok(loaded) if !loaded.empty => {
+                remember_good(&last_good, &text);
+                return Ok(PassDesired {
+                    desired: desired_of(home, profile, loaded)?,
+                    config_error: None,
+                });
+            }
+            Ok(_) => ("empty", format!("{file} is empty")),
+            Err(e) => ("invalid", e.render(&file)),
+        },
+        Ok(None) if !last_good.exists() => {
+            return Ok(PassDesired {
+                desired: load_desired(home, profile)?,
+                config_error: None,
+            });
+        }
+        Ok(None) => ("missing", format!("{file} is missing")),
+        Err(e) => ("unreadable", format!("{e:#}")),
+    };
+    let good = crate::fsio::read_bounded(&last_good, hermes_model::yaml::MAX_BYTES)
+        .ok()
+        .flatten()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .and_then(|text| hermes_model::config::load(&text).ok());
+    let (config, stands_in) = match good {
+        Some(loaded) => (loaded.config, "the last good config stands in"),
+        None => (
+            hermes_model::config::Config::default(),
+            "no good config was ever seen: the defaults stand in",
+        ),
+    };
+    let mut desired = Desired::build(config, profile, home.root(), &host_env(home)?)?;
+    desired.doubt = Some(format!(
+        "config.yaml is {problem} ({stands_in}; nothing is removed)"
+    ));
+    Ok(PassDesired {
+        desired,
+        config_error: Some(format!(
+            "{detail}\nconfig.yaml is {problem}: {stands_in}, and nothing is removed until it is fixed"
+        )),
+    })
+}
+
+/// Keeps a copy of a config that loaded cleanly (0600: it may hold
+/// values of docker_env), written only when it changed.
+fn remember_good(path: &std::path::Path, text: &str) {
+    let same = crate::fsio::read_bounded(path, hermes_model::yaml::MAX_BYTES)
+        .ok()
+        .flatten()
+        .is_some_and(|old| old == text.as_bytes());
+    if same {
+        return;
+    }
+    let saved = path
+        .parent()
+        .map_or(Ok(()), |dir| crate::fsio::ensure_dir(dir, 0o700))
+        .and_then(|()| crate::fsio::write_atomic(path, text.as_bytes(), 0o600, true));
+    if let Err(e) = saved {
+        tracing::warn!(path = %path.display(), error = %e, "cannot keep the last good config");
+    }
 }
 
 /// The environment `docker_forward_env` may read: this process's, then `.env`.

@@ -1,28 +1,33 @@
-//! `hermes reconcile [--dry-run]`: one pass of the loop — load, observe,
-//! plan, then print or apply.
+//! `hermes reconcile [--dry-run] [--prune]`: one pass of the loop — load,
+//! observe, plan, then print or apply.
+//!
+//! A config that cannot be used (invalid, unreadable, empty) is reported
+//! and the pass goes on with the last good one, removing nothing; the exit
+//! code is then 1.
 
 use std::process::ExitCode;
 use std::time::SystemTime;
 
+use hermes_backends::docker::Engine;
 use hermes_model::config::Backend;
 use hermes_model::observed::Observed;
-
-use hermes_backends::docker::Engine;
 
 use crate::activity::Activity;
 use crate::apply::apply;
 use crate::cli::{Output, ReconcileArgs};
-use crate::commands::{load_desired, observe};
+use crate::commands::{load_for_pass, observe};
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
-    let desired = load_desired(home, profile)?;
-    // The engine is only needed where there are containers to converge.
-    let engine = if desired.backend() == Backend::Docker {
-        Some(Engine::connect().await?)
-    } else {
-        None
-    };
+    let pass = load_for_pass(home, profile)?;
+    if let Some(error) = &pass.config_error {
+        eprintln!("error: {error}");
+    }
+    let mut desired = pass.desired;
+    if args.prune {
+        desired.config.reconcile.prune = true;
+    }
+    let engine = connect(desired.backend()).await?;
     let observed = match &engine {
         Some(engine) => observe(engine, home).await?,
         None => Observed::default(),
@@ -32,8 +37,11 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         Output::Json => println!("{}", serde_json::to_string_pretty(&plan.to_json())?),
         Output::Text => println!("{plan}"),
     }
+    let config_failed = pass.config_error.is_some();
     if args.dry_run {
-        return Ok(if plan.is_pending() {
+        return Ok(if config_failed {
+            ExitCode::from(1)
+        } else if plan.is_pending() {
             ExitCode::from(2)
         } else {
             ExitCode::SUCCESS
@@ -41,19 +49,24 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     }
     let Some(engine) = engine else {
         // No engine: only refusals can be pending, and a refusal fails the pass.
-        return Ok(if plan.summary().blocked > 0 {
+        return Ok(if config_failed || plan.summary().blocked > 0 {
             ExitCode::from(1)
         } else {
             ExitCode::SUCCESS
         });
     };
     if !plan.is_pending() {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if config_failed {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        });
     }
-    let applied = apply(&engine, &plan, args.output == Output::Text).await;
+    let activity = Activity::new(home);
+    let applied = apply(&engine, &plan, &activity, args.output == Output::Text).await;
     // Observe again: what the host looks like now, not what we hoped.
     let after = observe(&engine, home).await?;
-    forget_removed(home, &after);
+    forget_removed(&activity, &after);
     let remaining = hermes_reconcilers::plan_all(&desired, &after, SystemTime::now());
     if args.output == Output::Text {
         if remaining.is_pending() {
@@ -62,18 +75,45 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
             println!("The host is converged.");
         }
     }
-    Ok(if applied.failed > 0 || remaining.summary().blocked > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(
+        if config_failed || applied.failed > 0 || remaining.summary().blocked > 0 {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
+}
+
+/// How long a pass off the Docker backend waits for an engine that may not
+/// exist.
+const OPTIONAL_ENGINE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The engine, when there may be containers to converge. On the Docker
+/// backend it must answer. On any other, containers left from an earlier
+/// Docker config are still looked at when an engine answers, so they are
+/// reported (or pruned), never silently forgotten; no engine there is
+/// nothing to look at.
+async fn connect(backend: Backend) -> anyhow::Result<Option<Engine>> {
+    if backend == Backend::Docker {
+        return Ok(Some(Engine::connect().await?));
+    }
+    match tokio::time::timeout(OPTIONAL_ENGINE_WAIT, Engine::connect()).await {
+        Ok(Ok(engine)) => Ok(Some(engine)),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "no engine; no containers to look at");
+            Ok(None)
+        }
+        Err(_) => {
+            tracing::debug!("the engine did not answer in time; no containers to look at");
+            Ok(None)
+        }
+    }
 }
 
 /// Drops the activity records of containers that no longer exist. A stale
 /// record would do no harm (a new container counts from its own start), but
 /// records should not pile up.
-fn forget_removed(home: &Home, observed: &Observed) {
-    let activity = Activity::new(home);
+fn forget_removed(activity: &Activity, observed: &Observed) {
     for name in observed.activity.keys() {
         if !observed.containers.iter().any(|c| &c.name == name) {
             if let Err(e) = activity.forget(name) {

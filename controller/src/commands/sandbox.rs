@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
-use hermes_model::observed::Idleness;
+use hermes_model::observed::{Idleness, ObservedContainer};
 
 use crate::cli::{Output, SandboxCommand};
 use crate::commands::{load_desired, observe};
@@ -41,15 +41,7 @@ pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow:
                 Some(_) => "-".to_string(),
             };
             let idleness = observed.idleness(c);
-            let idle = match idleness {
-                Idleness::Busy { processes } => format!("busy ({processes} running)"),
-                Idleness::IdleSince(t) => hermes_reconcilers::age(now - t),
-                Idleness::Unknown => "?".to_string(),
-                Idleness::NotRunning => match c.finished_at {
-                    Some(t) => format!("stopped {}", hermes_reconcilers::age(now - t)),
-                    None => "-".to_string(),
-                },
-            };
+            let idle = idle_text(idleness, c, now);
             Row {
                 cells: [
                     c.name.clone(),
@@ -86,29 +78,48 @@ pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow:
             println!("{}", serde_json::to_string_pretty(&list)?);
         }
         Output::Text => {
-            let mut widths = HEAD.map(str::len);
-            for r in &rows {
-                for (w, cell) in widths.iter_mut().zip(&r.cells) {
-                    *w = (*w).max(cell.chars().count());
-                }
-            }
-            let line = |cells: [&str; 7]| {
-                cells
-                    .iter()
-                    .zip(widths)
-                    .map(|(c, w)| format!("{c:<w$}"))
-                    .collect::<Vec<_>>()
-                    .join("  ")
-                    .trim_end()
-                    .to_string()
-            };
-            println!("{}", line(HEAD));
-            for r in &rows {
-                println!("{}", line(r.cells.each_ref().map(String::as_str)));
-            }
+            let cells: Vec<[String; 7]> = rows.into_iter().map(|r| r.cells).collect();
+            print_table(HEAD, &cells);
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The IDLE column: `busy (N running)`, how long idle, or since when stopped.
+pub(crate) fn idle_text(idleness: Idleness, c: &ObservedContainer, now: i64) -> String {
+    match idleness {
+        Idleness::Busy { processes } => format!("busy ({processes} running)"),
+        Idleness::IdleSince(t) => hermes_reconcilers::age(now - t),
+        Idleness::Unknown => "?".to_string(),
+        Idleness::NotRunning => match c.finished_at {
+            Some(t) => format!("stopped {}", hermes_reconcilers::age(now - t)),
+            None => "-".to_string(),
+        },
+    }
+}
+
+/// Prints rows under a header, each column as wide as its widest cell.
+pub(crate) fn print_table<const N: usize>(head: [&str; N], rows: &[[String; N]]) {
+    let mut widths = head.map(str::len);
+    for r in rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; N]| {
+        cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    println!("{}", line(head));
+    for r in rows {
+        println!("{}", line(r.each_ref().map(String::as_str)));
+    }
 }
 
 /// One line of the list: the printed cells, and the numbers JSON gives.

@@ -5,7 +5,6 @@ use std::path::Path;
 
 use hermes_model::config::load;
 use hermes_model::desired::HostEnv;
-use hermes_model::plan::Plan;
 use hermes_model::sandbox::{LABEL_AGENT, LABEL_PROFILE, LABEL_SPEC_HASH, LABEL_TASK};
 
 use super::*;
@@ -47,7 +46,15 @@ fn container(id: &str, state: ContainerState, hash: Option<&str>) -> ObservedCon
 }
 
 fn render(d: &Desired, containers: Vec<ObservedContainer>) -> String {
-    Plan::new(plan(d, &Observed { containers }, NOW)).to_string()
+    crate::plan_all(
+        d,
+        &Observed {
+            containers,
+            ..Observed::default()
+        },
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(NOW as u64),
+    )
+    .to_string()
 }
 
 #[test]
@@ -84,12 +91,11 @@ fn an_exited_or_created_container_with_the_same_hash_is_started() {
         "+ sandbox default/default   start       exited 14m ago\n\
          Plan: 1 to create, 0 to change, 0 to remove."
     );
+    let mut created = container("a", ContainerState::Created, Some(&hash));
+    created.created = NOW - 30;
     assert_eq!(
-        render(
-            &d,
-            vec![container("a", ContainerState::Created, Some(&hash))]
-        ),
-        "+ sandbox default/default   start       created 1h ago, never started\n\
+        render(&d, vec![created]),
+        "+ sandbox default/default   start       created 30s ago, never started\n\
          Plan: 1 to create, 0 to change, 0 to remove."
     );
 }
@@ -124,13 +130,15 @@ fn duplicates_keep_the_running_one_started_last() {
         &d,
         &Observed {
             containers: vec![older, newer, exited],
+            ..Observed::default()
         },
         NOW,
-    );
+    )
+    .ops;
     let removed: Vec<_> = ops
         .iter()
         .filter_map(|op| match &op.action {
-            Action::Remove { id } => Some(id.as_str()),
+            Action::Remove { id, .. } => Some(id.as_str()),
             _ => None,
         })
         .collect();
@@ -154,11 +162,13 @@ fn without_a_running_duplicate_the_one_created_last_is_kept() {
         &d,
         &Observed {
             containers: vec![a, b],
+            ..Observed::default()
         },
         NOW,
-    );
+    )
+    .ops;
     assert!(
-        matches!(&ops[0].action, Action::Remove { id } if id == "a"),
+        matches!(&ops[0].action, Action::Remove { id, .. } if id == "a"),
         "{ops:?}"
     );
     // The keeper has another name than the spec's: it is recreated.
@@ -177,24 +187,6 @@ fn a_container_without_a_spec_hash_is_reported_never_removed() {
         "! sandbox default/default            blocked     container hermes-default-default (no hermes-spec-hash label) holds the name; remove it by hand\n\
          ? container hermes-default-default   unmanaged   no hermes-spec-hash label; left alone\n\
          Plan: 0 to create, 0 to change, 0 to remove, 1 blocked."
-    );
-}
-
-#[test]
-fn containers_no_longer_desired_are_kept_and_reported() {
-    let d = desired("");
-    let text = render(
-        &d,
-        vec![container(
-            "a",
-            ContainerState::Running,
-            Some("0123456789ab"),
-        )],
-    );
-    assert_eq!(
-        text,
-        "? container hermes-default-default   kept        not desired (running), kept\n\
-         No changes. The host is converged."
     );
 }
 
@@ -219,8 +211,37 @@ fn a_dead_container_is_recreated() {
         &d,
         &Observed {
             containers: vec![container("a", ContainerState::Dead, Some(&hash))],
+            ..Observed::default()
         },
         NOW,
-    );
+    )
+    .ops;
     assert!(matches!(ops[0].action, Action::Recreate { .. }));
+}
+
+#[test]
+fn a_container_stuck_in_created_is_recreated_after_a_minute() {
+    let d = docker();
+    let hash = d.sandboxes[0].hash().to_string();
+    let at = |created_ago: i64| {
+        let mut c = container("a", ContainerState::Created, Some(&hash));
+        c.created = NOW - created_ago;
+        plan(
+            &d,
+            &Observed {
+                containers: vec![c],
+                ..Observed::default()
+            },
+            NOW,
+        )
+        .ops
+    };
+    assert!(matches!(at(59)[0].action, Action::Start { .. }));
+    assert!(matches!(at(60)[0].action, Action::Start { .. }));
+    let ops = at(61);
+    assert!(matches!(ops[0].action, Action::Recreate { .. }), "{ops:?}");
+    assert_eq!(
+        ops[0].cause,
+        "stuck in created for 1m1s (> 1m): a start that failed"
+    );
 }

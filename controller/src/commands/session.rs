@@ -1,0 +1,98 @@
+//! `hermes session list|end`: the disposable sandboxes of sessions
+//! (`hermes exec --session ID`), one per (task, session), tmpfs only.
+
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use hermes_backends::docker::Engine;
+use hermes_model::action::Action;
+use hermes_model::desired::check_session;
+use hermes_model::plan::{Op, Plan, Target};
+use hermes_model::sandbox::sanitize;
+
+use crate::activity::Activity;
+use crate::apply::apply;
+use crate::cli::{Output, SessionCommand};
+use crate::commands::observe;
+use crate::commands::sandbox::{idle_text, print_table};
+use crate::home::Home;
+
+pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow::Result<ExitCode> {
+    hermes_model::desired::check_profile(profile)?;
+    let engine = Engine::connect().await?;
+    let observed = observe(&engine, home).await?;
+    let profile = sanitize(profile);
+    let mut sessions: Vec<_> = observed
+        .containers
+        .iter()
+        .filter(|c| c.profile() == Some(profile.as_str()) && c.session().is_some())
+        .collect();
+    sessions.sort_by(|a, b| (a.session(), a.task()).cmp(&(b.session(), b.task())));
+    match command {
+        SessionCommand::List { output } => {
+            let now = hermes_reconcilers::unix_seconds(SystemTime::now());
+            let rows: Vec<[String; 6]> = sessions
+                .iter()
+                .map(|c| {
+                    [
+                        c.session().unwrap_or_default().to_string(),
+                        c.task().unwrap_or("-").to_string(),
+                        c.name.clone(),
+                        c.state.as_str().to_string(),
+                        hermes_reconcilers::age(now - c.created),
+                        idle_text(observed.idleness(c), c, now),
+                    ]
+                })
+                .collect();
+            match output {
+                Output::Json => {
+                    let list: Vec<_> = rows
+                        .iter()
+                        .zip(&sessions)
+                        .map(|(r, c)| {
+                            serde_json::json!({
+                                "session": r[0], "task": r[1], "name": r[2], "state": r[3],
+                                "age_seconds": now - c.created,
+                                "processes": c.processes,
+                            })
+                        })
+                        .collect();
+                    println!("{}", serde_json::to_string_pretty(&list)?);
+                }
+                Output::Text => {
+                    print_table(["SESSION", "TASK", "NAME", "STATE", "AGE", "IDLE"], &rows)
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SessionCommand::End { id } => {
+            check_session(&id)?;
+            let ops: Vec<Op<Action>> = sessions
+                .iter()
+                .filter(|c| c.session() == Some(id.as_str()))
+                .map(|c| Op {
+                    target: Target::Sandbox {
+                        profile: profile.clone(),
+                        task: c.task().unwrap_or_default().to_string(),
+                        session: Some(id.clone()),
+                    },
+                    action: Action::Remove {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                    },
+                    cause: "session ended".to_string(),
+                })
+                .collect();
+            if ops.is_empty() {
+                println!("No sandbox of session {id} in profile {profile}; nothing to end.");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let applied = apply(&engine, &Plan::new(ops), &Activity::new(home), true).await;
+            Ok(if applied.failed > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The reaping planner: what becomes of the labelled containers of the
+//! active profile that no warm sandbox claims. Each rule names its cause in
+//! the plan:
+//!
+//! - no spec hash → reported, never removed;
+//! - left in `created` longer than [`STUCK_SECONDS`] → removed (a start
+//!   that failed);
+//! - exited or dead, finished longer than 2 × max(60, `lifetime_seconds`)
+//!   ago, with `docker_orphan_reaper` → removed as an orphan;
+//! - a sandbox made on demand (a session's, another task's, or the default
+//!   task's when it is not kept warm), idle longer than its limit →
+//!   removed; busy (an exec or a background process inside) or of unknown
+//!   activity → kept;
+//! - no longer desired (the backend is not docker, or a persistent sandbox
+//!   while `container_persistent` is false) → removed only when pruning,
+//!   else reported "not desired, kept".
+//!
+//! Other profiles' containers are never looked at. A persistent sandbox's
+//! data lives in bind mounts on the host, so removing its container loses
+//! no file.
+
+use std::collections::BTreeSet;
+
+use hermes_model::action::Action;
+use hermes_model::desired::{Desired, Role};
+use hermes_model::observed::{ContainerState, Idleness, Observed, ObservedContainer};
+use hermes_model::plan::{Op, Target};
+use hermes_model::sandbox::sanitize;
+
+use crate::age;
+use crate::persistence::{STUCK_SECONDS, stuck_cause, unmanaged_op};
+
+/// The shortest orphan age, before doubling: one minute.
+const ORPHAN_FLOOR_SECONDS: u64 = 60;
+
+/// The operations on the active profile's containers outside `claimed`.
+pub fn plan(
+    desired: &Desired,
+    observed: &Observed,
+    now: i64,
+    claimed: &BTreeSet<String>,
+) -> Vec<Op<Action>> {
+    let profile = sanitize(&desired.profile);
+    observed
+        .containers
+        .iter()
+        .filter(|c| c.profile() == Some(profile.as_str()) && !claimed.contains(&c.id))
+        .filter_map(|c| plan_one(desired, observed, c, now))
+        .collect()
+}
+
+/// Seconds after its finish that an exited container counts as an orphan.
+pub fn orphan_limit(desired: &Desired) -> i64 {
+    let lifetime = desired.config.terminal.lifetime_seconds;
+    i64::try_from(2 * lifetime.max(ORPHAN_FLOOR_SECONDS)).unwrap_or(i64::MAX)
+}
+
+fn plan_one(
+    desired: &Desired,
+    observed: &Observed,
+    c: &ObservedContainer,
+    now: i64,
+) -> Option<Op<Action>> {
+    if c.spec_hash().is_none() {
+        return Some(unmanaged_op(c));
+    }
+    let remove = |cause: String| {
+        Some(Op {
+            target: target(c),
+            action: Action::Remove {
+                id: c.id.clone(),
+                name: c.name.clone(),
+            },
+            cause,
+        })
+    };
+    if c.state == ContainerState::Created && now - c.created > STUCK_SECONDS {
+        return remove(stuck_cause(c, now));
+    }
+    if desired.config.terminal.docker_orphan_reaper
+        && matches!(c.state, ContainerState::Exited | ContainerState::Dead)
+    {
+        let finished = c.finished_at.unwrap_or(c.created);
+        let limit = orphan_limit(desired);
+        if now - finished > limit {
+            return remove(format!(
+                "orphan: {} {} ago (> {})",
+                c.state.as_str(),
+                age(now - finished),
+                age(limit)
+            ));
+        }
+    }
+    match desired.role(c.session().is_some()) {
+        Role::OnDemand {
+            idle_limit: Some(limit),
+        } => {
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            match observed.idleness(c) {
+                Idleness::IdleSince(t) if now - t > limit => remove(format!(
+                    "idle {} (> {}, {})",
+                    age(now - t),
+                    age(limit),
+                    if c.session().is_some() {
+                        "terminal.lifetime_seconds"
+                    } else if desired.config.terminal.docker_persist_across_processes {
+                        "terminal.persistent_max_idle_seconds"
+                    } else {
+                        "terminal.lifetime_seconds"
+                    }
+                )),
+                _ => None,
+            }
+        }
+        Role::OnDemand { idle_limit: None } => None,
+        Role::NotDesired if desired.config.reconcile.prune => {
+            remove(format!("not desired ({}); pruned", c.state.as_str()))
+        }
+        Role::NotDesired => Some(Op {
+            target: Target::Container {
+                name: c.name.clone(),
+            },
+            action: Action::Keep {
+                id: c.id.clone(),
+                verb: "kept",
+            },
+            cause: format!(
+                "not desired ({}), kept; `hermes reconcile --prune` removes it",
+                c.state.as_str()
+            ),
+        }),
+    }
+}
+
+/// The sandbox a container is, from its labels.
+fn target(c: &ObservedContainer) -> Target {
+    Target::Sandbox {
+        profile: c.profile().unwrap_or_default().to_string(),
+        task: c.task().unwrap_or_default().to_string(),
+        session: c.session().map(str::to_string),
+    }
+}
+
+#[cfg(test)]
+mod tests;

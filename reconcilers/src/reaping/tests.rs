@@ -1,0 +1,317 @@
+//! Every reaping rule walked across its boundary (just before, at, just
+//! after), with the exact cause text.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+use hermes_model::config::load;
+use hermes_model::desired::{Desired, HostEnv};
+use hermes_model::observed::{ContainerState, Observed, ObservedContainer};
+use hermes_model::sandbox::{
+    LABEL_AGENT, LABEL_PROFILE, LABEL_SESSION, LABEL_SPEC_HASH, LABEL_TASK,
+};
+
+use crate::HostPlan;
+
+const NOW: i64 = 1_800_000_000;
+const CONVERGED: &str = "No changes. The host is converged.";
+
+fn desired(terminal: &str) -> Desired {
+    let text = format!("terminal:\n  backend: docker\n{terminal}");
+    Desired::build(
+        load(&text).unwrap().config,
+        "default",
+        Path::new("/h"),
+        &HostEnv::default(),
+    )
+    .unwrap()
+}
+
+/// A managed container of task `task` (and `session`), running and idle
+/// unless changed.
+fn sandbox(task: &str, session: Option<&str>) -> ObservedContainer {
+    let mut labels = BTreeMap::new();
+    labels.insert(LABEL_AGENT.to_string(), "1".to_string());
+    labels.insert(LABEL_PROFILE.to_string(), "default".to_string());
+    labels.insert(LABEL_TASK.to_string(), task.to_string());
+    labels.insert(LABEL_SPEC_HASH.to_string(), "0123456789ab".to_string());
+    let mut name = format!("hermes-default-{task}");
+    if let Some(s) = session {
+        labels.insert(LABEL_SESSION.to_string(), s.to_string());
+        name = format!("{name}-{s}");
+    }
+    ObservedContainer {
+        id: format!("id-{name}"),
+        name,
+        labels,
+        state: ContainerState::Running,
+        created: NOW - 86_400,
+        started_at: Some(NOW - 86_400),
+        finished_at: None,
+        processes: Some(0),
+    }
+}
+
+fn plan_with(
+    d: &Desired,
+    containers: Vec<ObservedContainer>,
+    activity: &[(&str, i64)],
+) -> HostPlan {
+    // Only the reaping rules: no warm sandbox to create.
+    let mut d = d.clone();
+    d.sandboxes.clear();
+    crate::plan_all(
+        &d,
+        &Observed {
+            containers,
+            activity: activity.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
+        },
+        UNIX_EPOCH + Duration::from_secs(NOW as u64),
+    )
+}
+
+fn text(d: &Desired, containers: Vec<ObservedContainer>) -> String {
+    plan_with(d, containers, &[]).to_string()
+}
+
+/// The plan for one session sandbox last used `idle` seconds ago.
+fn session_idle(d: &Desired, idle: i64) -> String {
+    plan_with(
+        d,
+        vec![sandbox("t", Some("s1"))],
+        &[("hermes-default-t-s1", NOW - idle)],
+    )
+    .to_string()
+}
+
+#[test]
+fn a_session_idle_longer_than_its_lifetime_is_removed() {
+    let d = desired("  container_persistent: false\n  lifetime_seconds: 300\n");
+    assert_eq!(session_idle(&d, 299), CONVERGED);
+    assert_eq!(session_idle(&d, 300), CONVERGED);
+    assert_eq!(
+        session_idle(&d, 301),
+        "- sandbox default/t@s1   remove      idle 5m1s (> 5m, terminal.lifetime_seconds)\n\
+         Plan: 0 to create, 0 to change, 1 to remove."
+    );
+}
+
+#[test]
+fn sessions_are_reaped_by_lifetime_whatever_the_persistence() {
+    let d = desired("  lifetime_seconds: 300\n");
+    assert!(session_idle(&d, 301).contains("idle 5m"));
+}
+
+#[test]
+fn a_busy_or_unknown_sandbox_is_never_idle() {
+    let d = desired("  lifetime_seconds: 60\n");
+    let mut busy = sandbox("t", Some("s1"));
+    busy.processes = Some(1);
+    assert_eq!(text(&d, vec![busy]), CONVERGED);
+    let mut unknown = sandbox("t", Some("s1"));
+    unknown.processes = None;
+    assert_eq!(text(&d, vec![unknown]), CONVERGED);
+}
+
+#[test]
+fn idleness_counts_from_the_later_of_the_last_exec_and_the_start() {
+    let d = desired("  lifetime_seconds: 60\n");
+    let mut restarted = sandbox("t", Some("s1"));
+    restarted.started_at = Some(NOW - 30);
+    assert_eq!(
+        plan_with(&d, vec![restarted], &[("hermes-default-t-s1", NOW - 1000)]).to_string(),
+        CONVERGED
+    );
+}
+
+#[test]
+fn persistent_sandboxes_are_not_reaped_for_idleness_by_default() {
+    let d = desired("  lifetime_seconds: 60\n");
+    // Another task's persistent sandbox, idle for a day.
+    assert_eq!(text(&d, vec![sandbox("review", None)]), CONVERGED);
+}
+
+#[test]
+fn persistent_max_idle_seconds_reaps_persistent_sandboxes_across_its_boundary() {
+    let d = desired("  persistent_max_idle_seconds: 600\n");
+    let at = |idle: i64| {
+        plan_with(
+            &d,
+            vec![sandbox("default", None)],
+            &[("hermes-default-default", NOW - idle)],
+        )
+        .to_string()
+    };
+    assert_eq!(at(599), CONVERGED);
+    assert_eq!(at(600), CONVERGED);
+    assert_eq!(
+        at(601),
+        "- sandbox default/default   remove      idle 10m1s (> 10m, terminal.persistent_max_idle_seconds)\n\
+         Plan: 0 to create, 0 to change, 1 to remove."
+    );
+}
+
+#[test]
+fn without_persist_across_processes_the_lifetime_reaps_persistent_sandboxes() {
+    let d = desired("  docker_persist_across_processes: false\n  lifetime_seconds: 120\n");
+    let at = |idle: i64| {
+        plan_with(
+            &d,
+            vec![sandbox("default", None)],
+            &[("hermes-default-default", NOW - idle)],
+        )
+        .to_string()
+    };
+    assert_eq!(at(119), CONVERGED);
+    assert_eq!(at(120), CONVERGED);
+    assert_eq!(
+        at(121),
+        "- sandbox default/default   remove      idle 2m1s (> 2m, terminal.lifetime_seconds)\n\
+         Plan: 0 to create, 0 to change, 1 to remove."
+    );
+}
+
+#[test]
+fn orphans_are_exited_containers_finished_twice_the_lifetime_ago() {
+    // lifetime 300 → 600 s.
+    let d = desired("  lifetime_seconds: 300\n");
+    let at = |finished_ago: i64| {
+        let mut c = sandbox("old-task", None);
+        c.state = ContainerState::Exited;
+        c.processes = None;
+        c.finished_at = Some(NOW - finished_ago);
+        text(&d, vec![c])
+    };
+    assert_eq!(at(599), CONVERGED);
+    assert_eq!(at(600), CONVERGED);
+    assert_eq!(
+        at(601),
+        "- sandbox default/old-task   remove      orphan: exited 10m1s ago (> 10m)\n\
+         Plan: 0 to create, 0 to change, 1 to remove."
+    );
+}
+
+#[test]
+fn the_orphan_limit_has_a_floor_of_two_minutes() {
+    let d = desired("  lifetime_seconds: 10\n");
+    let at = |finished_ago: i64| {
+        let mut c = sandbox("t", Some("s"));
+        c.state = ContainerState::Exited;
+        c.finished_at = Some(NOW - finished_ago);
+        text(&d, vec![c])
+    };
+    assert_eq!(at(119), CONVERGED);
+    assert_eq!(at(120), CONVERGED);
+    assert_eq!(
+        at(121),
+        "- sandbox default/t@s   remove      orphan: exited 2m1s ago (> 2m)\n\
+         Plan: 0 to create, 0 to change, 1 to remove."
+    );
+}
+
+#[test]
+fn without_the_orphan_reaper_exited_containers_stay() {
+    let d = desired("  docker_orphan_reaper: false\n");
+    let mut c = sandbox("old-task", None);
+    c.state = ContainerState::Exited;
+    c.finished_at = Some(NOW - 86_400);
+    assert_eq!(text(&d, vec![c]), CONVERGED);
+}
+
+#[test]
+fn a_container_stuck_in_created_is_removed_after_a_minute() {
+    let d = desired("");
+    let at = |created_ago: i64| {
+        let mut c = sandbox("t", Some("s"));
+        c.state = ContainerState::Created;
+        c.started_at = None;
+        c.processes = None;
+        c.created = NOW - created_ago;
+        text(&d, vec![c])
+    };
+    assert_eq!(at(59), CONVERGED);
+    assert_eq!(at(60), CONVERGED);
+    assert_eq!(
+        at(61),
+        "- sandbox default/t@s   remove      stuck in created for 1m1s (> 1m): a start that failed\n\
+         Plan: 0 to create, 0 to change, 1 to remove."
+    );
+}
+
+#[test]
+fn containers_no_longer_desired_are_kept_unless_pruning() {
+    let local = Desired::build(
+        load("").unwrap().config,
+        "default",
+        Path::new("/h"),
+        &HostEnv::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        text(&local, vec![sandbox("default", None)]),
+        "? container hermes-default-default   kept        not desired (running), kept; `hermes reconcile --prune` removes it\n\
+         No changes. The host is converged."
+    );
+    let mut pruning = local.clone();
+    pruning.config.reconcile.prune = true;
+    assert_eq!(
+        text(
+            &pruning,
+            vec![sandbox("default", None), sandbox("t", Some("s"))]
+        ),
+        "- sandbox default/default   remove      not desired (running); pruned\n\
+         - sandbox default/t@s       remove      not desired (running); pruned\n\
+         Plan: 0 to create, 0 to change, 2 to remove."
+    );
+    // Persistent sandboxes are not desired once container_persistent is
+    // false; the sessions that replace them are.
+    let sessions = desired("  container_persistent: false\n");
+    let mut busy_session = sandbox("t", Some("s"));
+    busy_session.processes = Some(1);
+    assert_eq!(
+        text(&sessions, vec![sandbox("default", None), busy_session]),
+        "? container hermes-default-default   kept        not desired (running), kept; `hermes reconcile --prune` removes it\n\
+         No changes. The host is converged."
+    );
+}
+
+#[test]
+fn a_plan_in_doubt_removes_nothing_and_says_why() {
+    let mut d = desired("  lifetime_seconds: 60\n");
+    d.config.reconcile.prune = true;
+    d.doubt = Some("config.yaml is invalid; the last good config stands".to_string());
+    let plan = plan_with(
+        &d,
+        vec![sandbox("t", Some("s"))],
+        &[("hermes-default-t-s", NOW - 3600)],
+    );
+    assert_eq!(
+        plan.to_string(),
+        "? sandbox default/t@s   kept        would remove (idle 1h (> 1m, terminal.lifetime_seconds)), but config.yaml is invalid; the last good config stands\n\
+         No changes. The host is converged."
+    );
+}
+
+#[test]
+fn other_profiles_and_unlabelled_containers_are_never_touched() {
+    let mut d = desired("  lifetime_seconds: 60\n");
+    d.config.reconcile.prune = true;
+    let mut other = sandbox("t", Some("s"));
+    other
+        .labels
+        .insert(LABEL_PROFILE.to_string(), "work".to_string());
+    other.state = ContainerState::Exited;
+    other.finished_at = Some(NOW - 86_400);
+    let mut unmanaged = sandbox("t", Some("u"));
+    unmanaged.labels.remove(LABEL_SPEC_HASH);
+    unmanaged.state = ContainerState::Exited;
+    unmanaged.finished_at = Some(NOW - 86_400);
+    assert_eq!(
+        text(&d, vec![other, unmanaged]),
+        "? container hermes-default-t-u   unmanaged   no hermes-spec-hash label; left alone\n\
+         No changes. The host is converged."
+    );
+}
