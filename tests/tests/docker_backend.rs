@@ -116,7 +116,7 @@ impl Fixture {
             .unwrap_or_else(|e| panic!("{}", e.render("config.yaml")))
             .config;
         let extra = parse_extra_args(&config.terminal.docker_extra_args).unwrap();
-        let spec = SandboxSpec::persistent(
+        let spec = SandboxSpec::new(
             &config,
             SandboxKey::persistent(&self.profile, task),
             self.home.path(),
