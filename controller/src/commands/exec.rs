@@ -1,12 +1,18 @@
 //! `hermes exec -- CMD…`: runs a command in the sandbox of the configured
 //! backend, streaming its output, with its exit code as hermes's own.
 //!
-//! Docker: a missing or stopped sandbox is created or started first,
-//! through the same planner as `reconcile`; a container that vanished
-//! between lookup and exec is recreated and the command retried once. On
-//! timeout the whole process tree inside the container is killed, and the
-//! exit code is 124. Local: the command runs on the host in its own process
-//! group, which a timeout kills whole.
+//! Docker: the task's sandbox, or with `--session` the session's own
+//! (tmpfs, shared by every exec that names it). A missing or stopped
+//! sandbox is created or started first, through the same planner as
+//! `reconcile`; a container that vanished between lookup and exec is
+//! recreated and the command retried once. On timeout the whole process
+//! tree inside the container is killed, and the exit code is 124.
+//! `--background` starts the command detached and returns; it keeps the
+//! sandbox busy while it runs. Every exec records the sandbox's activity
+//! (for the idle reaper) when it starts and when it ends.
+//!
+//! Local: the command runs on the host in its own process group, which a
+//! timeout kills whole.
 
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
