@@ -367,7 +367,7 @@ fn containers_removed_by_hand_mid_pass_count_as_removed() {
         .iter()
         .map(|s| host.name(&format!("default-{s}")))
         .collect();
-    let mut reconcile = host
+    let reconcile = host
         .home
         .command(["--profile", &host.profile, "reconcile"])
         .stdout(std::process::Stdio::piped())
