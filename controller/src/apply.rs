@@ -4,12 +4,13 @@
 //! Removals go first and run a few at a time; the rest follow in order.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use futures_util::StreamExt;
 use hermes_backends::docker::{CreateOutcome, DockerError, Engine};
 use hermes_model::action::Action;
-use hermes_model::plan::{Describe, Op};
+use hermes_model::plan::{Describe, Op, Target};
 use hermes_model::sandbox::SandboxSpec;
 use hermes_reconcilers::HostPlan;
 
@@ -24,6 +25,28 @@ pub const REMOVE_CONCURRENCY: usize = 8;
 pub struct Applied {
     pub done: usize,
     pub failed: usize,
+    /// The targets of the operations that succeeded, and of those that
+    /// failed with why: a controller backs off per target.
+    pub succeeded: Vec<Target>,
+    pub failures: Vec<(Target, String)>,
+    /// Operations left undone because a stop was asked for.
+    pub skipped: usize,
+}
+
+/// How to apply a plan.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApplyOptions<'a> {
+    /// Print each operation as it completes.
+    pub verbose: bool,
+    /// Checked before each operation: once set, the operation in flight
+    /// finishes and no other starts.
+    pub stop: Option<&'a AtomicBool>,
+}
+
+impl ApplyOptions<'_> {
+    fn stopping(&self) -> bool {
+        self.stop.is_some_and(|s| s.load(Ordering::SeqCst))
+    }
 }
 
 impl Applied {
@@ -39,6 +62,7 @@ impl Applied {
             Ok(false) => {}
             Ok(true) => {
                 self.done += 1;
+                self.succeeded.push(op.target.clone());
                 if verbose {
                     println!(
                         "{} {}   {} done ({:.1}s)",
@@ -51,6 +75,7 @@ impl Applied {
             }
             Err(e) => {
                 self.failed += 1;
+                self.failures.push((op.target.clone(), e.to_string()));
                 tracing::info!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
                 eprintln!("error: {} {}: {e}", op.target, op.action.verb());
             }
@@ -66,8 +91,9 @@ pub async fn apply(
     engine: &Engine,
     plan: &HostPlan,
     activity: &Activity,
-    verbose: bool,
+    options: ApplyOptions<'_>,
 ) -> Applied {
+    let verbose = options.verbose;
     let mut applied = Applied::default();
     let (removals, others): (Vec<_>, Vec<_>) = plan
         .ops
@@ -76,10 +102,17 @@ pub async fn apply(
     let mut removing = futures_util::stream::iter(removals)
         .map(|op| async move {
             let started = Instant::now();
-            (op, started, apply_one(engine, op).await)
+            if options.stopping() {
+                return (op, started, None);
+            }
+            (op, started, Some(apply_one(engine, op).await))
         })
         .buffer_unordered(REMOVE_CONCURRENCY);
     while let Some((op, started, result)) = removing.next().await {
+        let Some(result) = result else {
+            applied.skipped += 1;
+            continue;
+        };
         if let (Ok(true), Action::Remove { name, .. }) = (&result, &op.action) {
             if let Err(e) = activity.forget(name) {
                 tracing::debug!(container = %name, error = %e, "cannot drop an activity record");
@@ -88,6 +121,10 @@ pub async fn apply(
         applied.record(op, started, result, verbose);
     }
     for op in others {
+        if options.stopping() {
+            applied.skipped += 1;
+            continue;
+        }
         let started = Instant::now();
         let result = apply_one(engine, op).await;
         applied.record(op, started, result, verbose);

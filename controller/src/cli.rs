@@ -54,6 +54,26 @@ pub enum Command {
     /// Session sandboxes: disposable, one per session id.
     #[command(subcommand)]
     Session(SessionCommand),
+    /// Watch config.yaml and the engine and converge continuously, in the
+    /// foreground (one controller per home).
+    Controller(ControllerArgs),
+    /// What the running controller reports: passes, last error, blocked
+    /// sandboxes, config and engine health.
+    Status {
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    /// One pass, then exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (default address
+    /// 127.0.0.1:9464 when the flag is given without one).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Subcommand)]

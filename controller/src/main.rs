@@ -7,8 +7,10 @@ mod activity;
 mod apply;
 mod cli;
 mod commands;
+mod daemon;
 mod fsio;
 mod home;
+mod metrics;
 
 use std::process::ExitCode;
 
@@ -51,6 +53,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Session(command) => {
             runtime()?.block_on(commands::session::run(&home, &profile, command))
         }
+        Command::Controller(args) => {
+            let options = daemon::Options {
+                once: args.once,
+                metrics_addr: args.metrics_addr,
+            };
+            runtime()?.block_on(daemon::run(&home, &profile, options))
+        }
+        Command::Status { output } => commands::status::run(&home, output),
     }
 }
 

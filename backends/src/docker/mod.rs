@@ -15,6 +15,7 @@
 
 mod apply;
 mod error;
+mod events;
 mod exec;
 mod observe;
 
@@ -27,6 +28,7 @@ pub use error::{
     DockerError, is_conflict, is_not_found, is_not_modified, is_not_running, server_message,
     status_code,
 };
+pub use events::ContainerEvent;
 pub use exec::{EXEC_ID_ENV, ExecOutcome, ExecRequest, TIMEOUT_EXIT_CODE};
 pub use observe::parse_engine_time;
 

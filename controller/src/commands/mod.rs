@@ -5,6 +5,7 @@ pub mod exec;
 pub mod reconcile;
 pub mod sandbox;
 pub mod session;
+pub mod status;
 
 use anyhow::Context;
 use hermes_backends::docker::Engine;

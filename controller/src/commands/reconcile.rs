@@ -13,7 +13,7 @@ use hermes_model::config::Backend;
 use hermes_model::observed::Observed;
 
 use crate::activity::Activity;
-use crate::apply::apply;
+use crate::apply::{ApplyOptions, apply};
 use crate::cli::{Output, ReconcileArgs};
 use crate::commands::{load_for_pass, observe};
 use crate::home::Home;
@@ -63,7 +63,11 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         });
     }
     let activity = Activity::new(home);
-    let applied = apply(&engine, &plan, &activity, args.output == Output::Text).await;
+    let options = ApplyOptions {
+        verbose: args.output == Output::Text,
+        stop: None,
+    };
+    let applied = apply(&engine, &plan, &activity, options).await;
     // Observe again: what the host looks like now, not what we hoped.
     let after = observe(&engine, home).await?;
     forget_removed(&activity, &after);

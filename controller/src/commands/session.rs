@@ -11,7 +11,7 @@ use hermes_model::plan::{Op, Plan, Target};
 use hermes_model::sandbox::sanitize;
 
 use crate::activity::Activity;
-use crate::apply::apply;
+use crate::apply::{ApplyOptions, apply};
 use crate::cli::{Output, SessionCommand};
 use crate::commands::observe;
 use crate::commands::sandbox::{idle_text, print_table};
@@ -87,7 +87,11 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
                 println!("No sandbox of session {id} in profile {profile}; nothing to end.");
                 return Ok(ExitCode::SUCCESS);
             }
-            let applied = apply(&engine, &Plan::new(ops), &Activity::new(home), true).await;
+            let options = ApplyOptions {
+                verbose: true,
+                stop: None,
+            };
+            let applied = apply(&engine, &Plan::new(ops), &Activity::new(home), options).await;
             Ok(if applied.failed > 0 {
                 ExitCode::from(1)
             } else {

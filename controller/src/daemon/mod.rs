@@ -1,0 +1,388 @@
+//! `hermes controller`: the loop of DESIGN.md, run continuously.
+//!
+//! Triggers only wake the loop — a change of config.yaml (debounced),
+//! an event of a labelled container, a retry coming due, the resync timer —
+//! and every pass observes everything and plans from scratch, so a missed
+//! or merged trigger costs latency, never correctness. One pass runs at a
+//! time, so no sandbox ever sees two operations at once; a failed operation
+//! backs its target off (800 ms doubling to 30 s, jittered) while the rest
+//! of the plan goes on. The engine going away is an error of the pass, not
+//! of the controller: it backs off and converges again when the engine is
+//! back. The first SIGTERM or SIGINT lets the operation in flight finish
+//! and exits 0; a second exits at once. Sandboxes keep running.
+
+pub mod backoff;
+pub mod lock;
+pub mod status;
+pub mod watch;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt;
+use hermes_backends::docker::Engine;
+use hermes_model::plan::{Describe, Kind, Plan};
+use tokio::sync::{Notify, mpsc};
+
+use crate::activity::Activity;
+use crate::apply::{ApplyOptions, apply};
+use crate::commands::{load_for_pass, observe};
+use crate::home::Home;
+
+use self::backoff::Backoff;
+use self::lock::ControllerLock;
+use self::status::ControllerStatus;
+use self::watch::ConfigWatch;
+
+/// Changes to config.yaml closer together than this make one pass.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// How the controller runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// One pass, then exit (like `reconcile`, but holding the lock).
+    pub once: bool,
+    /// Serve Prometheus metrics here.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+/// Why the loop woke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    Config,
+    Engine,
+    Timer,
+    Stop,
+}
+
+impl Wake {
+    fn as_str(self) -> &'static str {
+        match self {
+            Wake::Config => "config changed",
+            Wake::Engine => "container event",
+            Wake::Timer => "timer",
+            Wake::Stop => "stop",
+        }
+    }
+}
+
+pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result<ExitCode> {
+    hermes_model::desired::check_profile(profile)?;
+    crate::fsio::ensure_dir(&status::run_dir(home), 0o700)?;
+    let _lock = ControllerLock::acquire(&status::run_dir(home).join("controller.lock"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::new(Notify::new());
+    spawn_signal_handler(Arc::clone(&stop), Arc::clone(&stopped))?;
+
+    let (config_tx, mut config_rx) = mpsc::channel::<()>(64);
+    let mut config_watch = ConfigWatch::new(&home.config(), config_tx)
+        .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", home.config().display()))?;
+    let (engine_tx, mut engine_rx) = mpsc::channel::<()>(64);
+
+    let metrics = Arc::new(crate::metrics::Metrics::default());
+    if let Some(addr) = options.metrics_addr {
+        crate::metrics::serve(addr, Arc::clone(&metrics)).await?;
+    }
+
+    let mut controller = Controller {
+        home: home.clone(),
+        profile: profile.to_string(),
+        engine: None,
+        events_started: false,
+        engine_tx,
+        backoff: Backoff::default(),
+        engine_failures: 0,
+        engine_retry_at: None,
+        status: ControllerStatus {
+            pid: std::process::id(),
+            started_at: hermes_reconcilers::unix_seconds(SystemTime::now()),
+            ..ControllerStatus::default()
+        },
+        metrics,
+    };
+    let mut wake = Wake::Timer;
+    loop {
+        controller.pass(wake, &stop).await;
+        if options.once || stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let resync = Duration::from_secs(controller.resync_seconds());
+        let mut deadline = Instant::now() + resync;
+        for retry in [
+            controller.backoff.next_retry(Instant::now()),
+            controller.engine_retry_at,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            deadline = deadline.min(retry);
+        }
+        wake = tokio::select! {
+            Some(()) = config_rx.recv() => {
+                // Let a burst of writes (an editor's save, a git checkout)
+                // settle into one pass.
+                tokio::time::sleep(DEBOUNCE).await;
+                while config_rx.try_recv().is_ok() {}
+                if let Err(e) = config_watch.refresh() {
+                    tracing::warn!(error = %e, "cannot follow config.yaml's directory");
+                }
+                Wake::Config
+            }
+            Some(()) = engine_rx.recv() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                while engine_rx.try_recv().is_ok() {}
+                Wake::Engine
+            }
+            () = tokio::time::sleep_until(deadline.into()) => Wake::Timer,
+            () = stopped.notified() => Wake::Stop,
+        };
+        if wake == Wake::Stop {
+            break;
+        }
+    }
+    tracing::info!(passes = controller.status.passes, "controller stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// First SIGTERM/SIGINT: ask the loop to stop after the operation in
+/// flight. Second: exit at once.
+fn spawn_signal_handler(stop: Arc<AtomicBool>, stopped: Arc<Notify>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        let mut seen = 0u32;
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            seen += 1;
+            if seen == 1 {
+                tracing::info!(
+                    "stopping after the operation in flight (a second signal exits at once)"
+                );
+                stop.store(true, Ordering::SeqCst);
+                stopped.notify_one();
+            } else {
+                eprintln!("hermes controller: second signal, exiting now");
+                std::process::exit(130);
+            }
+        }
+    });
+    Ok(())
+}
+
+struct Controller {
+    home: Home,
+    profile: String,
+    engine: Option<Engine>,
+    events_started: bool,
+    engine_tx: mpsc::Sender<()>,
+    backoff: Backoff,
+    engine_failures: u32,
+    engine_retry_at: Option<Instant>,
+    status: ControllerStatus,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+impl Controller {
+    fn resync_seconds(&self) -> u64 {
+        self.status.resync_seconds.unwrap_or(30).max(1)
+    }
+
+    /// One pass: load, observe, plan, apply what is not backing off.
+    async fn pass(&mut self, wake: Wake, stop: &AtomicBool) {
+        let started = Instant::now();
+        let span = tracing::info_span!("pass", trigger = wake.as_str(), n = self.status.passes + 1);
+        let _guard = span.enter();
+        let now = hermes_reconcilers::unix_seconds(SystemTime::now());
+        let mut errors = Vec::new();
+
+        let pass = match load_for_pass(&self.home, &self.profile) {
+            Ok(pass) => pass,
+            Err(e) => {
+                // The profile name or the environment is wrong: nothing to plan.
+                errors.push(format!("{e:#}"));
+                self.finish(started, now, errors, Vec::new());
+                return;
+            }
+        };
+        match &pass.config_error {
+            Some(error) => {
+                tracing::error!(error = %error, "config.yaml cannot be used; the last good config stands");
+                self.status.config_invalid_since.get_or_insert(now);
+                self.status.config_error = Some(error.clone());
+            }
+            None => {
+                self.status.config_invalid_since = None;
+                self.status.config_error = None;
+            }
+        }
+        self.status.resync_seconds = Some(pass.desired.config.reconcile.resync_seconds);
+        let desired = pass.desired;
+
+        let Some(engine) = self.engine().await else {
+            errors.push(self.status.last_error.clone().unwrap_or_default());
+            self.finish(started, now, errors, Vec::new());
+            return;
+        };
+        let observed = match observe(&engine, &self.home).await {
+            Ok(observed) => observed,
+            Err(e) => {
+                self.engine_failed(&format!("{e:#}"));
+                errors.push(format!("{e:#}"));
+                self.finish(started, now, errors, Vec::new());
+                return;
+            }
+        };
+        self.engine_ok();
+        let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
+        let blocked: Vec<String> = plan
+            .ops
+            .iter()
+            .filter(|op| op.action.kind() == Kind::Blocked)
+            .map(|op| format!("{}: {}", op.target, op.cause))
+            .collect();
+        let at = Instant::now();
+        let (ready, waiting): (Vec<_>, Vec<_>) = plan.ops.into_iter().partition(|op| {
+            !acts(op.action.kind()) || self.backoff.waiting(&op.target, at).is_none()
+        });
+        for op in &waiting {
+            tracing::debug!(target = %op.target, action = op.action.verb(), "backing off");
+        }
+        let plan = Plan::new(ready);
+        if plan.is_pending() {
+            tracing::info!(plan = %plan, "applying");
+            let options = ApplyOptions {
+                verbose: false,
+                stop: Some(stop),
+            };
+            let applied = apply(&engine, &plan, &Activity::new(&self.home), options).await;
+            for target in &applied.succeeded {
+                self.backoff.succeeded(target);
+            }
+            for (target, error) in &applied.failures {
+                let delay = self.backoff.failed(target, Instant::now());
+                tracing::warn!(%target, error = %error, failures = self.backoff.failures(target), retry_in_ms = delay.as_millis() as u64, "operation failed");
+                errors.push(format!("{target}: {error}"));
+            }
+            for op in &plan.ops {
+                if !acts(op.action.kind()) {
+                    continue;
+                }
+                let failed = applied.failures.iter().any(|(t, _)| t == &op.target);
+                let key = format!(
+                    "{}/{}",
+                    op.action.verb(),
+                    if failed { "error" } else { "ok" }
+                );
+                *self.status.operations.entry(key).or_default() += 1;
+            }
+        }
+        self.finish(started, now, errors, blocked);
+    }
+
+    fn finish(&mut self, started: Instant, now: i64, errors: Vec<String>, blocked: Vec<String>) {
+        let errors: Vec<String> = errors.into_iter().filter(|e| !e.is_empty()).collect();
+        self.status.passes += 1;
+        self.status.last_pass_at = Some(now);
+        self.status.last_pass_ms = Some(started.elapsed().as_millis() as u64);
+        self.status.last_error = (!errors.is_empty()).then(|| errors.join("; "));
+        self.status.blocked = blocked;
+        self.metrics.update(&self.status, started.elapsed());
+        if let Err(e) = self.status.save(&status::path(&self.home)) {
+            tracing::warn!(error = %e, "cannot write the controller status");
+        }
+    }
+
+    /// The engine, connecting (and starting its event watch) when needed.
+    /// `None` while the engine is unreachable and its retry is not due.
+    async fn engine(&mut self) -> Option<Engine> {
+        if let Some(engine) = &self.engine {
+            return Some(engine.clone());
+        }
+        if self.engine_retry_at.is_some_and(|at| at > Instant::now()) {
+            return None;
+        }
+        match Engine::connect().await {
+            Ok(engine) => {
+                self.engine = Some(engine.clone());
+                if !self.events_started {
+                    self.events_started = true;
+                    spawn_event_watch(engine.clone(), self.engine_tx.clone());
+                }
+                Some(engine)
+            }
+            Err(e) => {
+                self.engine_failed(&e.to_string());
+                None
+            }
+        }
+    }
+
+    fn engine_failed(&mut self, error: &str) {
+        self.engine_failures += 1;
+        let delay = Backoff::base_delay(self.engine_failures);
+        self.engine_retry_at = Some(Instant::now() + delay);
+        let now = hermes_reconcilers::unix_seconds(SystemTime::now());
+        self.status.engine_unreachable_since.get_or_insert(now);
+        self.status.last_error = Some(error.to_string());
+        tracing::warn!(
+            error,
+            retry_in_ms = delay.as_millis() as u64,
+            "the engine does not answer"
+        );
+    }
+
+    fn engine_ok(&mut self) {
+        if self.engine_failures > 0 {
+            tracing::info!("the engine answers again");
+        }
+        self.engine_failures = 0;
+        self.engine_retry_at = None;
+        self.status.engine_unreachable_since = None;
+    }
+}
+
+/// Follows the engine's container events for as long as the controller
+/// runs, reconnecting with backoff when the stream ends (the engine
+/// restarted). Each event, and each reconnection, wakes the loop.
+fn spawn_event_watch(engine: Engine, wake: mpsc::Sender<()>) {
+    tokio::spawn(async move {
+        let mut failures = 0u32;
+        loop {
+            let mut events = Box::pin(engine.container_events());
+            let mut got_any = false;
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(event) => {
+                        got_any = true;
+                        failures = 0;
+                        tracing::debug!(action = %event.action, container = %event.container, "container event");
+                        let _ = wake.try_send(());
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "the event stream broke");
+                        break;
+                    }
+                }
+            }
+            if !got_any {
+                failures += 1;
+            }
+            // The stream ended: the engine may have restarted, and events
+            // were missed meanwhile. Look again, then reconnect.
+            let _ = wake.try_send(());
+            tokio::time::sleep(Backoff::base_delay(failures.max(1))).await;
+        }
+    });
+}
+
+/// Whether an operation of this kind changes the host (reports and
+/// refusals do not, and never back off).
+fn acts(kind: Kind) -> bool {
+    matches!(kind, Kind::Create | Kind::Change | Kind::Remove)
+}
