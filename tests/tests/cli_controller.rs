@@ -1,0 +1,220 @@
+//! `hermes controller` against the real engine: edits of config.yaml,
+//! containers removed or stopped by hand, invalid edits, a second
+//! controller, signals.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use hermes_tests::cli::TestHome;
+use hermes_tests::docker_cli::{ProfileCleanup, containers_of, docker};
+
+/// A running controller, killed if the test ends early.
+struct Running {
+    child: Child,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    fn start(home: &TestHome, profile: &str) -> Running {
+        let child = home
+            .command(["--profile", profile, "controller"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Running { child }
+    }
+
+    /// SIGTERM, then the exit code.
+    fn terminate(mut self) -> Option<i32> {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "the controller ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Polls `check` every 100 ms for up to `within`.
+fn eventually(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check() {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn config(extra: &str) -> String {
+    format!(
+        "terminal:\n  backend: docker\n  docker_image: {}\n{extra}",
+        hermes_tests::test_image()
+    )
+}
+
+/// Replaces config.yaml the way editors and GitOps tools do: a new file
+/// renamed over the old one.
+fn write_by_rename(home: &TestHome, text: &str) {
+    let tmp = home.path().join(".config.yaml.edit");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, home.config_path()).unwrap();
+}
+
+fn inspect(name: &str, format: &str) -> String {
+    docker(&["inspect", "--format", format, name])
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn the_controller_converges_edits_removals_and_stops_and_survives_bad_edits() {
+    let profile = format!("cc{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    home.write_config(config(""));
+    let name = format!("hermes-{profile}-default");
+    let controller = Running::start(&home, &profile);
+    let running = || containers_of(&profile) == [(name.clone(), "running".to_string())];
+    eventually(Duration::from_secs(30), "the sandbox is created", running);
+
+    // A second controller for the same home is refused, naming the holder.
+    let second = home.run(["--profile", &profile, "controller"]);
+    assert_eq!(second.code, 1, "{second:?}");
+    assert!(
+        second.stderr.contains(&format!(
+            "another controller (pid {})",
+            controller.child.id()
+        )),
+        "{}",
+        second.stderr
+    );
+
+    let marker = home.run([
+        "--profile",
+        &profile,
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "echo kept > /workspace/marker",
+    ]);
+    assert_eq!(marker.code, 0, "{marker:?}");
+
+    // An edit renamed into place: recreated with no command run.
+    let before = inspect(&name, "{{.Id}}");
+    write_by_rename(&home, &config("  container_memory: 1024\n"));
+    eventually(Duration::from_secs(15), "recreated with 1 GiB", || {
+        containers_of(&profile).len() == 1
+            && inspect(&name, "{{.HostConfig.Memory}}") == "1073741824"
+            && inspect(&name, "{{.State.Status}}") == "running"
+    });
+    assert_ne!(inspect(&name, "{{.Id}}"), before);
+
+    // Removed by hand: recreated. Stopped by hand: started again.
+    docker(&["rm", "-f", &name]);
+    eventually(Duration::from_secs(15), "recreated after rm -f", running);
+    docker(&["stop", "-t", "1", &name]);
+    eventually(Duration::from_secs(15), "started after stop", running);
+
+    // An invalid edit touches nothing and is reported with key and line.
+    let id = inspect(&name, "{{.Id}}");
+    write_by_rename(&home, &config("  container_memory: lots\n"));
+    eventually(
+        Duration::from_secs(10),
+        "status shows the bad config",
+        || {
+            let status = home.run(["status"]);
+            status.stdout.contains("Config:      invalid since")
+                && status.stdout.contains("terminal.container_memory")
+        },
+    );
+    assert_eq!(inspect(&name, "{{.Id}}"), id);
+    let status = home.run(["status", "--output", "json"]);
+    assert_eq!(status.code, 1, "{status:?}");
+    let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(json["running"], true);
+    assert!(
+        json["status"]["config_error"]
+            .as_str()
+            .unwrap()
+            .contains(":4:21: terminal.container_memory:")
+    );
+
+    // The next valid edit converges.
+    write_by_rename(&home, &config("  container_memory: 2048\n"));
+    eventually(Duration::from_secs(15), "recreated with 2 GiB", || {
+        inspect(&name, "{{.HostConfig.Memory}}") == "2147483648"
+            && inspect(&name, "{{.State.Status}}") == "running"
+    });
+    let read = home.run([
+        "--profile",
+        &profile,
+        "exec",
+        "--",
+        "cat",
+        "/workspace/marker",
+    ]);
+    assert_eq!((read.code, read.stdout.as_str()), (0, "kept\n"));
+    eventually(Duration::from_secs(10), "status is healthy again", || {
+        home.run(["status"]).code == 0
+    });
+
+    assert_eq!(controller.terminate(), Some(0));
+    // The sandbox outlives the controller.
+    assert!(running());
+    let after = home.run(["status"]);
+    assert!(
+        after.stdout.contains("Controller:  not running"),
+        "{}",
+        after.stdout
+    );
+}
+
+#[test]
+fn sigterm_mid_pass_leaves_no_duplicate_and_the_next_controller_converges() {
+    let profile = format!("cs{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    let name = format!("hermes-{profile}-default");
+    for round in 0..5u64 {
+        write_by_rename(
+            &home,
+            &config(&format!("  docker_env:\n    ROUND: \"{round}\"\n")),
+        );
+        let controller = Running::start(&home, &profile);
+        // Somewhere inside the first pass (start-up, remove, create, start).
+        std::thread::sleep(Duration::from_millis(60 + 70 * round));
+        assert_eq!(controller.terminate(), Some(0), "round {round}");
+        assert!(
+            containers_of(&profile).len() <= 1,
+            "round {round}: {:?}",
+            containers_of(&profile)
+        );
+    }
+    let once = home.run(["--profile", &profile, "controller", "--once"]);
+    assert_eq!(once.code, 0, "{once:?}");
+    assert_eq!(
+        containers_of(&profile),
+        [(name.clone(), "running".to_string())]
+    );
+    assert_eq!(
+        inspect(&name, "{{range .Config.Env}}{{println .}}{{end}}")
+            .lines()
+            .filter(|l| l.starts_with("ROUND="))
+            .collect::<Vec<_>>(),
+        ["ROUND=4"]
+    );
+}
