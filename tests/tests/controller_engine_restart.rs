@@ -86,13 +86,17 @@ fn the_controller_converges_again_after_the_engine_restarts() {
         .append(true)
         .open(log)
         .unwrap();
-    Command::new("setsid")
+    // `setsid --fork`: the engine outlives this test, and the command
+    // returns at once.
+    let forked = Command::new("setsid")
+        .arg("--fork")
         .args(&args)
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
-        .spawn()
+        .status()
         .unwrap();
+    assert!(forked.success(), "setsid --fork {args:?}: {forked}");
     eventually(
         Duration::from_secs(60),
         "dockerd answers again",
