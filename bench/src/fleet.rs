@@ -1,0 +1,134 @@
+//! The labelled containers the reconcile benchmark needs present: created
+//! through the engine exactly as hermes creates sandboxes (same labels, a
+//! spec hash), never started, all named with the run's unique prefix, and
+//! removed by that prefix at the end.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::Context;
+use bollard::query_parameters::ListContainersOptionsBuilder;
+use futures_util::{StreamExt, TryStreamExt};
+use hermes_backends::docker::{CreateOutcome, Engine};
+use hermes_model::config::Config;
+use hermes_model::sandbox::{LABEL_AGENT, SandboxKey, SandboxSpec, parse_extra_args};
+
+/// The sandboxes of other tasks and other profiles, as `count` specs.
+///
+/// Even indexes are other tasks of the active `profile` (the plan reports
+/// them "not desired, kept"), odd ones the `default` task of other profiles
+/// (the plan leaves them alone): either way nothing to do, so the no-op
+/// dry-run stays a no-op. Every name starts with `prefix`.
+pub fn specs(
+    config: &Config,
+    home: &Path,
+    profile: &str,
+    prefix: &str,
+    count: usize,
+) -> anyhow::Result<Vec<SandboxSpec>> {
+    let extra = parse_extra_args(&config.terminal.docker_extra_args)
+        .map_err(|e| anyhow::anyhow!("docker_extra_args: {e}"))?;
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let key = if i % 2 == 0 {
+            SandboxKey::persistent(profile, &format!("t{i:04}"))
+        } else {
+            SandboxKey::persistent(&format!("{profile}-p{i:04}"), "default")
+        };
+        let spec = SandboxSpec::persistent(config, key, home, &[], &extra);
+        anyhow::ensure!(
+            spec.name.starts_with(prefix),
+            "container name {} does not start with the run's prefix {prefix}",
+            spec.name
+        );
+        out.push(spec);
+    }
+    Ok(out)
+}
+
+/// Creates every spec (not started), `concurrency` at a time, and returns
+/// their ids. A name that already exists is an error: the prefix is meant
+/// to be unique.
+pub async fn create(
+    engine: &Engine,
+    specs: &[SandboxSpec],
+    concurrency: usize,
+) -> anyhow::Result<Vec<String>> {
+    let total = specs.len();
+    let mut ids = Vec::with_capacity(total);
+    let mut creating = futures_util::stream::iter(specs)
+        .map(|spec| async move {
+            match engine.create(spec).await {
+                Ok(CreateOutcome::Created { id }) => Ok(id),
+                Ok(CreateOutcome::AlreadyExists) => {
+                    anyhow::bail!("a container named {} already exists", spec.name)
+                }
+                Err(e) => Err(anyhow::Error::new(e).context(format!("creating {}", spec.name))),
+            }
+        })
+        .buffer_unordered(concurrency.max(1));
+    while let Some(result) = creating.next().await {
+        ids.push(result?);
+        let done = ids.len();
+        if done % 100 == 0 || done == total {
+            eprintln!("  created {done}/{total}");
+        }
+    }
+    Ok(ids)
+}
+
+/// The labelled containers whose name starts with `prefix`.
+pub async fn list(engine: &Engine, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let filters = HashMap::from([
+        ("label", vec![format!("{LABEL_AGENT}=1")]),
+        ("name", vec![prefix.to_string()]),
+    ]);
+    let options = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let summaries = engine
+        .docker()
+        .list_containers(Some(options))
+        .await
+        .context("listing the benchmark's containers")?;
+    // The engine's name filter matches anywhere in the name: keep only the
+    // names that start with the prefix.
+    Ok(summaries
+        .into_iter()
+        .filter(|s| {
+            s.names
+                .iter()
+                .flatten()
+                .any(|n| n.trim_start_matches('/').starts_with(prefix))
+        })
+        .filter_map(|s| s.id)
+        .collect())
+}
+
+/// Removes every labelled container whose name starts with `prefix`,
+/// `concurrency` at a time. Returns how many went.
+pub async fn remove_all(
+    engine: &Engine,
+    prefix: &str,
+    concurrency: usize,
+) -> anyhow::Result<usize> {
+    let ids = list(engine, prefix).await?;
+    remove(engine, ids, concurrency).await
+}
+
+/// Removes these containers, `concurrency` at a time. Returns how many.
+pub async fn remove(
+    engine: &Engine,
+    ids: Vec<String>,
+    concurrency: usize,
+) -> anyhow::Result<usize> {
+    let count = ids.len();
+    futures_util::stream::iter(ids)
+        .map(|id| async move { engine.remove(&id).await.map(|_| ()) })
+        .buffer_unordered(concurrency.max(1))
+        .try_collect::<Vec<()>>()
+        .await
+        .context("removing the benchmark's containers")?;
+    Ok(count)
+}

@@ -1,0 +1,552 @@
+//! `bench-docker`: the Docker benchmark of hermes. One run measures each
+//! figure beside its baseline, prints the ratio and checks the target:
+//!
+//! 1. warm exec: `hermes exec -- true` (the release binary, its sandbox
+//!    already running) against `docker exec <id> true` through the Docker
+//!    CLI, runs interleaved after a warm-up; target: p50 ratio ≤ 0.7. A
+//!    breakdown follows: where the time of one `hermes exec` goes.
+//! 2. reattach: finding the sandbox through the library
+//!    ([`Engine::find`]) with a connected engine; target: p50 < 5 ms.
+//! 3. no-op `hermes reconcile --dry-run` with 500 labelled containers
+//!    present (created, never started: other tasks of the active profile
+//!    and other profiles' sandboxes, so the plan stays a no-op) against
+//!    `docker ps -a --filter label=hermes-agent=1` through the CLI; target:
+//!    p50 ratio ≤ 1.0.
+//!
+//! Run it from the workspace root, with both binaries built in release:
+//!
+//! ```sh
+//! cargo build --release --bin hermes --bin bench-docker && target/release/bench-docker
+//! ```
+//!
+//! It needs a running engine, the Docker CLI and the test image
+//! (`hermes-test-base:bookworm-1`, or `HERMES_TEST_IMAGE`): `bash
+//! scripts/test` provisions all three. Everything it makes lives in a
+//! temporary `HERMES_HOME` and in containers named `hermes-hbench-<run>-…`
+//! of profiles of its own, removed at the end, also after an error or
+//! Ctrl-C. Exit code: 0 when every target is met, 2 when one is missed, 1
+//! on error.
+
+mod fleet;
+mod run;
+mod stats;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use hermes_backends::docker::{Engine, ExecRequest, is_not_found};
+use hermes_model::config::Config;
+use hermes_model::sandbox::SandboxKey;
+
+use crate::run::Cmd;
+use crate::stats::{Ms, Samples, header, ratio, row, verdict};
+
+/// The exec target: hermes's p50 over the Docker CLI's.
+const EXEC_TARGET: f64 = 0.7;
+/// The reattach target, p50.
+const REATTACH_TARGET: Duration = Duration::from_millis(5);
+/// The reconcile target: hermes's p50 over the Docker CLI's.
+const RECONCILE_TARGET: f64 = 1.0;
+/// How long removing everything at the end may take.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench-docker",
+    about = "hermes against the Docker CLI: warm exec, reattach, no-op reconcile with many containers"
+)]
+struct Args {
+    /// Measured runs of each side (interleaved).
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    runs: u32,
+    /// Unmeasured runs of each side first.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100))]
+    warmup: u32,
+    /// Labelled containers present for the reconcile benchmark.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(0..=5000))]
+    containers: u32,
+    /// Engine calls at once while creating and removing them.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    concurrency: u32,
+    /// The hermes binary (default: `hermes` beside this one).
+    #[arg(long, value_name = "PATH")]
+    hermes: Option<PathBuf>,
+    /// Only these parts (default: all).
+    #[arg(long, value_enum)]
+    only: Vec<Part>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Part {
+    Exec,
+    Reattach,
+    Reconcile,
+}
+
+impl Args {
+    fn wants(&self, part: Part) -> bool {
+        self.only.is_empty() || self.only.contains(&part)
+    }
+
+    fn runs(&self) -> usize {
+        self.runs as usize
+    }
+
+    fn warmup(&self) -> usize {
+        self.warmup as usize
+    }
+
+    fn concurrency(&self) -> usize {
+        self.concurrency as usize
+    }
+}
+
+/// One target, checked.
+#[derive(Debug)]
+struct Check {
+    name: &'static str,
+    figure: String,
+    met: bool,
+}
+
+/// What every part shares.
+#[derive(Debug)]
+struct Bench {
+    engine: Engine,
+    hermes: PathBuf,
+    home: tempfile::TempDir,
+    config: Config,
+    profile: String,
+    /// Every container of this run is named with it.
+    prefix: String,
+}
+
+impl Bench {
+    fn hermes<I, S>(&self, args: I) -> Cmd
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        Cmd::new(&self.hermes)
+            .arg("--home")
+            .arg(self.home.path())
+            .arg("--profile")
+            .arg(&self.profile)
+            .args(args)
+    }
+
+    fn key(&self) -> SandboxKey {
+        SandboxKey::persistent(&self.profile, "default")
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(bench(&args)) {
+        Ok(checks) if checks.iter().all(|c| c.met) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::from(2),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn bench(args: &Args) -> anyhow::Result<Vec<Check>> {
+    let bench = setup(args).await?;
+    let outcome = tokio::select! {
+        result = run_parts(&bench, args) => result,
+        signal = interrupted() => Err(anyhow::anyhow!("interrupted ({signal})")),
+    };
+    let failed = outcome.is_err();
+    let cleanup = async {
+        let mut removed =
+            fleet::remove_all(&bench.engine, &bench.prefix, args.concurrency()).await?;
+        if failed {
+            // A create cut short may still land in the engine: sweep again.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            removed += fleet::remove_all(&bench.engine, &bench.prefix, args.concurrency()).await?;
+        }
+        anyhow::Ok(removed)
+    };
+    let manual = format!(
+        "docker ps -aq --filter label=hermes-agent=1 --filter name={} | xargs -r docker rm -f",
+        bench.prefix
+    );
+    eprintln!(
+        "cleaning up: removing the containers named {}* (Ctrl-C again to leave them)",
+        bench.prefix
+    );
+    tokio::select! {
+        removed = tokio::time::timeout(CLEANUP_TIMEOUT, cleanup) => match removed {
+            Ok(Ok(n)) => eprintln!("removed {n} containers"),
+            Ok(Err(e)) => eprintln!("error: cleanup failed: {e:#}; remove them with: {manual}"),
+            Err(_) => eprintln!("error: cleanup timed out; remove them with: {manual}"),
+        },
+        signal = interrupted() => eprintln!("cleanup interrupted ({signal}); remove them with: {manual}"),
+    }
+    let checks = outcome?;
+    println!();
+    println!("Targets:");
+    for c in &checks {
+        println!("  {:<52} {:<34} {}", c.name, c.figure, verdict(c.met));
+    }
+    Ok(checks)
+}
+
+/// Ctrl-C or SIGTERM.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return "Ctrl-C";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "Ctrl-C",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+/// Checks what the bench needs, says what is missing and how to get it,
+/// and makes the temporary home.
+async fn setup(args: &Args) -> anyhow::Result<Bench> {
+    let hermes = match &args.hermes {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()
+            .context("where is this binary?")?
+            .with_file_name("hermes"),
+    };
+    anyhow::ensure!(
+        hermes.is_file(),
+        "{} is missing: build it with `cargo build --release --bin hermes` (or pass --hermes PATH)",
+        hermes.display()
+    );
+    if !hermes.components().any(|c| c.as_os_str() == "release") {
+        eprintln!(
+            "warning: {} does not look like a release build; the figures would not mean much",
+            hermes.display()
+        );
+    }
+
+    let engine = Engine::connect().await.map_err(|e| {
+        anyhow::anyhow!(
+            "no Docker engine answers: {e}\n`bash scripts/test` installs docker.io, starts dockerd and builds the test image"
+        )
+    })?;
+    let docker = engine.docker();
+    let info = docker.info().await.context("docker info")?;
+    let version = docker.version().await.context("docker version")?;
+    println!(
+        "hermes Docker benchmark: engine {} (API {}), storage {}, {} CPUs, {}",
+        version.version.as_deref().unwrap_or("?"),
+        version.api_version.as_deref().unwrap_or("?"),
+        info.driver.as_deref().unwrap_or("?"),
+        info.ncpu.unwrap_or(0),
+        info.operating_system.as_deref().unwrap_or("?"),
+    );
+    let image = hermes_tests::test_image();
+    match docker.inspect_image(&image).await {
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => anyhow::bail!(
+            "the test image {image} is missing: `bash scripts/test` builds it (or set {} to another image)",
+            hermes_tests::TEST_IMAGE_ENV
+        ),
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("inspecting image {image}"))),
+    }
+    let cli = Cmd::new("docker").args(["version", "--format", "{{.Server.APIVersion}}"]);
+    match cli.output().await {
+        Ok(ran) if ran.code == Some(0) => {}
+        Ok(ran) => anyhow::bail!(
+            "the Docker CLI cannot reach the engine: {}",
+            ran.stderr.trim()
+        ),
+        Err(e) => anyhow::bail!(
+            "the Docker CLI (`docker`) is needed for the baselines: {e:#}; `bash scripts/test` installs docker.io"
+        ),
+    }
+    println!("hermes: {}; image: {image}", hermes.display());
+
+    let home = tempfile::Builder::new()
+        .prefix("hermes-bench-")
+        .tempdir()
+        .context("creating a temporary HERMES_HOME")?;
+    let text = format!("terminal:\n  backend: docker\n  docker_image: {image}\n");
+    std::fs::write(home.path().join("config.yaml"), &text).context("writing config.yaml")?;
+    let config = hermes_model::config::load(&text)
+        .map_err(|e| anyhow::anyhow!("{}", e.render("config.yaml")))?
+        .config;
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let profile = format!("hbench-{:x}{:04x}", std::process::id(), nanos & 0xffff);
+    let prefix = format!("hermes-{profile}-");
+    Ok(Bench {
+        engine,
+        hermes,
+        home,
+        config,
+        profile,
+        prefix,
+    })
+}
+
+async fn run_parts(bench: &Bench, args: &Args) -> anyhow::Result<Vec<Check>> {
+    let mut checks = Vec::new();
+    println!(
+        "{} runs of each side, interleaved, after {} warm-up runs; profile {}",
+        args.runs, args.warmup, bench.profile
+    );
+    // The sandbox, made the way a user makes it; then the pass must be a
+    // no-op.
+    let made = bench.hermes(["reconcile"]).output().await?;
+    anyhow::ensure!(
+        made.code == Some(0),
+        "`hermes reconcile` exited with {:?}:\n{}{}",
+        made.code,
+        made.stdout,
+        made.stderr
+    );
+    expect_no_op(bench).await?;
+    let sandbox = bench
+        .engine
+        .find(&bench.key())
+        .await?
+        .context("the sandbox is not there after `hermes reconcile`")?;
+
+    if args.wants(Part::Exec) {
+        checks.push(exec(bench, args, &sandbox.id).await?);
+    }
+    if args.wants(Part::Reattach) {
+        checks.push(reattach(bench, args, &sandbox.id).await?);
+    }
+    if args.wants(Part::Reconcile) {
+        checks.push(reconcile(bench, args).await?);
+    }
+    Ok(checks)
+}
+
+/// `hermes reconcile --dry-run` must exit 0: nothing to do.
+async fn expect_no_op(bench: &Bench) -> anyhow::Result<()> {
+    let dry = bench.hermes(["reconcile", "--dry-run"]).output().await?;
+    if dry.code != Some(0) {
+        let plan: Vec<&str> = dry.stdout.lines().take(20).collect();
+        anyhow::bail!(
+            "`hermes reconcile --dry-run` exited with {:?} instead of 0 (no-op):\n{}\n{}",
+            dry.code,
+            plan.join("\n"),
+            dry.stderr.trim()
+        );
+    }
+    Ok(())
+}
+
+/// Times `a` and `b` alternately (ABBA), after `warmup` runs of each.
+async fn interleave(a: &Cmd, b: &Cmd, args: &Args) -> anyhow::Result<(Samples, Samples)> {
+    for _ in 0..args.warmup() {
+        a.time().await?;
+        b.time().await?;
+    }
+    let mut sa = Samples::with_capacity(args.runs());
+    let mut sb = Samples::with_capacity(args.runs());
+    for i in 0..args.runs() {
+        if i % 2 == 0 {
+            sa.push(a.time().await?);
+            sb.push(b.time().await?);
+        } else {
+            sb.push(b.time().await?);
+            sa.push(a.time().await?);
+        }
+    }
+    Ok((sa, sb))
+}
+
+async fn exec(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Check> {
+    println!();
+    println!("1. warm exec of `true` in the running sandbox");
+    let hermes = bench.hermes(["exec", "--", "true"]);
+    let docker = Cmd::new("docker").args(["exec", id, "true"]);
+    let (h, d) = interleave(&hermes, &docker, args).await?;
+    let r = ratio(h.p50(), d.p50());
+    println!("{}", header());
+    println!("{}", row("hermes exec -- true", &h));
+    println!("{}", row("docker exec <id> true (CLI)", &d));
+    println!("  ratio of the p50s: {r:.2} (target ≤ {EXEC_TARGET})");
+
+    breakdown(bench, args, id).await?;
+    Ok(Check {
+        name: "warm exec: hermes / docker CLI, p50",
+        figure: format!("{r:.2} (≤ {EXEC_TARGET})"),
+        met: r <= EXEC_TARGET,
+    })
+}
+
+/// Where the time of one `hermes exec -- true` goes, part by part, and the
+/// Docker CLI's own start for comparison.
+async fn breakdown(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<()> {
+    let start = bench.hermes(["config", "path"]);
+    let cli_start = Cmd::new("docker").arg("--version");
+    let request = ExecRequest {
+        cmd: vec!["true".to_string()],
+        env: Vec::new(),
+        cwd: None,
+        timeout: Duration::from_secs(60),
+    };
+    let key = bench.key();
+    let mut s_start = Samples::with_capacity(args.runs());
+    let mut s_cli = Samples::with_capacity(args.runs());
+    let mut s_connect = Samples::with_capacity(args.runs());
+    let mut s_find = Samples::with_capacity(args.runs());
+    let mut s_exec = Samples::with_capacity(args.runs());
+    for i in 0..args.warmup() + args.runs() {
+        let measured = i >= args.warmup();
+        let t_start = start.time().await?;
+        let t_cli = cli_start.time().await?;
+        let t0 = Instant::now();
+        let engine = Engine::connect().await?;
+        let t_connect = t0.elapsed();
+        let t1 = Instant::now();
+        let found = engine.find(&key).await?;
+        let t_find = t1.elapsed();
+        anyhow::ensure!(found.is_some(), "the sandbox went away");
+        let t2 = Instant::now();
+        let outcome = engine
+            .exec(id, &request, tokio::io::sink(), tokio::io::sink())
+            .await?;
+        let t_exec = t2.elapsed();
+        anyhow::ensure!(
+            outcome.exit_code == 0,
+            "`true` exited with {}",
+            outcome.exit_code
+        );
+        if measured {
+            s_start.push(t_start);
+            s_cli.push(t_cli);
+            s_connect.push(t_connect);
+            s_find.push(t_find);
+            s_exec.push(t_exec);
+        }
+    }
+    println!("  where one `hermes exec -- true` spends its time:");
+    println!("{}", row("process start (`hermes config path`)", &s_start));
+    println!(
+        "{}",
+        row("Engine::connect (API version negotiated)", &s_connect)
+    );
+    println!("{}", row("Engine::find (inspect by name)", &s_find));
+    println!(
+        "{}",
+        row("Engine::exec (create, start, stream, inspect)", &s_exec)
+    );
+    println!(
+        "{}",
+        row("for comparison: `docker --version` (CLI start)", &s_cli)
+    );
+    Ok(())
+}
+
+async fn reattach(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Check> {
+    println!();
+    println!("2. reattach: Engine::find of the running sandbox, engine connected");
+    let key = bench.key();
+    let runs = args.runs().max(50);
+    let mut s = Samples::with_capacity(runs);
+    for i in 0..args.warmup() + runs {
+        let t = Instant::now();
+        let found = bench.engine.find(&key).await?;
+        let elapsed = t.elapsed();
+        match found {
+            Some(c) if c.id == id => {}
+            other => anyhow::bail!(
+                "find returned {:?} instead of the sandbox {id}",
+                other.map(|c| c.id)
+            ),
+        }
+        if i >= args.warmup() {
+            s.push(elapsed);
+        }
+    }
+    println!("{}", header());
+    println!("{}", row("Engine::find(&SandboxKey)", &s));
+    println!("  p50 {} (target < {})", Ms(s.p50()), Ms(REATTACH_TARGET));
+    Ok(Check {
+        name: "reattach: Engine::find, p50",
+        figure: format!("{} (< {})", Ms(s.p50()), Ms(REATTACH_TARGET)),
+        met: s.p50() < REATTACH_TARGET,
+    })
+}
+
+async fn reconcile(bench: &Bench, args: &Args) -> anyhow::Result<Check> {
+    println!();
+    let n = args.containers as usize;
+    println!(
+        "3. no-op `hermes reconcile --dry-run` with {n} labelled containers present (created, not started)"
+    );
+    let specs = fleet::specs(
+        &bench.config,
+        bench.home.path(),
+        &bench.profile,
+        &bench.prefix,
+        n,
+    )?;
+    let t = Instant::now();
+    let ids = fleet::create(&bench.engine, &specs, args.concurrency()).await?;
+    let took = t.elapsed();
+    let ours = fleet::list(&bench.engine, &bench.prefix).await?.len();
+    anyhow::ensure!(
+        ours == n + 1,
+        "{ours} containers named {}* instead of {}",
+        bench.prefix,
+        n + 1
+    );
+    let labelled = Cmd::new("docker")
+        .args(["ps", "-aq", "--filter", "label=hermes-agent=1"])
+        .output()
+        .await?
+        .stdout
+        .lines()
+        .count();
+    println!(
+        "  created {n} in {:.1}s ({} at a time); {labelled} labelled containers on the engine",
+        took.as_secs_f64(),
+        args.concurrency
+    );
+    // They must not make the pass do anything.
+    expect_no_op(bench).await?;
+
+    let hermes = bench.hermes(["reconcile", "--dry-run"]);
+    let docker = Cmd::new("docker").args(["ps", "-a", "--filter", "label=hermes-agent=1"]);
+    let (h, d) = interleave(&hermes, &docker, args).await?;
+    let r = ratio(h.p50(), d.p50());
+    println!("{}", header());
+    println!("{}", row("hermes reconcile --dry-run (exit 0)", &h));
+    println!("{}", row("docker ps -a --filter label=hermes-agent=1", &d));
+    println!("  ratio of the p50s: {r:.2} (target ≤ {RECONCILE_TARGET})");
+
+    let t = Instant::now();
+    let removed = fleet::remove(&bench.engine, ids, args.concurrency()).await?;
+    println!(
+        "  removed {removed} containers in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(Check {
+        name: "no-op reconcile --dry-run / docker ps, p50",
+        figure: format!("{r:.2} (≤ {RECONCILE_TARGET})"),
+        met: r <= RECONCILE_TARGET,
+    })
+}
