@@ -1,10 +1,13 @@
 //! Reading the Docker world: the containers labelled `hermes-agent=1`.
 //!
-//! [`Engine::observe`] costs one list call, plus one inspect for each
-//! container that ever started (for its start and finish times) and one
-//! `top` for each running one (for its process count). Containers still in
-//! `created` cost nothing beyond the list: a host with hundreds of them left
-//! behind by failed starts is observed in one round trip.
+//! [`Engine::observe_states`] costs one list call, plus one inspect for
+//! each container that ever started (for its start and finish times).
+//! Containers still in `created` cost nothing beyond the list: a host with
+//! hundreds of them left behind by failed starts is observed in one round
+//! trip. [`Engine::observe`] adds one `top` for each running container (its
+//! process count), the slowest read there is: the engine runs `ps` on the
+//! host for it. [`Engine::count_processes`] reads it for chosen containers
+//! only, such as the ones a plan would recreate.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,10 +25,37 @@ const CONCURRENCY: usize = 16;
 
 impl Engine {
     /// Every container labelled `hermes-agent=1`, in any state, sorted by
-    /// name. A container removed between the list and its inspect is left
-    /// out; any other failure fails the whole observation (a partial view
-    /// must never look like "these containers are gone").
+    /// name, with the process count of every running one. A container
+    /// removed between the list and its inspect is left out; any other
+    /// failure fails the whole observation (a partial view must never look
+    /// like "these containers are gone").
     pub async fn observe(&self) -> Result<Vec<ObservedContainer>, DockerError> {
+        let (mut seen, main_pids) = self.list_and_inspect().await?;
+        let running = seen
+            .iter_mut()
+            .filter(|c| c.state == ContainerState::Running);
+        futures_util::stream::iter(running)
+            .for_each_concurrent(CONCURRENCY, |container| {
+                let main_pid = main_pids.get(&container.id).copied();
+                async move {
+                    container.processes = self.processes_of(container, main_pid).await;
+                }
+            })
+            .await;
+        Ok(seen)
+    }
+
+    /// As [`Engine::observe`], without the process counts (`processes` is
+    /// `None`): no `top` call.
+    pub async fn observe_states(&self) -> Result<Vec<ObservedContainer>, DockerError> {
+        Ok(self.list_and_inspect().await?.0)
+    }
+
+    /// The labelled containers, and the host pid of the first process of
+    /// each running one, by id.
+    async fn list_and_inspect(
+        &self,
+    ) -> Result<(Vec<ObservedContainer>, HashMap<String, i64>), DockerError> {
         let filters = HashMap::from([("label", vec![format!("{LABEL_AGENT}=1")])]);
         let options = ListContainersOptionsBuilder::default()
             .all(true)
@@ -49,14 +79,42 @@ impl Engine {
                 to_complete.push(container);
             }
         }
-        let completed: Vec<Option<ObservedContainer>> = futures_util::stream::iter(to_complete)
-            .map(|container| self.complete(container))
-            .buffer_unordered(CONCURRENCY)
-            .try_collect()
-            .await?;
-        seen.extend(completed.into_iter().flatten());
+        let completed: Vec<Option<(ObservedContainer, Option<i64>)>> =
+            futures_util::stream::iter(to_complete)
+                .map(|container| self.complete(container))
+                .buffer_unordered(CONCURRENCY)
+                .try_collect()
+                .await?;
+        let mut main_pids = HashMap::new();
+        for (container, main_pid) in completed.into_iter().flatten() {
+            if let Some(pid) = main_pid {
+                main_pids.insert(container.id.clone(), pid);
+            }
+            seen.push(container);
+        }
         seen.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
-        Ok(seen)
+        Ok((seen, main_pids))
+    }
+
+    /// Reads the process count of the running containers among `containers`
+    /// whose id is in `ids` (one inspect and one `top` each). Best effort: a
+    /// count that cannot be read stays `None`.
+    pub async fn count_processes(&self, containers: &mut [ObservedContainer], ids: &[&str]) {
+        let wanted = containers
+            .iter_mut()
+            .filter(|c| c.state == ContainerState::Running && ids.contains(&c.id.as_str()));
+        futures_util::stream::iter(wanted)
+            .for_each_concurrent(CONCURRENCY, |container| async move {
+                let main_pid = match self.docker.inspect_container(&container.id, None).await {
+                    Ok(info) => info.state.and_then(|s| s.pid),
+                    Err(e) => {
+                        tracing::debug!(container = %container.name, error = %e, "inspect failed");
+                        return;
+                    }
+                };
+                container.processes = self.processes_of(container, main_pid).await;
+            })
+            .await;
     }
 
     /// The sandbox of `key`, looked up by its deterministic name with one
@@ -79,12 +137,13 @@ impl Engine {
         Ok(Some(container))
     }
 
-    /// Adds what only inspect and top know to a container seen in the list.
-    /// `None` when the container went away in between.
+    /// Adds what only inspect knows to a container seen in the list, and
+    /// returns the host pid of its first process too. `None` when the
+    /// container went away in between.
     async fn complete(
         &self,
         mut container: ObservedContainer,
-    ) -> Result<Option<ObservedContainer>, DockerError> {
+    ) -> Result<Option<(ObservedContainer, Option<i64>)>, DockerError> {
         let info = match self.docker.inspect_container(&container.id, None).await {
             Ok(info) => info,
             Err(e) if is_not_found(&e) => return Ok(None),
@@ -96,16 +155,23 @@ impl Engine {
         container.state = inspected.state;
         container.started_at = inspected.started_at;
         container.finished_at = inspected.finished_at;
-        if container.state == ContainerState::Running {
-            container.processes = match self.docker.top_processes(&container.id, None).await {
-                Ok(top) => count_processes(&top, main_pid),
-                Err(e) => {
-                    tracing::debug!(container = %container.name, error = %e, "top failed");
-                    None
-                }
-            };
+        Ok(Some((container, main_pid)))
+    }
+
+    /// The processes of a running container besides its init and keeper
+    /// (`main_pid`: the host pid of its first process, the init).
+    async fn processes_of(
+        &self,
+        container: &ObservedContainer,
+        main_pid: Option<i64>,
+    ) -> Option<u32> {
+        match self.docker.top_processes(&container.id, None).await {
+            Ok(top) => count_processes(&top, main_pid),
+            Err(e) => {
+                tracing::debug!(container = %container.name, error = %e, "top failed");
+                None
+            }
         }
-        Ok(Some(container))
     }
 }
 
