@@ -55,6 +55,18 @@ fn reconcile_creates_reattaches_and_recreates_keeping_the_workspace() {
         "echo $GREETING > /workspace/marker",
     ]);
     assert_eq!(write.code, 0, "{write:?}");
+    // A command left running: the recreate says it stops it.
+    let background = std::process::Command::new("docker")
+        .args([
+            "exec",
+            "-d",
+            &format!("hermes-{profile}-default"),
+            "sleep",
+            "1000",
+        ])
+        .output()
+        .unwrap();
+    assert!(background.status.success(), "{background:?}");
 
     assert_eq!(
         hermes(&["config", "set", "terminal.container_memory", "1024"]).code,
@@ -66,7 +78,10 @@ fn reconcile_creates_reattaches_and_recreates_keeping_the_workspace() {
     assert_eq!(plan["operations"][0]["action"], "recreate");
     let cause = plan["operations"][0]["cause"].as_str().unwrap();
     assert!(cause.starts_with("spec changed: "), "{cause}");
-    assert!(cause.ends_with("/workspace and /root are kept"), "{cause}");
+    assert!(
+        cause.ends_with("; stops 1 running process; /workspace and /root are kept"),
+        "{cause}"
+    );
     assert_eq!(hermes(&["reconcile"]).code, 0);
     assert_eq!(hermes(&["reconcile", "--dry-run"]).code, 0);
 
