@@ -341,8 +341,9 @@ async fn run_parts(bench: &Bench, args: &Args) -> anyhow::Result<Vec<Check>> {
     Ok(checks)
 }
 
-/// `hermes reconcile --dry-run` must exit 0: nothing to do.
-async fn expect_no_op(bench: &Bench) -> anyhow::Result<()> {
+/// `hermes reconcile --dry-run` must exit 0: nothing to do. Returns the
+/// plan's last line.
+async fn expect_no_op(bench: &Bench) -> anyhow::Result<String> {
     let dry = bench.hermes(["reconcile", "--dry-run"]).output().await?;
     if dry.code != Some(0) {
         let plan: Vec<&str> = dry.stdout.lines().take(20).collect();
@@ -353,7 +354,7 @@ async fn expect_no_op(bench: &Bench) -> anyhow::Result<()> {
             dry.stderr.trim()
         );
     }
-    Ok(())
+    Ok(dry.stdout.lines().last().unwrap_or_default().to_string())
 }
 
 /// Times `a` and `b` alternately (ABBA), after `warmup` runs of each.
@@ -388,7 +389,18 @@ async fn exec(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Check> {
     println!("{}", row("docker exec <id> true (CLI)", &d));
     println!("  ratio of the p50s: {r:.2} (target ≤ {EXEC_TARGET})");
 
-    breakdown(bench, args, id).await?;
+    let engine_exec = breakdown(bench, args, id).await?;
+    println!(
+        "  hermes's own part: {} of {}; the CLI's: {} of {}",
+        Ms(h.p50().saturating_sub(engine_exec)),
+        Ms(h.p50()),
+        Ms(d.p50().saturating_sub(engine_exec)),
+        Ms(d.p50()),
+    );
+    println!(
+        "  a client costing nothing would score {:.2}: the engine's exec over the CLI's whole run",
+        ratio(engine_exec, d.p50())
+    );
     Ok(Check {
         name: "warm exec: hermes / docker CLI, p50",
         figure: format!("{r:.2} (≤ {EXEC_TARGET})"),
@@ -397,8 +409,9 @@ async fn exec(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Check> {
 }
 
 /// Where the time of one `hermes exec -- true` goes, part by part, and the
-/// Docker CLI's own start for comparison.
-async fn breakdown(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<()> {
+/// Docker CLI's own start for comparison. Returns the p50 of the engine's
+/// part, the exec itself, which both sides wait for.
+async fn breakdown(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Duration> {
     let start = bench.hermes(["config", "path"]);
     let cli_start = Cmd::new("docker").arg("--version");
     let request = ExecRequest {
@@ -457,7 +470,7 @@ async fn breakdown(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<()> {
         "{}",
         row("for comparison: `docker --version` (CLI start)", &s_cli)
     );
-    Ok(())
+    Ok(s_exec.p50())
 }
 
 async fn reattach(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Check> {
@@ -527,7 +540,8 @@ async fn reconcile(bench: &Bench, args: &Args) -> anyhow::Result<Check> {
         args.concurrency
     );
     // They must not make the pass do anything.
-    expect_no_op(bench).await?;
+    let footer = expect_no_op(bench).await?;
+    println!("  `hermes reconcile --dry-run` exits 0: {footer}");
 
     let hermes = bench.hermes(["reconcile", "--dry-run"]);
     let docker = Cmd::new("docker").args(["ps", "-a", "--filter", "label=hermes-agent=1"]);
