@@ -1,7 +1,7 @@
-//! The labelled containers the reconcile benchmark needs present: created
-//! through the engine exactly as hermes creates sandboxes (same labels, a
-//! spec hash), never started, all named with the run's unique prefix, and
-//! removed by that prefix at the end.
+//! The labelled containers the reconcile benchmark needs present: other
+//! profiles' sandboxes, created through the engine exactly as hermes
+//! creates them (same labels, a spec hash), never started, all named with
+//! the run's unique prefix, and removed by that prefix at the end.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,14 +11,18 @@ use bollard::query_parameters::ListContainersOptionsBuilder;
 use futures_util::{StreamExt, TryStreamExt};
 use hermes_backends::docker::{CreateOutcome, Engine};
 use hermes_model::config::Config;
-use hermes_model::sandbox::{LABEL_AGENT, SandboxKey, SandboxSpec, parse_extra_args};
+use hermes_model::desired::{DEFAULT_TASK, Desired, HostEnv};
+use hermes_model::sandbox::{LABEL_AGENT, SandboxSpec};
 
-/// The sandboxes of other tasks and other profiles, as `count` specs.
-///
-/// Even indexes are other tasks of the active `profile` (the plan reports
-/// them "not desired, kept"), odd ones the `default` task of other profiles
-/// (the plan leaves them alone): either way nothing to do, so the no-op
-/// dry-run stays a no-op. Every name starts with `prefix`.
+/// How many tasks each other profile has in the fleet.
+const TASKS_PER_PROFILE: usize = 5;
+
+/// `count` sandboxes of other profiles, as hermes would make them for
+/// those profiles: their warm `default` task and on-demand tasks `t1`…`t4`,
+/// profiles `<profile>-p000`, `<profile>-p001`, … The planners never look
+/// at another profile's containers, so they leave the no-op dry-run a no-op
+/// (the active profile's own containers left in `created` would be stuck
+/// creations to remove). Every name starts with `prefix`.
 pub fn specs(
     config: &Config,
     home: &Path,
@@ -26,22 +30,28 @@ pub fn specs(
     prefix: &str,
     count: usize,
 ) -> anyhow::Result<Vec<SandboxSpec>> {
-    let extra = parse_extra_args(&config.terminal.docker_extra_args)
-        .map_err(|e| anyhow::anyhow!("docker_extra_args: {e}"))?;
     let mut out = Vec::with_capacity(count);
-    for i in 0..count {
-        let key = if i % 2 == 0 {
-            SandboxKey::persistent(profile, &format!("t{i:04}"))
-        } else {
-            SandboxKey::persistent(&format!("{profile}-p{i:04}"), "default")
-        };
-        let spec = SandboxSpec::persistent(config, key, home, &[], &extra);
-        anyhow::ensure!(
-            spec.name.starts_with(prefix),
-            "container name {} does not start with the run's prefix {prefix}",
-            spec.name
-        );
-        out.push(spec);
+    for p in 0..count.div_ceil(TASKS_PER_PROFILE) {
+        let other = format!("{profile}-p{p:03}");
+        let desired = Desired::build(config.clone(), &other, home, &HostEnv::default())
+            .map_err(|e| anyhow::anyhow!("profile {other}: {e}"))?;
+        for t in 0..TASKS_PER_PROFILE {
+            if out.len() == count {
+                break;
+            }
+            let task = if t == 0 {
+                DEFAULT_TASK.to_string()
+            } else {
+                format!("t{t}")
+            };
+            let spec = desired.sandbox_for_task(&task);
+            anyhow::ensure!(
+                spec.name.starts_with(prefix),
+                "container name {} does not start with the run's prefix {prefix}",
+                spec.name
+            );
+            out.push(spec);
+        }
     }
     Ok(out)
 }

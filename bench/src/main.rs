@@ -8,8 +8,8 @@
 //! 2. reattach: finding the sandbox through the library
 //!    ([`Engine::find`]) with a connected engine; target: p50 < 5 ms.
 //! 3. no-op `hermes reconcile --dry-run` with 500 labelled containers
-//!    present (created, never started: other tasks of the active profile
-//!    and other profiles' sandboxes, so the plan stays a no-op) against
+//!    present (created, never started: the sandboxes of 100 other
+//!    profiles, which the plan leaves alone, so it stays a no-op) against
 //!    `docker ps -a --filter label=hermes-agent=1` through the CLI; target:
 //!    p50 ratio ≤ 1.0.
 //!

@@ -24,8 +24,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hermes_model::action::Action;
 use hermes_model::config::Backend;
 use hermes_model::desired::{DEFAULT_TASK, Desired};
-use hermes_model::observed::Observed;
+use hermes_model::observed::{ContainerState, Observed};
 use hermes_model::plan::{Op, Plan, Target};
+use hermes_model::sandbox::sanitize;
 
 /// The plan of a whole host.
 pub type HostPlan = Plan<Action>;
@@ -65,6 +66,28 @@ pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> Host
         }
     }
     Plan::new(ops)
+}
+
+/// The running containers (by id) whose process count a plan reads: those
+/// of the active profile, except each warm sandbox that is exactly as
+/// desired (its name and spec hash), which is neither recreated (the count
+/// phrases what a recreate stops) nor reaped (the count says whether it is
+/// idle). Reading a count costs a `top`, the engine's slowest read, so a
+/// pass asks for these only.
+pub fn processes_needed(desired: &Desired, observed: &Observed) -> Vec<String> {
+    let profile = sanitize(&desired.profile);
+    observed
+        .containers
+        .iter()
+        .filter(|c| c.state == ContainerState::Running && c.profile() == Some(profile.as_str()))
+        .filter(|c| {
+            !desired
+                .sandboxes
+                .iter()
+                .any(|spec| spec.name == c.name && c.spec_hash() == Some(spec.hash()))
+        })
+        .map(|c| c.id.clone())
+        .collect()
 }
 
 /// Seconds since the Unix epoch; times before it read as 0.
@@ -115,6 +138,93 @@ mod tests {
         let plan = plan_all(&desired, &Observed::default(), SystemTime::UNIX_EPOCH);
         assert!(!plan.is_pending());
         assert_eq!(plan.to_string(), "No changes. The host is converged.");
+    }
+
+    #[test]
+    fn process_counts_are_read_only_where_the_plan_reads_them() {
+        use std::collections::BTreeMap;
+
+        use hermes_model::observed::ObservedContainer;
+        use hermes_model::sandbox::{LABEL_AGENT, LABEL_PROFILE, LABEL_SPEC_HASH, LABEL_TASK};
+
+        let desired = Desired::build(
+            load("terminal:\n  backend: docker\n").unwrap().config,
+            "default",
+            Path::new("/h"),
+            &HostEnv::default(),
+        )
+        .unwrap();
+        let warm = &desired.sandboxes[0];
+        let c = |id: &str, name: &str, profile: &str, hash: &str, state| {
+            let task = name.rsplit('-').next().unwrap();
+            let labels: BTreeMap<String, String> = [
+                (LABEL_AGENT, "1"),
+                (LABEL_PROFILE, profile),
+                (LABEL_TASK, task),
+                (LABEL_SPEC_HASH, hash),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+            ObservedContainer {
+                id: id.to_string(),
+                name: name.to_string(),
+                labels,
+                state,
+                created: 0,
+                started_at: None,
+                finished_at: None,
+                processes: None,
+            }
+        };
+        let observed = Observed {
+            containers: vec![
+                // The warm sandbox as desired: neither recreated nor reaped.
+                c(
+                    "current",
+                    &warm.name,
+                    "default",
+                    warm.hash(),
+                    ContainerState::Running,
+                ),
+                // Drifted: a recreate says what it stops.
+                c(
+                    "drifted",
+                    &warm.name,
+                    "default",
+                    "0123456789ab",
+                    ContainerState::Running,
+                ),
+                // Another task's, made on demand: may be reaped when idle.
+                c(
+                    "other-task",
+                    "hermes-default-t1",
+                    "default",
+                    warm.hash(),
+                    ContainerState::Running,
+                ),
+                // Not running, or another profile's: never read.
+                c(
+                    "created",
+                    "hermes-default-t2",
+                    "default",
+                    warm.hash(),
+                    ContainerState::Created,
+                ),
+                c(
+                    "other-profile",
+                    "hermes-p-default",
+                    "p",
+                    warm.hash(),
+                    ContainerState::Running,
+                ),
+            ],
+            ..Observed::default()
+        };
+        assert_eq!(
+            processes_needed(&desired, &observed),
+            ["drifted", "other-task"]
+        );
     }
 
     #[test]

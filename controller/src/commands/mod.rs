@@ -15,10 +15,36 @@ use hermes_model::observed::Observed;
 use crate::activity::Activity;
 use crate::home::Home;
 
-/// Everything a pass sees: the labelled containers (one list call, plus
-/// inspect and top where the plan needs them) and the activity records.
+/// Everything there is to see: the labelled containers (one list call,
+/// plus an inspect for each that ever started and a `top` for each running
+/// one) and the activity records.
 pub async fn observe(engine: &Engine, home: &Home) -> anyhow::Result<Observed> {
     let containers = engine.observe().await?;
+    with_activity(containers, home)
+}
+
+/// What a pass planning `desired` sees: as [`observe`], but the process
+/// counts (a `top` each, the engine's slowest read) only of the containers
+/// whose count the plan reads ([`hermes_reconcilers::processes_needed`]).
+pub async fn observe_for(
+    engine: &Engine,
+    home: &Home,
+    desired: &Desired,
+) -> anyhow::Result<Observed> {
+    let containers = engine.observe_states().await?;
+    let mut observed = with_activity(containers, home)?;
+    let needed = hermes_reconcilers::processes_needed(desired, &observed);
+    if !needed.is_empty() {
+        let ids: Vec<&str> = needed.iter().map(String::as_str).collect();
+        engine.count_processes(&mut observed.containers, &ids).await;
+    }
+    Ok(observed)
+}
+
+fn with_activity(
+    containers: Vec<hermes_model::observed::ObservedContainer>,
+    home: &Home,
+) -> anyhow::Result<Observed> {
     let activity = Activity::new(home)
         .read_all()
         .context("reading the sandboxes' activity records")?;

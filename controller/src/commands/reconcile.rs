@@ -15,7 +15,7 @@ use hermes_model::observed::Observed;
 use crate::activity::Activity;
 use crate::apply::{ApplyOptions, apply};
 use crate::cli::{Output, ReconcileArgs};
-use crate::commands::{load_for_pass, observe};
+use crate::commands::{load_for_pass, observe_for};
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
@@ -29,7 +29,7 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     }
     let engine = connect(desired.backend()).await?;
     let observed = match &engine {
-        Some(engine) => observe(engine, home).await?,
+        Some(engine) => observe_for(engine, home, &desired).await?,
         None => Observed::default(),
     };
     let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
@@ -69,7 +69,7 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     };
     let applied = apply(&engine, &plan, &activity, options).await;
     // Observe again: what the host looks like now, not what we hoped.
-    let after = observe(&engine, home).await?;
+    let after = observe_for(&engine, home, &desired).await?;
     forget_removed(&activity, &after);
     let remaining = hermes_reconcilers::plan_all(&desired, &after, SystemTime::now());
     if args.output == Output::Text {
