@@ -28,7 +28,7 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::activity::Activity;
 use crate::apply::{ApplyOptions, apply};
-use crate::commands::{load_for_pass, observe};
+use crate::commands::{load_for_pass, observe_for};
 use crate::home::Home;
 
 use self::backoff::Backoff;
@@ -229,7 +229,7 @@ impl Controller {
             self.finish(started, now, errors, Vec::new());
             return;
         };
-        let observed = match observe(&engine, &self.home).await {
+        let observed = match observe_for(&engine, &self.home, &desired).await {
             Ok(observed) => observed,
             Err(e) => {
                 self.engine_failed(&format!("{e:#}"));
