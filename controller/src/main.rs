@@ -11,6 +11,7 @@ mod daemon;
 mod fsio;
 mod home;
 mod metrics;
+mod redacting;
 
 use std::process::ExitCode;
 
@@ -21,8 +22,9 @@ use crate::home::Home;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
-    match run(cli) {
+    let home = Home::resolve(cli.home.clone());
+    init_tracing(cli.log_format, home.as_ref().ok());
+    match run(cli, home) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -31,8 +33,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let home = Home::resolve(cli.home)?;
+fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
+    let home = home?;
     let profile = cli
         .profile
         .or_else(|| {
@@ -72,14 +74,35 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn init_tracing(format: LogFormat) {
+/// Logs on stderr at `RUST_LOG`'s level (default warn), every line through
+/// the redactor unless `security.redact_secrets` is false.
+fn init_tracing(format: LogFormat, home: Option<&Home>) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let redactor = match home {
+        Some(home) if !redaction_off(home) => Some(std::sync::Arc::new(
+            hermes_model::redact::Redactor::new(redacting::known_secrets(home)),
+        )),
+        Some(_) => None,
+        None => Some(std::sync::Arc::new(hermes_model::redact::Redactor::new(
+            Vec::<String>::new(),
+        ))),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(redacting::RedactingLogs::new(redactor));
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
+}
+
+/// Whether config.yaml turns redaction off. A config that cannot be read
+/// keeps it on.
+fn redaction_off(home: &Home) -> bool {
+    commands::config::read_config_text(home)
+        .ok()
+        .flatten()
+        .and_then(|text| hermes_model::config::load(&text).ok())
+        .is_some_and(|loaded| !loaded.config.security.redact_secrets)
 }

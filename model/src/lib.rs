@@ -19,6 +19,8 @@ pub mod dotenv;
 pub mod edit;
 pub mod observed;
 pub mod plan;
+pub mod providers;
+pub mod redact;
 pub mod sandbox;
 pub mod schema;
 pub mod value;

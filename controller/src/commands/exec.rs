@@ -15,6 +15,7 @@
 //! timeout kills whole.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
@@ -23,12 +24,14 @@ use hermes_model::config::{self, Backend};
 use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Describe, Kind, Plan, Target};
+use hermes_model::redact::Redactor;
 
 use crate::activity::Activity;
 use crate::apply::apply_one;
 use crate::cli::ExecArgs;
 use crate::commands::load_desired;
 use crate::home::Home;
+use crate::redacting::{RedactingWriter, known_secrets};
 
 /// The exit code of a command that ran out of time, as `timeout(1)`.
 const TIMED_OUT: u8 = 124;
@@ -41,7 +44,7 @@ pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<E
     );
     let env = parse_env(&args.env)?;
     match desired.backend() {
-        Backend::Local => run_local(&args, &env, timeout).await,
+        Backend::Local => run_local(home, &desired, &args, &env, timeout).await,
         Backend::Docker => run_docker(home, &desired, &args, env, timeout).await,
         other => {
             anyhow::bail!("`hermes exec` on the {other} backend is not available in this build")
@@ -72,6 +75,8 @@ fn exit_code(code: i64) -> ExitCode {
 }
 
 async fn run_local(
+    home: &Home,
+    desired: &Desired,
     args: &ExecArgs,
     env: &[(String, String)],
     timeout: Duration,
@@ -88,10 +93,29 @@ async fn run_local(
     if let Some(cwd) = &args.cwd {
         cmd.current_dir(cwd);
     }
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot run {program}"))?;
-    match tokio::time::timeout(timeout, child.wait()).await {
+    let (mut out, mut err) = output_writers(home, desired);
+    let mut child_out = child.stdout.take().context("the command's stdout")?;
+    let mut child_err = child.stderr.take().context("the command's stderr")?;
+    let copy = async {
+        let (a, b) = tokio::join!(
+            tokio::io::copy(&mut child_out, &mut out),
+            tokio::io::copy(&mut child_err, &mut err)
+        );
+        a.and(b)
+    };
+    let run = async {
+        copy.await?;
+        child.wait().await
+    };
+    let result = tokio::time::timeout(timeout, run).await;
+    out.finish().await?;
+    err.finish().await?;
+    match result {
         Ok(status) => {
             let status = status?;
             Ok(exit_code(i64::from(
@@ -162,9 +186,10 @@ async fn run_docker(
                 Err(e) => return Err(e.into()),
             }
         }
-        let outcome = engine
-            .exec(&id, &request, tokio::io::stdout(), tokio::io::stderr())
-            .await;
+        let (mut out, mut err) = output_writers(home, desired);
+        let outcome = engine.exec(&id, &request, &mut out, &mut err).await;
+        out.finish().await?;
+        err.finish().await?;
         record(&activity, &spec.name);
         match outcome {
             Ok(outcome) if outcome.timed_out => return Ok(timed_out(timeout)),
@@ -177,6 +202,27 @@ async fn run_docker(
         }
     }
     anyhow::bail!("sandbox {} vanished twice; not retrying", spec.name)
+}
+
+/// Where a command's output goes: stdout and stderr, through the
+/// redactor unless `security.redact_secrets` is false (then with a
+/// warning).
+fn output_writers(
+    home: &Home,
+    desired: &Desired,
+) -> (Output<tokio::io::Stdout>, Output<tokio::io::Stderr>) {
+    let redactor = if desired.config.security.redact_secrets {
+        Some(Arc::new(Redactor::new(known_secrets(home))))
+    } else {
+        eprintln!(
+            "warning: security.redact_secrets is false: secrets in the output are shown in clear"
+        );
+        None
+    };
+    (
+        Output::new(tokio::io::stdout(), redactor.clone()),
+        Output::new(tokio::io::stderr(), redactor),
+    )
 }
 
 /// Records use of a sandbox; a failure costs the idle reaper's precision,
@@ -228,5 +274,63 @@ async fn ensure_sandbox(
     match engine.find(&spec.key).await? {
         Some(c) => Ok(c.id),
         None => anyhow::bail!("sandbox {} was not created", spec.name),
+    }
+}
+
+/// A command's output stream, redacted or not.
+#[derive(Debug)]
+enum Output<W> {
+    Redacted(RedactingWriter<W>),
+    Plain(W),
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> Output<W> {
+    fn new(inner: W, redactor: Option<Arc<Redactor>>) -> Output<W> {
+        match redactor {
+            Some(r) => Output::Redacted(RedactingWriter::new(inner, r)),
+            None => Output::Plain(inner),
+        }
+    }
+
+    /// Writes out what the redactor held back, and flushes.
+    async fn finish(&mut self) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        match self {
+            Output::Redacted(w) => w.finish().await,
+            Output::Plain(w) => w.flush().await,
+        }
+    }
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Output<W> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Output::Redacted(w) => std::pin::Pin::new(w).poll_write(cx, buf),
+            Output::Plain(w) => std::pin::Pin::new(w).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Output::Redacted(w) => std::pin::Pin::new(w).poll_flush(cx),
+            Output::Plain(w) => std::pin::Pin::new(w).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Output::Redacted(w) => std::pin::Pin::new(w).poll_shutdown(cx),
+            Output::Plain(w) => std::pin::Pin::new(w).poll_shutdown(cx),
+        }
     }
 }
