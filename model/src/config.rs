@@ -302,6 +302,120 @@ pub fn validate(root: &Node, errors: &mut Vec<Issue>, warnings: &mut Vec<Issue>)
         }
     }
     check_extra_args(root, errors);
+    check_egress_overrides(root, errors);
+}
+
+/// The variables through which a sandbox finds and trusts the egress
+/// proxy: hermes sets them, and config may not.
+pub const PROXY_VARIABLES: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "HERMES_EGRESS_PROXY",
+];
+
+/// The host name the sandbox reaches the proxy by.
+pub const PROXY_HOST_NAME: &str = "host.docker.internal";
+
+/// With the proxy enforced on Docker sandboxes (`proxy.enabled` and
+/// `proxy.enforce_on_docker`), config may not set the proxy variables, hand
+/// a provider key to the sandbox, or remap the proxy's host name: each
+/// such entry is an error naming its key.
+fn check_egress_overrides(root: &Node, errors: &mut Vec<Issue>) {
+    let flag = |section: &str, key: &str, default: bool| {
+        root.get(section)
+            .and_then(|s| s.value.get(key))
+            .map_or(default, |e| e.value.to_value() == Value::Bool(true))
+    };
+    if !(flag("proxy", "enabled", false) && flag("proxy", "enforce_on_docker", true)) {
+        return;
+    }
+    let Some(terminal) = root.get("terminal") else {
+        return;
+    };
+    let why = |name: &str| -> Option<String> {
+        if PROXY_VARIABLES.contains(&name) {
+            Some(format!(
+                "`{name}` is set by hermes while the egress proxy is enforced (proxy.enforce_on_docker)"
+            ))
+        } else if crate::providers::key_variables().any(|v| v == name) {
+            Some(format!(
+                "`{name}` would hand the sandbox a real key; behind the egress proxy it gets a proxy token in {name} instead"
+            ))
+        } else {
+            None
+        }
+    };
+    if let Some(env) = terminal.value.get("docker_env") {
+        if let NodeKind::Map { entries, .. } = &env.value.kind {
+            for entry in entries {
+                if let Some(message) = why(&entry.key) {
+                    errors.push(Issue::new(
+                        format!("terminal.docker_env.{}", entry.key),
+                        entry.key_pos,
+                        message,
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(list) = terminal.value.get("docker_forward_env") {
+        if let NodeKind::Seq { items, .. } = &list.value.kind {
+            for (i, item) in items.iter().enumerate() {
+                if let Value::Str(name) = item.to_value() {
+                    if let Some(message) = why(&name) {
+                        errors.push(Issue::new(
+                            format!("terminal.docker_forward_env[{i}]"),
+                            item.start,
+                            message,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(list) = terminal.value.get("docker_extra_args") {
+        if let NodeKind::Seq { items, .. } = &list.value.kind {
+            let texts: Vec<Option<String>> = items
+                .iter()
+                .map(|item| match item.to_value() {
+                    Value::Str(s) => Some(s),
+                    _ => None,
+                })
+                .collect();
+            for (i, text) in texts.iter().enumerate() {
+                let Some(text) = text else { continue };
+                let (option, value) = match text.split_once('=') {
+                    Some((o, v)) if o.starts_with('-') => (o, Some(v.to_string())),
+                    _ => (text.as_str(), texts.get(i + 1).cloned().flatten()),
+                };
+                let Some(value) = value else { continue };
+                let message = match option {
+                    "-e" | "--env" => why(value.split('=').next().unwrap_or_default()),
+                    "--add-host" if value.split(':').next() == Some(PROXY_HOST_NAME) => Some(format!(
+                        "`{PROXY_HOST_NAME}` is the egress proxy's address, set by hermes while the proxy is enforced"
+                    )),
+                    _ => None,
+                };
+                if let Some(message) = message {
+                    errors.push(Issue::new(
+                        format!("terminal.docker_extra_args[{i}]"),
+                        items[i].start,
+                        message,
+                    ));
+                }
+            }
+        }
+    }
 }
 
 fn unknown_key<'a>(path: &str, pos: Pos, known: impl IntoIterator<Item = &'a str>) -> Issue {
