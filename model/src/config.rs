@@ -394,9 +394,10 @@ fn check_egress_overrides(root: &Node, errors: &mut Vec<Issue>) {
                 .collect();
             for (i, text) in texts.iter().enumerate() {
                 let Some(text) = text else { continue };
-                let (option, value) = match text.split_once('=') {
-                    Some((o, v)) if o.starts_with('-') => (o, Some(v.to_string())),
-                    _ => (text.as_str(), texts.get(i + 1).cloned().flatten()),
+                // The error points at the item holding the value.
+                let (option, value, at) = match text.split_once('=') {
+                    Some((o, v)) if o.starts_with('-') => (o, Some(v.to_string()), i),
+                    _ => (text.as_str(), texts.get(i + 1).cloned().flatten(), i + 1),
                 };
                 let Some(value) = value else { continue };
                 let message = match option {
@@ -408,8 +409,8 @@ fn check_egress_overrides(root: &Node, errors: &mut Vec<Issue>) {
                 };
                 if let Some(message) = message {
                     errors.push(Issue::new(
-                        format!("terminal.docker_extra_args[{i}]"),
-                        items[i].start,
+                        format!("terminal.docker_extra_args[{at}]"),
+                        items[at].start,
                         message,
                     ));
                 }
