@@ -357,50 +357,98 @@ async fn expect_no_op(bench: &Bench) -> anyhow::Result<String> {
     Ok(dry.stdout.lines().last().unwrap_or_default().to_string())
 }
 
-/// Times `a` and `b` alternately (ABBA), after `warmup` runs of each.
-async fn interleave(a: &Cmd, b: &Cmd, args: &Args) -> anyhow::Result<(Samples, Samples)> {
-    for _ in 0..args.warmup() {
-        a.time().await?;
-        b.time().await?;
-    }
-    let mut sa = Samples::with_capacity(args.runs());
-    let mut sb = Samples::with_capacity(args.runs());
-    for i in 0..args.runs() {
-        if i % 2 == 0 {
-            sa.push(a.time().await?);
-            sb.push(b.time().await?);
-        } else {
-            sb.push(b.time().await?);
-            sa.push(a.time().await?);
+/// One thing to time: a run of a program, or an exec through the library.
+enum Probe<'a> {
+    Run(Cmd),
+    Exec {
+        engine: &'a Engine,
+        id: &'a str,
+        request: ExecRequest,
+    },
+}
+
+impl Probe<'_> {
+    async fn time(&self) -> anyhow::Result<Duration> {
+        match self {
+            Probe::Run(cmd) => cmd.time().await,
+            Probe::Exec {
+                engine,
+                id,
+                request,
+            } => {
+                let started = Instant::now();
+                let outcome = engine
+                    .exec(id, request, tokio::io::sink(), tokio::io::sink())
+                    .await?;
+                let elapsed = started.elapsed();
+                anyhow::ensure!(
+                    outcome.exit_code == 0,
+                    "{:?} exited with {}",
+                    request.cmd,
+                    outcome.exit_code
+                );
+                Ok(elapsed)
+            }
         }
     }
-    Ok((sa, sb))
+}
+
+/// Times every probe once a round, in an order that rotates from round to
+/// round (AB, BA, … for two), after `warmup` unmeasured rounds.
+async fn interleave(probes: &[Probe<'_>], args: &Args) -> anyhow::Result<Vec<Samples>> {
+    let n = probes.len();
+    let mut samples = vec![Samples::with_capacity(args.runs()); n];
+    for round in 0..args.warmup() + args.runs() {
+        for k in 0..n {
+            let i = (round + k) % n;
+            let t = probes[i].time().await?;
+            if round >= args.warmup() {
+                samples[i].push(t);
+            }
+        }
+    }
+    Ok(samples)
 }
 
 async fn exec(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Check> {
     println!();
     println!("1. warm exec of `true` in the running sandbox");
-    let hermes = bench.hermes(["exec", "--", "true"]);
-    let docker = Cmd::new("docker").args(["exec", id, "true"]);
-    let (h, d) = interleave(&hermes, &docker, args).await?;
+    let probes = [
+        Probe::Run(bench.hermes(["exec", "--", "true"])),
+        Probe::Run(Cmd::new("docker").args(["exec", id, "true"])),
+        // The part both sides wait for: the engine's exec (create, start,
+        // output until its end, exit code), measured in the same rounds.
+        Probe::Exec {
+            engine: &bench.engine,
+            id,
+            request: ExecRequest {
+                cmd: vec!["true".to_string()],
+                env: Vec::new(),
+                cwd: None,
+                timeout: Duration::from_secs(60),
+            },
+        },
+    ];
+    let samples = interleave(&probes, args).await?;
+    let [h, d, e] = [&samples[0], &samples[1], &samples[2]];
     let r = ratio(h.p50(), d.p50());
     println!("{}", header());
-    println!("{}", row("hermes exec -- true", &h));
-    println!("{}", row("docker exec <id> true (CLI)", &d));
+    println!("{}", row("hermes exec -- true", h));
+    println!("{}", row("docker exec <id> true (CLI)", d));
     println!("  ratio of the p50s: {r:.2} (target ≤ {EXEC_TARGET})");
-
-    let engine_exec = breakdown(bench, args, id).await?;
+    println!();
+    println!("  where the time goes:");
+    println!("{}", row("the engine's exec, through the library", e));
     println!(
-        "  hermes's own part: {} of {}; the CLI's: {} of {}",
-        Ms(h.p50().saturating_sub(engine_exec)),
-        Ms(h.p50()),
-        Ms(d.p50().saturating_sub(engine_exec)),
-        Ms(d.p50()),
+        "  beyond it: hermes {}, the CLI {} (p50s)",
+        Ms(h.p50().saturating_sub(e.p50())),
+        Ms(d.p50().saturating_sub(e.p50())),
     );
     println!(
         "  a client costing nothing would score {:.2}: the engine's exec over the CLI's whole run",
-        ratio(engine_exec, d.p50())
+        ratio(e.p50(), d.p50())
     );
+    breakdown(bench, args).await?;
     Ok(Check {
         name: "warm exec: hermes / docker CLI, p50",
         figure: format!("{r:.2} (≤ {EXEC_TARGET})"),
@@ -408,24 +456,16 @@ async fn exec(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Check> {
     })
 }
 
-/// Where the time of one `hermes exec -- true` goes, part by part, and the
-/// Docker CLI's own start for comparison. Returns the p50 of the engine's
-/// part, the exec itself, which both sides wait for.
-async fn breakdown(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Duration> {
+/// hermes's own steps around the exec, one by one, and the Docker CLI's
+/// start for comparison.
+async fn breakdown(bench: &Bench, args: &Args) -> anyhow::Result<()> {
     let start = bench.hermes(["config", "path"]);
     let cli_start = Cmd::new("docker").arg("--version");
-    let request = ExecRequest {
-        cmd: vec!["true".to_string()],
-        env: Vec::new(),
-        cwd: None,
-        timeout: Duration::from_secs(60),
-    };
     let key = bench.key();
     let mut s_start = Samples::with_capacity(args.runs());
     let mut s_cli = Samples::with_capacity(args.runs());
     let mut s_connect = Samples::with_capacity(args.runs());
     let mut s_find = Samples::with_capacity(args.runs());
-    let mut s_exec = Samples::with_capacity(args.runs());
     for i in 0..args.warmup() + args.runs() {
         let measured = i >= args.warmup();
         let t_start = start.time().await?;
@@ -437,40 +477,27 @@ async fn breakdown(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Durat
         let found = engine.find(&key).await?;
         let t_find = t1.elapsed();
         anyhow::ensure!(found.is_some(), "the sandbox went away");
-        let t2 = Instant::now();
-        let outcome = engine
-            .exec(id, &request, tokio::io::sink(), tokio::io::sink())
-            .await?;
-        let t_exec = t2.elapsed();
-        anyhow::ensure!(
-            outcome.exit_code == 0,
-            "`true` exited with {}",
-            outcome.exit_code
-        );
         if measured {
             s_start.push(t_start);
             s_cli.push(t_cli);
             s_connect.push(t_connect);
             s_find.push(t_find);
-            s_exec.push(t_exec);
         }
     }
-    println!("  where one `hermes exec -- true` spends its time:");
-    println!("{}", row("process start (`hermes config path`)", &s_start));
     println!(
         "{}",
-        row("Engine::connect (API version negotiated)", &s_connect)
-    );
-    println!("{}", row("Engine::find (inspect by name)", &s_find));
-    println!(
-        "{}",
-        row("Engine::exec (create, start, stream, inspect)", &s_exec)
+        row("hermes: process start (`hermes config path`)", &s_start)
     );
     println!(
         "{}",
-        row("for comparison: `docker --version` (CLI start)", &s_cli)
+        row("hermes: Engine::connect (API version)", &s_connect)
     );
-    Ok(s_exec.p50())
+    println!("{}", row("hermes: Engine::find (inspect by name)", &s_find));
+    println!(
+        "{}",
+        row("CLI: `docker --version` (start, no engine)", &s_cli)
+    );
+    Ok(())
 }
 
 async fn reattach(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Check> {
@@ -543,13 +570,16 @@ async fn reconcile(bench: &Bench, args: &Args) -> anyhow::Result<Check> {
     let footer = expect_no_op(bench).await?;
     println!("  `hermes reconcile --dry-run` exits 0: {footer}");
 
-    let hermes = bench.hermes(["reconcile", "--dry-run"]);
-    let docker = Cmd::new("docker").args(["ps", "-a", "--filter", "label=hermes-agent=1"]);
-    let (h, d) = interleave(&hermes, &docker, args).await?;
+    let probes = [
+        Probe::Run(bench.hermes(["reconcile", "--dry-run"])),
+        Probe::Run(Cmd::new("docker").args(["ps", "-a", "--filter", "label=hermes-agent=1"])),
+    ];
+    let samples = interleave(&probes, args).await?;
+    let [h, d] = [&samples[0], &samples[1]];
     let r = ratio(h.p50(), d.p50());
     println!("{}", header());
-    println!("{}", row("hermes reconcile --dry-run (exit 0)", &h));
-    println!("{}", row("docker ps -a --filter label=hermes-agent=1", &d));
+    println!("{}", row("hermes reconcile --dry-run (exit 0)", h));
+    println!("{}", row("docker ps -a --filter label=hermes-agent=1", d));
     println!("  ratio of the p50s: {r:.2} (target ≤ {RECONCILE_TARGET})");
 
     let t = Instant::now();
