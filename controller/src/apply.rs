@@ -5,11 +5,12 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use hermes_backends::docker::{CreateOutcome, DockerError, Engine};
 use hermes_model::action::Action;
+use hermes_model::observed::ContainerState;
 use hermes_model::plan::{Describe, Op, Target};
 use hermes_model::sandbox::SandboxSpec;
 use hermes_reconcilers::HostPlan;
@@ -175,26 +176,48 @@ async fn ensure_image(engine: &Engine, spec: &SandboxSpec) -> Result<(), DockerE
 /// Creates the container and starts it. A name conflict counts as done
 /// only when the container holding the name has this very spec (a racing
 /// process created it); any other holder is an error, never adopted.
+///
+/// A holder on its way out (being removed, or dead: a removal that a
+/// killed pass started, which the engine finishes on its own) is waited
+/// for, up to [`REMOVAL_WAIT`], and the create tried again.
 pub async fn create_and_start(engine: &Engine, spec: &SandboxSpec) -> Result<String, DockerError> {
-    let id = match engine.create(spec).await? {
-        CreateOutcome::Created { id } => id,
-        CreateOutcome::AlreadyExists => match engine.find(&spec.key).await? {
-            Some(found) if found.spec_hash() == Some(spec.hash()) => found.id,
-            Some(found) => {
-                return Err(DockerError::NameTaken {
-                    container: spec.name.clone(),
-                    found: found.spec_hash().unwrap_or("(none)").to_string(),
-                    wanted: spec.hash().to_string(),
-                });
-            }
-            None => {
-                return Err(DockerError::Gone {
-                    container: spec.name.clone(),
-                    reason: "created by another process, then removed".to_string(),
-                });
-            }
-        },
+    let deadline = tokio::time::Instant::now() + REMOVAL_WAIT;
+    let id = loop {
+        match engine.create(spec).await? {
+            CreateOutcome::Created { id } => break id,
+            CreateOutcome::AlreadyExists => match engine.find(&spec.key).await? {
+                Some(found) if found.spec_hash() == Some(spec.hash()) => break found.id,
+                Some(found)
+                    if matches!(found.state, ContainerState::Removing | ContainerState::Dead)
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    if found.state == ContainerState::Dead {
+                        engine.remove(&found.id).await?;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Some(found) => {
+                    return Err(DockerError::NameTaken {
+                        container: spec.name.clone(),
+                        found: found.spec_hash().unwrap_or("(none)").to_string(),
+                        wanted: spec.hash().to_string(),
+                    });
+                }
+                // Gone between the create and the lookup: try again.
+                None if tokio::time::Instant::now() < deadline => {}
+                None => {
+                    return Err(DockerError::Gone {
+                        container: spec.name.clone(),
+                        reason: "created by another process, then removed".to_string(),
+                    });
+                }
+            },
+        }
     };
     engine.start(&id).await?;
     Ok(id)
 }
+
+/// How long a create waits for a container of its name to finish being
+/// removed.
+const REMOVAL_WAIT: Duration = Duration::from_secs(15);

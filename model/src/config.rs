@@ -402,9 +402,11 @@ fn check_egress_overrides(root: &Node, errors: &mut Vec<Issue>) {
                 let Some(value) = value else { continue };
                 let message = match option {
                     "-e" | "--env" => why(value.split('=').next().unwrap_or_default()),
-                    "--add-host" if value.split(':').next() == Some(PROXY_HOST_NAME) => Some(format!(
-                        "`{PROXY_HOST_NAME}` is the egress proxy's address, set by hermes while the proxy is enforced"
-                    )),
+                    "--add-host" if value.split(':').next() == Some(PROXY_HOST_NAME) => {
+                        Some(format!(
+                            "`{PROXY_HOST_NAME}` is the egress proxy's address, set by hermes while the proxy is enforced"
+                        ))
+                    }
                     _ => None,
                 };
                 if let Some(message) = message {

@@ -74,11 +74,11 @@ fn a_session_is_shared_by_its_execs_kept_on_tmpfs_and_gone_when_ended() {
         "--",
         "sh",
         "-c",
-        "cat /workspace/note; grep -E ' /(workspace|root) ' /proc/mounts | cut -d' ' -f2,3",
+        "cat /workspace/note; grep -E ' /(workspace|root) ' /proc/mounts | cut -d' ' -f2,3 | sort",
     ]);
     assert_eq!(
         (read.code, read.stdout.as_str()),
-        (0, "shared\n/workspace tmpfs\n/root tmpfs\n")
+        (0, "shared\n/root tmpfs\n/workspace tmpfs\n")
     );
     assert_eq!(host.names(), [host.name("default-s1")]);
     let labels = docker(&[
