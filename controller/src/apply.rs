@@ -16,6 +16,7 @@ use hermes_model::sandbox::SandboxSpec;
 use hermes_reconcilers::HostPlan;
 
 use crate::activity::Activity;
+use crate::home::Home;
 
 /// How many removals run at once: enough to hide the engine's latency,
 /// few enough not to swamp it.
@@ -42,6 +43,8 @@ pub struct ApplyOptions<'a> {
     /// Checked before each operation: once set, the operation in flight
     /// finishes and no other starts.
     pub stop: Option<&'a AtomicBool>,
+    /// The home whose proxy the plan's proxy operations act on.
+    pub home: Option<&'a Home>,
 }
 
 impl ApplyOptions<'_> {
@@ -56,7 +59,7 @@ impl Applied {
         &mut self,
         op: &Op<Action>,
         started: Instant,
-        result: Result<bool, DockerError>,
+        result: Result<bool, String>,
         verbose: bool,
     ) {
         match result {
@@ -76,7 +79,7 @@ impl Applied {
             }
             Err(e) => {
                 self.failed += 1;
-                self.failures.push((op.target.clone(), e.to_string()));
+                self.failures.push((op.target.clone(), e.clone()));
                 tracing::info!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
                 eprintln!("error: {} {}: {e}", op.target, op.action.verb());
             }
@@ -96,9 +99,23 @@ pub async fn apply(
 ) -> Applied {
     let verbose = options.verbose;
     let mut applied = Applied::default();
-    let (removals, others): (Vec<_>, Vec<_>) = plan
-        .ops
-        .iter()
+    // The proxy first: sandboxes may wait on it.
+    let (proxy, sandboxes): (Vec<_>, Vec<_>) =
+        plan.ops.iter().partition(|op| op.target == Target::Proxy);
+    for op in proxy {
+        if options.stopping() {
+            applied.skipped += 1;
+            continue;
+        }
+        let started = Instant::now();
+        let result = match options.home {
+            Some(home) => crate::proxy_ops::apply(home, &op.action).await,
+            None => Err("no home to run the proxy from".to_string()),
+        };
+        applied.record(op, started, result, verbose);
+    }
+    let (removals, others): (Vec<_>, Vec<_>) = sandboxes
+        .into_iter()
         .partition(|op| matches!(op.action, Action::Remove { .. }));
     let mut removing = futures_util::stream::iter(removals)
         .map(|op| async move {
@@ -119,7 +136,7 @@ pub async fn apply(
                 tracing::debug!(container = %name, error = %e, "cannot drop an activity record");
             }
         }
-        applied.record(op, started, result, verbose);
+        applied.record(op, started, result.map_err(|e| e.to_string()), verbose);
     }
     for op in others {
         if options.stopping() {
@@ -128,7 +145,7 @@ pub async fn apply(
         }
         let started = Instant::now();
         let result = apply_one(engine, op).await;
-        applied.record(op, started, result, verbose);
+        applied.record(op, started, result.map_err(|e| e.to_string()), verbose);
     }
     applied
 }
@@ -149,6 +166,11 @@ pub async fn apply_one(engine: &Engine, op: &Op<Action>) -> Result<bool, DockerE
         }
         Action::Remove { id, .. } => {
             engine.remove(id).await?;
+        }
+        // The proxy's operations are carried out by `apply`, before any
+        // sandbox's; alone, they are nothing to do with the engine.
+        Action::ProxySetup | Action::ProxyStart | Action::ProxyRestart | Action::ProxyStop => {
+            return Ok(false);
         }
         Action::Blocked | Action::Keep { .. } => return Ok(false),
     }

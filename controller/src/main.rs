@@ -11,6 +11,7 @@ mod daemon;
 mod fsio;
 mod home;
 mod metrics;
+mod proxy_ops;
 mod redacting;
 
 use std::process::ExitCode;

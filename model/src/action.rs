@@ -19,6 +19,14 @@ pub enum Action {
     },
     /// Remove a container (a duplicate, or one that is reaped).
     Remove { id: String, name: String },
+    /// Make the proxy's CA, tokens, mappings and config (`egress setup`).
+    ProxySetup,
+    /// Start the proxy daemon.
+    ProxyStart,
+    /// Stop the proxy daemon and start it again with the current settings.
+    ProxyRestart,
+    /// Stop the proxy daemon.
+    ProxyStop,
     /// Wanted, but refused; the cause says why.
     Blocked,
     /// A labelled container hermes does not manage or no longer wants:
@@ -30,8 +38,9 @@ impl Describe for Action {
     fn kind(&self) -> Kind {
         match self {
             Action::Create(_) | Action::Start { .. } => Kind::Create,
-            Action::Recreate { .. } => Kind::Change,
-            Action::Remove { .. } => Kind::Remove,
+            Action::ProxySetup | Action::ProxyStart => Kind::Create,
+            Action::Recreate { .. } | Action::ProxyRestart => Kind::Change,
+            Action::Remove { .. } | Action::ProxyStop => Kind::Remove,
             Action::Blocked => Kind::Blocked,
             Action::Keep { .. } => Kind::Report,
         }
@@ -43,6 +52,10 @@ impl Describe for Action {
             Action::Start { .. } => "start",
             Action::Recreate { .. } => "recreate",
             Action::Remove { .. } => "remove",
+            Action::ProxySetup => "setup",
+            Action::ProxyStart => "start",
+            Action::ProxyRestart => "restart",
+            Action::ProxyStop => "stop",
             Action::Blocked => "blocked",
             Action::Keep { verb, .. } => verb,
         }

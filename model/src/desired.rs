@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::{Backend, Config};
+use crate::egress::EgressWiring;
 use crate::sandbox::{self, ExtraArgs, SandboxKey, SandboxSpec};
 
 /// The task of the one warm persistent sandbox per profile.
@@ -53,6 +54,28 @@ pub struct Desired {
     /// unreadable or empty, and the last good one stands in): why. A plan
     /// made in doubt removes nothing.
     pub doubt: Option<String>,
+    /// How sandboxes reach the egress proxy.
+    pub egress: Egress,
+}
+
+/// The egress side of the desired state: what the config asks of the
+/// proxy, with what its files (CA, tokens) allow.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Egress {
+    /// `proxy.enabled: false`: sandboxes are not wired, the daemon is
+    /// stopped.
+    #[default]
+    Off,
+    /// Enabled, but the CA, tokens or mappings are missing: setup is due.
+    /// Sandboxes wait for it when enforced, else run unwired.
+    NotSetUp { missing: String },
+    /// Enabled and set up: the daemon should run with `settings`, and
+    /// sandboxes are wired.
+    On {
+        wiring: EgressWiring,
+        /// The fingerprint of the daemon's settings.
+        settings: String,
+    },
 }
 
 /// Why a session id was refused.
@@ -134,6 +157,7 @@ impl Desired {
             extra_args,
             warnings,
             doubt: None,
+            egress: Egress::Off,
         };
         if wants_sandbox {
             desired
@@ -148,15 +172,34 @@ impl Desired {
         self.sandbox(SandboxKey::persistent(&self.profile, task))
     }
 
-    /// The sandbox of a key of the active profile.
+    /// The sandbox of a key of the active profile, wired to the egress
+    /// proxy when it is on.
     pub fn sandbox(&self, key: SandboxKey) -> SandboxSpec {
-        SandboxSpec::new(
+        let spec = SandboxSpec::new(
             &self.config,
             key,
             &self.home,
             &self.forward_env,
             &self.extra_args,
-        )
+        );
+        match &self.egress {
+            Egress::On { wiring, .. } => spec.with_egress(wiring),
+            _ => spec,
+        }
+    }
+
+    /// Sets the egress side (read from the proxy's files) and rebuilds
+    /// the warm sandboxes' specs with it.
+    pub fn set_egress(&mut self, egress: Egress) {
+        self.egress = egress;
+        let keys: Vec<SandboxKey> = self.sandboxes.iter().map(|s| s.key.clone()).collect();
+        self.sandboxes = keys.into_iter().map(|k| self.sandbox(k)).collect();
+    }
+
+    /// Whether Docker sandboxes must not run without a healthy proxy.
+    pub fn egress_enforced(&self) -> bool {
+        let p = &self.config.proxy;
+        p.enabled && p.enforce_on_docker
     }
 
     /// The sandbox `hermes exec` runs in: the session's when one is named;

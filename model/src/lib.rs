@@ -17,6 +17,7 @@ pub mod config;
 pub mod desired;
 pub mod dotenv;
 pub mod edit;
+pub mod egress;
 pub mod observed;
 pub mod plan;
 pub mod providers;

@@ -92,6 +92,21 @@ pub struct Observed {
     /// Unix seconds of the last exec start or finish, by container name,
     /// from the records kept outside the containers.
     pub activity: BTreeMap<String, i64>,
+    /// The egress proxy daemon as seen by this pass.
+    pub proxy: ProxyObserved,
+}
+
+/// The egress proxy daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyObserved {
+    /// Its process is alive (the pid file names a live proxy).
+    pub running: bool,
+    /// Its management endpoint answered the health check.
+    pub healthy: bool,
+    /// The fingerprint of the settings it runs with, as it reports them.
+    pub settings: Option<String>,
+    /// What is wrong, in words, when it is not healthy.
+    pub problem: Option<String>,
 }
 
 /// Whether a container is in use, and since when it is not.

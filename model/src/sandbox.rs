@@ -243,6 +243,9 @@ pub struct SandboxSpec {
     pub shm_size_bytes: i64,
     /// `false`: network mode `none`.
     pub network: bool,
+    /// The network to join instead of the default bridge (the egress
+    /// proxy's internal network).
+    pub network_name: Option<String>,
     pub devices: Vec<String>,
     pub add_hosts: Vec<String>,
     pub ulimits: Vec<(String, i64, i64)>,
@@ -362,6 +365,7 @@ impl SandboxSpec {
                 * (1 << 20),
             shm_size_bytes: i64::try_from(shm).unwrap_or(i64::MAX),
             network: t.docker_network,
+            network_name: None,
             devices: extra.devices.clone(),
             add_hosts: extra.add_hosts.clone(),
             ulimits: extra.ulimits.clone(),
@@ -411,6 +415,9 @@ impl SandboxSpec {
         field("memory", &self.memory_bytes.to_string());
         field("shm", &self.shm_size_bytes.to_string());
         field("network", &self.network.to_string());
+        if let Some(name) = &self.network_name {
+            field("network_name", name);
+        }
         for d in &self.devices {
             field("device", d);
         }
@@ -426,6 +433,12 @@ impl SandboxSpec {
         field("workdir", &self.working_dir);
         let digest = h.finalize();
         digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Recomputes the spec hash label after a change of the spec.
+    pub fn rehash(&mut self) {
+        let hash = self.compute_hash();
+        self.labels.insert(LABEL_SPEC_HASH.to_string(), hash);
     }
 
     pub fn hash(&self) -> &str {

@@ -167,6 +167,7 @@ fn a_session_host_with_idle_busy_stuck_orphaned_and_unwanted_sandboxes() {
     let observed = Observed {
         containers: vec![idle, busy, stuck, orphan, unwanted],
         activity: [("hermes-default-default-idle".to_string(), NOW - 61)].into(),
+        ..Observed::default()
     };
     let now = UNIX_EPOCH + Duration::from_secs(NOW as u64);
     check_both("docker-reaping", &plan_all(&d, &observed, now));

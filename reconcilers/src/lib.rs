@@ -8,12 +8,15 @@
 //!   the default task per profile).
 //! - [`reaping`]: everything else of the active profile — sandboxes made on
 //!   demand, sessions, orphans, stuck creations, what is no longer desired.
+//! - [`proxy`]: the egress proxy daemon, and the fail-closed rule that
+//!   blocks Docker sandboxes while it is not ready.
 //!
 //! A plan made in doubt (the config is invalid, unreadable or empty, and
 //! the last good one stands in) removes nothing: each removal becomes a
 //! report that says why it is held back.
 
 pub mod persistence;
+pub mod proxy;
 pub mod reaping;
 
 #[cfg(test)]
@@ -51,9 +54,14 @@ pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> Host
     }
     // Containers are planned whatever the backend: switching away from
     // docker leaves them to be reported, never silently forgotten.
+    ops.extend(proxy::plan(desired, observed));
     let warm = persistence::plan(desired, observed, now);
-    ops.extend(warm.ops);
-    ops.extend(reaping::plan(desired, observed, now, &warm.claimed));
+    let mut sandbox_ops = warm.ops;
+    sandbox_ops.extend(reaping::plan(desired, observed, now, &warm.claimed));
+    if let Some(reason) = proxy::fail_closed_reason(desired, &observed.proxy) {
+        proxy::block_sandboxes(&mut sandbox_ops, &reason);
+    }
+    ops.extend(sandbox_ops);
     if let Some(doubt) = &desired.doubt {
         for op in &mut ops {
             if let Action::Remove { id, .. } = &op.action {

@@ -51,6 +51,7 @@ fn with_activity(
     Ok(Observed {
         containers,
         activity,
+        ..Observed::default()
     })
 }
 

@@ -66,6 +66,7 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     let options = ApplyOptions {
         verbose: args.output == Output::Text,
         stop: None,
+        home: Some(home),
     };
     let applied = apply(&engine, &plan, &activity, options).await;
     // Observe again: what the host looks like now, not what we hoped.

@@ -90,6 +90,7 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
             let options = ApplyOptions {
                 verbose: true,
                 stop: None,
+                home: Some(home),
             };
             let applied = apply(&engine, &Plan::new(ops), &Activity::new(home), options).await;
             Ok(if applied.failed > 0 {

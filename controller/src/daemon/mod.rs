@@ -259,6 +259,7 @@ impl Controller {
             let options = ApplyOptions {
                 verbose: false,
                 stop: Some(stop),
+                home: Some(&self.home),
             };
             let applied = apply(&engine, &plan, &Activity::new(&self.home), options).await;
             for target in &applied.succeeded {

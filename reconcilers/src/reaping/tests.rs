@@ -68,6 +68,7 @@ fn plan_with(
         &Observed {
             containers,
             activity: activity.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
+            ..Observed::default()
         },
         UNIX_EPOCH + Duration::from_secs(NOW as u64),
     )

@@ -1,0 +1,52 @@
+//! Carrying out the proxy planner's operations. Each is the `hermes egress`
+//! command of the same name, run as a child of this binary, so a pass and
+//! a person at the shell set up, start and stop the daemon the same way
+//! (pid file, readiness wait, logs). The child inherits this process's
+//! environment, where the real keys come from.
+
+use std::process::Stdio;
+
+use hermes_model::action::Action;
+
+use crate::home::Home;
+
+/// How long one `hermes egress` step may take (start waits up to 5 s for
+/// the daemon to listen; stop up to 5 s before SIGKILL).
+const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Runs the `hermes egress` steps of a proxy operation; `Ok(false)` for
+/// any other action.
+pub async fn apply(home: &Home, action: &Action) -> Result<bool, String> {
+    let steps: &[&str] = match action {
+        Action::ProxySetup => &["setup"],
+        Action::ProxyStart => &["start"],
+        Action::ProxyRestart => &["stop", "start"],
+        Action::ProxyStop => &["stop"],
+        _ => return Ok(false),
+    };
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the hermes binary: {e}"))?;
+    for step in steps {
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.arg("--home")
+            .arg(home.root())
+            .args(["egress", step])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let out = tokio::time::timeout(STEP_TIMEOUT, cmd.output())
+            .await
+            .map_err(|_| format!("`hermes egress {step}` took longer than {STEP_TIMEOUT:?}"))?
+            .map_err(|e| format!("cannot run `hermes egress {step}`: {e}"))?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let last = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no message");
+            return Err(format!("`hermes egress {step}` failed: {last}"));
+        }
+    }
+    Ok(true)
+}

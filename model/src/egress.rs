@@ -1,0 +1,218 @@
+//! How a Docker sandbox is wired to the egress proxy, as plain data.
+//!
+//! The sandbox gets the proxy variables (pointing at the proxy by the name
+//! `host.docker.internal`, mapped to the address the proxy listens on), the
+//! CA mounted read-only with the variables that make curl, Python and Node
+//! trust it, each provider variable set to its proxy token, and the label
+//! `hermes-egress=<fingerprint>`. No real key is part of any of it. With
+//! `proxy.enforce_network` the sandbox sits on an internal network whose
+//! only reachable service is the proxy, so the variables are not advice but
+//! the only way out.
+//!
+//! The fingerprint covers every egress setting that shapes a sandbox: a
+//! change of any of them changes the spec hash, and the plan recreates the
+//! sandbox (its data kept).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use sha2::{Digest, Sha256};
+
+use crate::config::PROXY_HOST_NAME;
+use crate::sandbox::{Bind, LABEL_EGRESS, SandboxSpec};
+
+/// Where the CA certificate appears inside a sandbox.
+pub const CA_IN_SANDBOX: &str = "/etc/ssl/certs/hermes-egress-ca.crt";
+
+/// What a sandbox needs to reach the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressWiring {
+    /// The address the proxy listens on for sandboxes: the bridge gateway
+    /// (or the internal network's gateway with `enforce_network`).
+    pub gateway: IpAddr,
+    /// The CONNECT port; plain HTTP is the next one.
+    pub tunnel_port: u16,
+    /// The CA certificate on the host, mounted read-only.
+    pub ca_host_path: PathBuf,
+    /// The CA certificate's SHA-256, so that a new CA recreates sandboxes.
+    pub ca_sha256: String,
+    /// `(variable, proxy token)` for every provider variable.
+    pub tokens: Vec<(String, String)>,
+    /// The internal network the sandbox joins instead of the default bridge
+    /// (`proxy.enforce_network`).
+    pub network: Option<String>,
+}
+
+impl EgressWiring {
+    /// The label value: a short hash of every setting above.
+    pub fn fingerprint(&self) -> String {
+        let mut h = Sha256::new();
+        let mut field = |name: &str, value: &str| {
+            h.update(name.as_bytes());
+            h.update([0]);
+            h.update((value.len() as u64).to_le_bytes());
+            h.update(value.as_bytes());
+        };
+        field("gateway", &self.gateway.to_string());
+        field("port", &self.tunnel_port.to_string());
+        field("ca", &self.ca_sha256);
+        field("ca_path", &self.ca_host_path.display().to_string());
+        for (k, v) in &self.tokens {
+            field("token", &format!("{k}={v}"));
+        }
+        field("network", self.network.as_deref().unwrap_or(""));
+        let digest = h.finalize();
+        digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The environment the sandbox gets, in a fixed order.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let https = format!("http://{PROXY_HOST_NAME}:{}", self.tunnel_port);
+        let http = format!(
+            "http://{PROXY_HOST_NAME}:{}",
+            self.tunnel_port.saturating_add(1)
+        );
+        let mut env: Vec<(String, String)> = [
+            ("HTTPS_PROXY", https.as_str()),
+            ("https_proxy", https.as_str()),
+            ("HTTP_PROXY", http.as_str()),
+            ("http_proxy", http.as_str()),
+            ("NO_PROXY", "127.0.0.1,localhost,::1"),
+            ("no_proxy", "127.0.0.1,localhost,::1"),
+            ("SSL_CERT_FILE", CA_IN_SANDBOX),
+            ("REQUESTS_CA_BUNDLE", CA_IN_SANDBOX),
+            ("CURL_CA_BUNDLE", CA_IN_SANDBOX),
+            ("NODE_EXTRA_CA_CERTS", CA_IN_SANDBOX),
+            ("NODE_USE_ENV_PROXY", "1"),
+            ("HERMES_EGRESS_PROXY", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        env.extend(self.tokens.iter().cloned());
+        env
+    }
+}
+
+impl SandboxSpec {
+    /// The spec wired to the proxy: its variables (over any of the same
+    /// name), the CA mount, the proxy's host name, the network, the label,
+    /// and a new hash.
+    #[must_use]
+    pub fn with_egress(mut self, wiring: &EgressWiring) -> SandboxSpec {
+        let wired = wiring.env();
+        self.env.retain(|(k, _)| !wired.iter().any(|(w, _)| w == k));
+        self.env.extend(wired);
+        self.binds.push(Bind {
+            host: wiring.ca_host_path.display().to_string(),
+            container: CA_IN_SANDBOX.to_string(),
+            options: Some("ro".to_string()),
+        });
+        self.add_hosts
+            .retain(|h| h.split(':').next() != Some(PROXY_HOST_NAME));
+        self.add_hosts
+            .push(format!("{PROXY_HOST_NAME}:{}", wiring.gateway));
+        if wiring.network.is_some() && self.network {
+            self.network_name = wiring.network.clone();
+        }
+        self.labels
+            .insert(LABEL_EGRESS.to_string(), wiring.fingerprint());
+        self.rehash();
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::load;
+    use crate::sandbox::{ExtraArgs, SandboxKey};
+
+    fn wiring() -> EgressWiring {
+        EgressWiring {
+            gateway: "172.17.0.1".parse().unwrap(),
+            tunnel_port: 9090,
+            ca_host_path: PathBuf::from("/h/proxy/ca.crt"),
+            ca_sha256: "ab".repeat(32),
+            tokens: vec![(
+                "OPENAI_API_KEY".to_string(),
+                "openai-0123456789abcdef0123456789abcdef".to_string(),
+            )],
+            network: None,
+        }
+    }
+
+    fn spec(config: &str) -> SandboxSpec {
+        SandboxSpec::new(
+            &load(config).unwrap().config,
+            SandboxKey::persistent("p", "t"),
+            Path::new("/h"),
+            &[],
+            &ExtraArgs::default(),
+        )
+    }
+
+    #[test]
+    fn a_wired_sandbox_gets_the_proxy_the_ca_and_tokens_and_a_new_hash() {
+        let plain = spec("");
+        let wired = spec("").with_egress(&wiring());
+        let env = |k: &str| {
+            wired
+                .env
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(env("HTTPS_PROXY"), Some("http://host.docker.internal:9090"));
+        assert_eq!(env("HTTP_PROXY"), Some("http://host.docker.internal:9091"));
+        assert_eq!(env("NODE_EXTRA_CA_CERTS"), Some(CA_IN_SANDBOX));
+        assert_eq!(
+            env("OPENAI_API_KEY"),
+            Some("openai-0123456789abcdef0123456789abcdef")
+        );
+        assert!(
+            wired
+                .binds
+                .iter()
+                .any(|b| b.to_engine() == "/h/proxy/ca.crt:/etc/ssl/certs/hermes-egress-ca.crt:ro")
+        );
+        assert_eq!(wired.add_hosts, ["host.docker.internal:172.17.0.1"]);
+        assert_eq!(wired.labels[LABEL_EGRESS], wiring().fingerprint());
+        assert_ne!(wired.hash(), plain.hash());
+        assert_eq!(wired.hash(), wired.compute_hash());
+    }
+
+    #[test]
+    fn every_egress_setting_changes_the_fingerprint() {
+        let base = wiring().fingerprint();
+        let mut w = wiring();
+        w.tunnel_port = 9190;
+        assert_ne!(w.fingerprint(), base);
+        let mut w = wiring();
+        w.ca_sha256 = "cd".repeat(32);
+        assert_ne!(w.fingerprint(), base);
+        let mut w = wiring();
+        w.tokens[0].1 = "openai-ffffffffffffffffffffffffffffffff".into();
+        assert_ne!(w.fingerprint(), base);
+        let mut w = wiring();
+        w.network = Some("hermes-egress".into());
+        assert_ne!(w.fingerprint(), base);
+    }
+
+    #[test]
+    fn the_network_is_joined_only_by_sandboxes_that_have_one() {
+        let mut w = wiring();
+        w.network = Some("hermes-egress".into());
+        assert_eq!(
+            spec("").with_egress(&w).network_name.as_deref(),
+            Some("hermes-egress")
+        );
+        let offline = spec("terminal:\n  docker_network: false\n").with_egress(&w);
+        assert_eq!(offline.network_name, None);
+        assert!(!offline.network);
+    }
+}
