@@ -311,6 +311,15 @@ impl Allowlist {
         list
     }
 
+    /// Exactly `patterns`, without the defaults.
+    pub fn exactly<S: AsRef<str>>(patterns: &[S]) -> Allowlist {
+        let mut list = Allowlist::default();
+        for pattern in patterns {
+            list.add(pattern.as_ref());
+        }
+        list
+    }
+
     fn add(&mut self, pattern: &str) {
         let pattern = pattern.trim().to_ascii_lowercase();
         let pattern = pattern.strip_suffix('.').unwrap_or(&pattern);
@@ -335,7 +344,7 @@ impl Allowlist {
 
     pub fn allows(&self, host: &Host) -> bool {
         let text = host.to_string();
-        if self.exact.iter().any(|e| *e == text) {
+        if self.exact.contains(&text) {
             return true;
         }
         match host {

@@ -1,0 +1,545 @@
+//! Proxy tokens and where the real keys go: the built-in provider table,
+//! the tokens file (`<provider>-<32 hex>`, opaque, kept across set-ups),
+//! the mappings file (provider → key variables, hosts, header and query
+//! places), and the real keys themselves, held in memory only and zeroized
+//! when dropped.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+use crate::policy::{Allowlist, Host};
+
+/// Where a provider's clients carry the key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Place {
+    /// `Authorization: Bearer <key>`.
+    Bearer,
+    /// A header holding the key alone (`x-api-key`, lowercase).
+    Header(String),
+    /// A query parameter holding the key (`?key=`).
+    Query(String),
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Bearer => f.write_str("authorization: Bearer"),
+            Place::Header(name) => f.write_str(name),
+            Place::Query(name) => write!(f, "?{name}"),
+        }
+    }
+}
+
+impl From<Place> for String {
+    fn from(place: Place) -> String {
+        place.to_string()
+    }
+}
+
+impl TryFrom<String> for Place {
+    type Error = String;
+    fn try_from(text: String) -> Result<Place, String> {
+        let lower = text.trim().to_ascii_lowercase();
+        if lower == "authorization: bearer" {
+            return Ok(Place::Bearer);
+        }
+        let ok_name = |name: &str| {
+            !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        match lower.strip_prefix('?') {
+            Some(name) if ok_name(name) => Ok(Place::Query(name.to_string())),
+            None if ok_name(&lower) && lower != "authorization" => Ok(Place::Header(lower)),
+            _ => Err(format!(
+                "`{text}` is not a key place (`authorization: Bearer`, a header name, or `?param`)"
+            )),
+        }
+    }
+}
+
+/// A provider the proxy knows how to serve.
+#[derive(Debug, Clone, Copy)]
+pub struct ProviderSpec {
+    /// The token prefix and the name in logs.
+    pub name: &'static str,
+    /// The variables holding the real key (the first one set wins); the
+    /// sandbox gets the token in each of them.
+    pub env: &'static [&'static str],
+    /// Hosts (exact or `*.domain`) whose requests carry this key.
+    pub hosts: &'static [&'static str],
+    /// `authorization: Bearer`, a header name, or `?param`.
+    pub places: &'static [&'static str],
+}
+
+/// The built-in providers.
+pub const PROVIDERS: &[ProviderSpec] = &[
+    ProviderSpec {
+        name: "openrouter",
+        env: &["OPENROUTER_API_KEY"],
+        hosts: &["openrouter.ai", "*.openrouter.ai"],
+        places: &["authorization: Bearer"],
+    },
+    ProviderSpec {
+        name: "openai",
+        env: &["OPENAI_API_KEY"],
+        hosts: &["api.openai.com"],
+        places: &["authorization: Bearer"],
+    },
+    ProviderSpec {
+        name: "anthropic",
+        env: &["ANTHROPIC_API_KEY"],
+        hosts: &["api.anthropic.com"],
+        places: &["x-api-key", "authorization: Bearer"],
+    },
+    ProviderSpec {
+        name: "google",
+        env: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+        hosts: &["generativelanguage.googleapis.com"],
+        places: &["x-goog-api-key", "?key"],
+    },
+    ProviderSpec {
+        name: "azure",
+        env: &["AZURE_OPENAI_API_KEY"],
+        hosts: &[
+            "*.openai.azure.com",
+            "*.cognitiveservices.azure.com",
+            "*.services.ai.azure.com",
+        ],
+        places: &["api-key", "authorization: Bearer"],
+    },
+    ProviderSpec {
+        name: "xai",
+        env: &["XAI_API_KEY"],
+        hosts: &["api.x.ai"],
+        places: &["authorization: Bearer"],
+    },
+    ProviderSpec {
+        name: "mistral",
+        env: &["MISTRAL_API_KEY"],
+        hosts: &["api.mistral.ai"],
+        places: &["authorization: Bearer"],
+    },
+    ProviderSpec {
+        name: "groq",
+        env: &["GROQ_API_KEY"],
+        hosts: &["api.groq.com"],
+        places: &["authorization: Bearer"],
+    },
+    ProviderSpec {
+        name: "together",
+        env: &["TOGETHER_API_KEY"],
+        hosts: &["api.together.xyz"],
+        places: &["authorization: Bearer"],
+    },
+    ProviderSpec {
+        name: "deepseek",
+        env: &["DEEPSEEK_API_KEY"],
+        hosts: &["api.deepseek.com"],
+        places: &["authorization: Bearer"],
+    },
+    ProviderSpec {
+        name: "nous",
+        env: &["NOUS_API_KEY"],
+        hosts: &["inference.nousresearch.com"],
+        places: &["authorization: Bearer"],
+    },
+];
+
+/// Credentials the proxy cannot stand in for: signed requests and service
+/// account files. `status` warns when they are set; they are not passed on.
+pub const UNCOVERED: &[(&str, &str)] = &[
+    (
+        "AWS_ACCESS_KEY_ID",
+        "AWS SigV4 signs each request with the secret key",
+    ),
+    (
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS SigV4 signs each request with the secret key",
+    ),
+    (
+        "AWS_SESSION_TOKEN",
+        "AWS SigV4 signs each request with the secret key",
+    ),
+    (
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "a GCP service account signs its own access tokens",
+    ),
+];
+
+/// Errors reading the proxy's files.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{file}: {source}")]
+    Json {
+        file: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("{file}: unsupported version {version}")]
+    Version { file: &'static str, version: u32 },
+    #[error("{file}: {what}")]
+    Invalid { file: &'static str, what: String },
+}
+
+/// `tokens.json`: provider → proxy token.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokensFile {
+    pub version: u32,
+    pub tokens: BTreeMap<String, String>,
+}
+
+pub const TOKENS_FILE: &str = "tokens.json";
+pub const MAPPINGS_FILE: &str = "mappings.json";
+
+impl TokensFile {
+    pub fn parse(bytes: &[u8]) -> Result<TokensFile, FileError> {
+        let file: TokensFile = serde_json::from_slice(bytes).map_err(|source| FileError::Json {
+            file: TOKENS_FILE,
+            source,
+        })?;
+        if file.version != 1 {
+            return Err(FileError::Version {
+                file: TOKENS_FILE,
+                version: file.version,
+            });
+        }
+        for (provider, token) in &file.tokens {
+            if !is_token_of(provider, token) {
+                return Err(FileError::Invalid {
+                    file: TOKENS_FILE,
+                    what: format!("the token of `{provider}` is not `{provider}-<32 hex>`"),
+                });
+            }
+        }
+        Ok(file)
+    }
+
+    /// A token for every built-in provider: the ones in `existing` kept
+    /// unless `rotate`, new ones minted for the rest.
+    pub fn updated(
+        existing: Option<&TokensFile>,
+        rotate: bool,
+    ) -> Result<TokensFile, getrandom::Error> {
+        let mut tokens = BTreeMap::new();
+        for spec in PROVIDERS {
+            let kept = existing
+                .filter(|_| !rotate)
+                .and_then(|f| f.tokens.get(spec.name))
+                .filter(|t| is_token_of(spec.name, t));
+            let token = match kept {
+                Some(t) => t.clone(),
+                None => new_token(spec.name)?,
+            };
+            tokens.insert(spec.name.to_string(), token);
+        }
+        Ok(TokensFile { version: 1, tokens })
+    }
+
+    pub fn render(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+}
+
+/// A fresh `<provider>-<32 hex>` token from the system's random source.
+pub fn new_token(provider: &str) -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    Ok(format!("{provider}-{}", hex(&bytes)))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `token` has the form of a token of `provider`.
+pub fn is_token_of(provider: &str, token: &str) -> bool {
+    token
+        .strip_prefix(provider)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// `tokens` with all but a recognisable prefix masked: `openai-1a2b…`.
+pub fn mask(token: &str) -> String {
+    match token.rsplit_once('-') {
+        Some((provider, rest)) if rest.len() > 4 => format!("{provider}-{}…", &rest[..4]),
+        _ => "…".to_string(),
+    }
+}
+
+/// One provider's entry in `mappings.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mapping {
+    pub provider: String,
+    pub env: Vec<String>,
+    pub hosts: Vec<String>,
+    pub places: Vec<Place>,
+}
+
+/// `mappings.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MappingsFile {
+    pub version: u32,
+    pub mappings: Vec<Mapping>,
+}
+
+impl MappingsFile {
+    /// The built-in table as a mappings file.
+    pub fn builtin() -> MappingsFile {
+        MappingsFile {
+            version: 1,
+            mappings: PROVIDERS
+                .iter()
+                .map(|spec| Mapping {
+                    provider: spec.name.to_string(),
+                    env: spec.env.iter().map(ToString::to_string).collect(),
+                    hosts: spec.hosts.iter().map(ToString::to_string).collect(),
+                    places: spec
+                        .places
+                        .iter()
+                        .filter_map(|p| Place::try_from((*p).to_string()).ok())
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn parse(bytes: &[u8]) -> Result<MappingsFile, FileError> {
+        let file: MappingsFile =
+            serde_json::from_slice(bytes).map_err(|source| FileError::Json {
+                file: MAPPINGS_FILE,
+                source,
+            })?;
+        if file.version != 1 {
+            return Err(FileError::Version {
+                file: MAPPINGS_FILE,
+                version: file.version,
+            });
+        }
+        Ok(file)
+    }
+
+    pub fn render(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+}
+
+/// A real key: in memory only, zeroized when dropped, never printed.
+#[derive(Clone)]
+pub struct Secret(Zeroizing<String>);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(Zeroizing::new(value))
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+/// What the proxy holds for one provider at run time.
+#[derive(Debug)]
+pub struct Credential {
+    pub provider: String,
+    /// The first of the mapping's variables that held a key.
+    pub key_env: Option<String>,
+    pub token: String,
+    pub key: Option<Secret>,
+    pub places: Vec<Place>,
+    hosts: Allowlist,
+}
+
+impl Credential {
+    pub fn new<S: AsRef<str>>(
+        provider: &str,
+        token: &str,
+        key: Option<Secret>,
+        places: Vec<Place>,
+        hosts: &[S],
+    ) -> Credential {
+        Credential {
+            provider: provider.to_string(),
+            key_env: None,
+            token: token.to_string(),
+            key,
+            places,
+            hosts: Allowlist::exactly(hosts),
+        }
+    }
+
+    pub fn serves(&self, host: &Host) -> bool {
+        self.hosts.allows(host)
+    }
+}
+
+/// Every provider's credential.
+#[derive(Debug, Default)]
+pub struct Credentials {
+    list: Vec<Credential>,
+}
+
+impl Credentials {
+    /// Joins mappings with tokens and the real keys `lookup` finds (the
+    /// process environment, then `.env`). A mapping without a token is
+    /// left out; a missing key leaves the provider refusing its requests.
+    pub fn build(
+        mappings: &MappingsFile,
+        tokens: &TokensFile,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Credentials {
+        let mut list = Vec::new();
+        for m in &mappings.mappings {
+            let Some(token) = tokens.tokens.get(&m.provider) else {
+                continue;
+            };
+            let found = m
+                .env
+                .iter()
+                .find_map(|name| lookup(name).filter(|v| !v.is_empty()).map(|v| (name, v)));
+            let (key_env, key) = match found {
+                Some((name, value)) => (Some(name.clone()), Some(Secret::new(value))),
+                None => (None, None),
+            };
+            list.push(Credential {
+                provider: m.provider.clone(),
+                key_env,
+                token: token.clone(),
+                key,
+                places: m.places.clone(),
+                hosts: Allowlist::exactly(&m.hosts),
+            });
+        }
+        Credentials { list }
+    }
+
+    /// The credential whose hosts include `host`.
+    pub fn for_host(&self, host: &Host) -> Option<&Credential> {
+        self.list.iter().find(|c| c.serves(host))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Credential> {
+        self.list.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn tokens_are_kept_across_setups_unless_rotated() {
+        let first = TokensFile::updated(None, false).unwrap();
+        assert_eq!(first.tokens.len(), PROVIDERS.len());
+        assert!(first.tokens.iter().all(|(p, t)| is_token_of(p, t)));
+        let again = TokensFile::updated(Some(&first), false).unwrap();
+        assert_eq!(again, first);
+        let rotated = TokensFile::updated(Some(&first), true).unwrap();
+        assert!(first.tokens.iter().all(|(p, t)| rotated.tokens[p] != *t));
+        let parsed = TokensFile::parse(first.render().as_bytes()).unwrap();
+        assert_eq!(parsed, first);
+    }
+
+    #[test]
+    fn a_malformed_token_in_the_file_is_refused_and_replaced_on_setup() {
+        let text = r#"{"version":1,"tokens":{"openai":"sk-real-looking"}}"#;
+        let err = TokensFile::parse(text.as_bytes()).unwrap_err().to_string();
+        assert!(err.contains("not `openai-<32 hex>`"), "{err}");
+        assert!(!err.contains("sk-real-looking"));
+        let file = TokensFile {
+            version: 1,
+            tokens: [("openai".to_string(), "sk-real-looking".to_string())].into(),
+        };
+        let next = TokensFile::updated(Some(&file), false).unwrap();
+        assert!(is_token_of("openai", &next.tokens["openai"]));
+    }
+
+    #[test]
+    fn the_builtin_mappings_round_trip_through_their_file() {
+        let builtin = MappingsFile::builtin();
+        assert!(builtin.mappings.iter().all(|m| {
+            m.places.len()
+                == PROVIDERS
+                    .iter()
+                    .find(|p| p.name == m.provider)
+                    .unwrap()
+                    .places
+                    .len()
+        }));
+        assert_eq!(
+            MappingsFile::parse(builtin.render().as_bytes()).unwrap(),
+            builtin
+        );
+        assert!(builtin.render().contains("\"authorization: Bearer\""));
+        assert!(builtin.render().contains("\"?key\""));
+    }
+
+    #[test]
+    fn keys_come_from_the_first_variable_set_and_are_never_printed() {
+        let tokens = TokensFile::updated(None, false).unwrap();
+        let creds = Credentials::build(&MappingsFile::builtin(), &tokens, |name| {
+            (name == "GOOGLE_API_KEY").then(|| "AIza-real".to_string())
+        });
+        let google = creds
+            .for_host(&Host::Name("generativelanguage.googleapis.com".into()))
+            .unwrap();
+        assert_eq!(google.key.as_ref().unwrap().expose(), "AIza-real");
+        assert_eq!(google.key_env.as_deref(), Some("GOOGLE_API_KEY"));
+        assert!(!format!("{creds:?}").contains("AIza-real"));
+        let azure = creds
+            .for_host(&Host::Name("my.openai.azure.com".into()))
+            .unwrap();
+        assert_eq!(azure.provider, "azure");
+        assert!(azure.key.is_none());
+        assert!(
+            creds
+                .for_host(&Host::Name("openai.azure.com".into()))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn masks_keep_only_the_provider_and_four_characters() {
+        assert_eq!(
+            mask("openai-0123456789abcdef0123456789abcdef"),
+            "openai-0123…"
+        );
+        assert_eq!(mask("x"), "…");
+    }
+
+    #[test]
+    fn places_parse_from_their_file_form() {
+        assert_eq!(
+            Place::try_from("Authorization: Bearer".to_string()),
+            Ok(Place::Bearer)
+        );
+        assert_eq!(
+            Place::try_from("X-Api-Key".to_string()),
+            Ok(Place::Header("x-api-key".into()))
+        );
+        assert_eq!(
+            Place::try_from("?key".to_string()),
+            Ok(Place::Query("key".into()))
+        );
+        assert!(Place::try_from("authorization".to_string()).is_err());
+        assert!(Place::try_from("?".to_string()).is_err());
+        assert!(Place::try_from("bad header".to_string()).is_err());
+    }
+}
