@@ -4,13 +4,27 @@
 //! and credential rewriting. Real keys live only in this process's memory.
 //!
 //! - [`policy`]: hosts, IP literal spellings, the allowlist and deny ranges.
+//! - [`target`]: CONNECT targets, absolute URLs and Host headers.
+//! - [`dial`]: resolution and connects that only reach checked addresses.
 //! - [`ca`]: the local CA and the leaves it mints, cached per name.
 //! - [`tokens`]: providers, proxy tokens, mappings and the real keys.
-//! - [`target`]: CONNECT targets, absolute URLs and Host headers.
 //! - [`rewrite`]: the token-for-key swap in headers and query.
+//! - [`settings`]: the proxy's config file and its run-time settings.
+//! - [`server`]: the listeners, CONNECT, the tunnels, forwarding.
+//! - [`upstream`]: verified TLS (h2 or HTTP/1.1) or plain connections out.
+//! - [`body`]: streamed response bodies that write the access line.
+//! - [`access`]: the JSON access log and the counters.
+//! - `mgmt`: the management endpoint.
 
+pub mod access;
+pub mod body;
 pub mod ca;
+pub mod dial;
+mod mgmt;
 pub mod policy;
 pub mod rewrite;
+pub mod server;
+pub mod settings;
 pub mod target;
 pub mod tokens;
+pub mod upstream;

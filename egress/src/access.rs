@@ -1,0 +1,209 @@
+//! The access log and the counters: one JSON line per request (time,
+//! client, host, method, path without query values, status, bytes,
+//! duration, decision and reason, and the provider whose token was
+//! swapped, by name), written by a thread of its own so that a slow disk
+//! never holds a request; and the counters the management endpoint shows.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde::Serialize;
+
+/// How many lines may wait for the writer before new ones are dropped
+/// (and counted as dropped).
+const QUEUE: usize = 16 * 1024;
+
+/// What was decided about a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Allow,
+    Deny,
+    Error,
+}
+
+/// One line of the access log.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub time: String,
+    pub client: String,
+    pub host: String,
+    pub method: String,
+    pub path: String,
+    pub status: u16,
+    /// Response body bytes sent to the client.
+    pub bytes: u64,
+    pub duration_ms: f64,
+    pub decision: Decision,
+    pub reason: &'static str,
+    /// The provider whose token was swapped for its key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// A request whose line is not written yet.
+#[derive(Debug)]
+pub struct Pending {
+    pub started: Instant,
+    pub time: String,
+    pub client: String,
+    pub host: String,
+    pub method: String,
+    pub path: String,
+}
+
+impl Pending {
+    pub fn new(client: std::net::SocketAddr, host: String, method: &str, path: String) -> Pending {
+        Pending {
+            started: Instant::now(),
+            time: now_rfc3339(),
+            client: client.to_string(),
+            host,
+            method: method.to_string(),
+            path,
+        }
+    }
+
+    pub fn finish(
+        self,
+        status: u16,
+        bytes: u64,
+        decision: Decision,
+        reason: &'static str,
+        token: Option<String>,
+    ) -> Record {
+        Record {
+            time: self.time,
+            client: self.client,
+            host: self.host,
+            method: self.method,
+            path: self.path,
+            status,
+            bytes,
+            duration_ms: (self.started.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+            decision,
+            reason,
+            token,
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// What the management endpoint reports.
+#[derive(Debug)]
+pub struct Counters {
+    pub started: Instant,
+    pub connections: AtomicU64,
+    pub open_connections: AtomicU64,
+    pub tunnels: AtomicU64,
+    pub requests: AtomicU64,
+    pub allowed: AtomicU64,
+    pub denied: AtomicU64,
+    pub errors: AtomicU64,
+    pub swapped: AtomicU64,
+    pub bytes_to_clients: AtomicU64,
+    pub log_dropped: AtomicU64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            started: Instant::now(),
+            connections: AtomicU64::new(0),
+            open_connections: AtomicU64::new(0),
+            tunnels: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            allowed: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            swapped: AtomicU64::new(0),
+            bytes_to_clients: AtomicU64::new(0),
+            log_dropped: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> serde_json::Value {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "uptime_seconds": self.started.elapsed().as_secs(),
+            "connections": get(&self.connections),
+            "open_connections": get(&self.open_connections),
+            "tunnels": get(&self.tunnels),
+            "requests": get(&self.requests),
+            "allowed": get(&self.allowed),
+            "denied": get(&self.denied),
+            "errors": get(&self.errors),
+            "swapped": get(&self.swapped),
+            "bytes_to_clients": get(&self.bytes_to_clients),
+            "log_dropped": get(&self.log_dropped),
+        })
+    }
+}
+
+/// Where access lines go: a bounded queue drained by a writer thread.
+#[derive(Debug, Clone)]
+pub struct AccessLog {
+    tx: std::sync::mpsc::SyncSender<Record>,
+    counters: Arc<Counters>,
+}
+
+impl AccessLog {
+    /// Starts the writer thread; it ends when every `AccessLog` is dropped.
+    pub fn spawn(
+        mut out: Box<dyn Write + Send>,
+        counters: Arc<Counters>,
+    ) -> std::io::Result<AccessLog> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Record>(QUEUE);
+        std::thread::Builder::new()
+            .name("access-log".into())
+            .spawn(move || {
+                let mut line = Vec::with_capacity(512);
+                while let Ok(first) = rx.recv() {
+                    let mut next = Some(first);
+                    // Write what is queued, then flush once.
+                    while let Some(record) = next {
+                        line.clear();
+                        if serde_json::to_writer(&mut line, &record).is_ok() {
+                            line.push(b'\n');
+                            let _ = out.write_all(&line);
+                        }
+                        next = rx.try_recv().ok();
+                    }
+                    let _ = out.flush();
+                }
+            })?;
+        Ok(AccessLog { tx, counters })
+    }
+
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// Counts the request and queues its line.
+    pub fn write(&self, record: Record) {
+        let c = &self.counters;
+        c.requests.fetch_add(1, Ordering::Relaxed);
+        c.bytes_to_clients
+            .fetch_add(record.bytes, Ordering::Relaxed);
+        match record.decision {
+            Decision::Allow => c.allowed.fetch_add(1, Ordering::Relaxed),
+            Decision::Deny => c.denied.fetch_add(1, Ordering::Relaxed),
+            Decision::Error => c.errors.fetch_add(1, Ordering::Relaxed),
+        };
+        if record.token.is_some() {
+            c.swapped.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.tx.try_send(record).is_err() {
+            c.log_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

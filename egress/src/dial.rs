@@ -1,0 +1,179 @@
+//! Reaching an upstream without being turned against the host: resolve
+//! (`proxy.resolve` first, then the system resolver), refuse when any
+//! answer lies in a deny range, dial only the addresses that were checked,
+//! and check the connected peer once more.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use crate::policy::{Denied, DenyList, Host};
+use crate::target::Target;
+
+/// How long one TCP connect may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a lookup may take.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    #[error("{0}")]
+    Denied(#[from] Denied),
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        host: String,
+        source: std::io::Error,
+    },
+    #[error("{host} has no address")]
+    NoAddress { host: String },
+    #[error("cannot connect to {target}: {source}")]
+    Connect {
+        target: String,
+        source: std::io::Error,
+    },
+}
+
+impl DialError {
+    /// The word in the refusal header and the access log.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DialError::Denied(_) => "denied-address",
+            DialError::Resolve { .. } | DialError::NoAddress { .. } => "resolve-failed",
+            DialError::Connect { .. } => "connect-failed",
+        }
+    }
+}
+
+/// Resolves `target` and checks every answer: one denied answer refuses
+/// the whole name (a name that sometimes points inside is not trusted).
+pub async fn resolve(
+    target: &Target,
+    overrides: &BTreeMap<String, IpAddr>,
+    deny: &DenyList,
+) -> Result<Vec<SocketAddr>, DialError> {
+    let addrs: Vec<SocketAddr> = match &target.host {
+        Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
+        Host::Name(name) => match overrides.get(name) {
+            Some(ip) => vec![SocketAddr::new(*ip, target.port)],
+            None => {
+                let lookup = tokio::net::lookup_host((name.as_str(), target.port));
+                match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
+                    Ok(Ok(found)) => found.collect(),
+                    Ok(Err(source)) => {
+                        return Err(DialError::Resolve {
+                            host: name.clone(),
+                            source,
+                        });
+                    }
+                    Err(_) => {
+                        return Err(DialError::Resolve {
+                            host: name.clone(),
+                            source: std::io::ErrorKind::TimedOut.into(),
+                        });
+                    }
+                }
+            }
+        },
+    };
+    if addrs.is_empty() {
+        return Err(DialError::NoAddress {
+            host: target.host.to_string(),
+        });
+    }
+    for addr in &addrs {
+        deny.check(addr.ip())?;
+    }
+    Ok(addrs)
+}
+
+/// Connects to the first of `addrs` that answers, checking each address
+/// before dialling it and the connected peer after.
+pub async fn connect(addrs: &[SocketAddr], deny: &DenyList) -> Result<TcpStream, DialError> {
+    let mut last = None;
+    for addr in addrs {
+        deny.check(addr.ip())?;
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => {
+                let peer = stream.peer_addr().map_err(|source| DialError::Connect {
+                    target: addr.to_string(),
+                    source,
+                })?;
+                deny.check(peer.ip())?;
+                // Small request heads and SSE events go out at once.
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Ok(Err(e)) => last = Some((addr, e)),
+            Err(_) => last = Some((addr, std::io::ErrorKind::TimedOut.into())),
+        }
+    }
+    let (addr, source) = match last {
+        Some((addr, e)) => (addr.to_string(), e),
+        None => (String::new(), std::io::ErrorKind::AddrNotAvailable.into()),
+    };
+    Err(DialError::Connect {
+        target: addr,
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::target::parse_connect;
+
+    #[tokio::test]
+    async fn names_resolving_into_denied_ranges_are_refused() {
+        let deny = DenyList::default();
+        let overrides: BTreeMap<String, IpAddr> = [
+            (
+                "metadata.test".to_string(),
+                "169.254.169.254".parse().unwrap(),
+            ),
+            (
+                "mapped.test".to_string(),
+                "::ffff:10.0.0.1".parse().unwrap(),
+            ),
+            ("public.test".to_string(), "8.8.8.8".parse().unwrap()),
+        ]
+        .into();
+        for name in [
+            "metadata.test:443",
+            "mapped.test:443",
+            "localhost:443",
+            "127.1:443",
+        ] {
+            let err = resolve(&parse_connect(name).unwrap(), &overrides, &deny)
+                .await
+                .unwrap_err();
+            assert_eq!(err.reason(), "denied-address", "{name}: {err}");
+        }
+        let ok = resolve(
+            &parse_connect("public.test:443").unwrap(),
+            &overrides,
+            &deny,
+        )
+        .await
+        .unwrap();
+        assert_eq!(ok, vec!["8.8.8.8:443".parse().unwrap()]);
+    }
+
+    #[tokio::test]
+    async fn a_denied_address_is_never_dialled() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let err = connect(&[addr], &DenyList::default()).await.unwrap_err();
+        assert_eq!(err.reason(), "denied-address");
+        // Nothing reached the listener.
+        let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        assert!(accepted.is_err());
+        // The same address under a list without 127/8 connects.
+        let open = DenyList::new(vec!["169.254.0.0/16".parse().unwrap()]);
+        connect(&[addr], &open).await.unwrap();
+        assert!(listener.accept().await.is_ok());
+    }
+}

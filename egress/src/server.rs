@@ -1,0 +1,673 @@
+//! The forward proxy. On the tunnel port a client asks `CONNECT host:port`:
+//! the allowlist and the resolved addresses are checked before the `200`;
+//! then TLS is terminated with a leaf for the name (the SNI must be that
+//! name), and each request inside the tunnel (its Host header naming the
+//! tunnel's target) has its token swapped for the real key and goes to the
+//! upstream over verified TLS, bodies streaming both ways. On the plain
+//! port, absolute-form `http://` requests are forwarded the same way,
+//! except that no credential is ever sent in clear text. WebSocket
+//! upgrades pass through both. Every request writes one access line.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Mutex;
+use tokio_rustls::LazyConfigAcceptor;
+
+use crate::access::{AccessLog, Counters, Decision, Pending};
+use crate::body::{Logged, ProxyBody};
+use crate::ca::LeafCache;
+use crate::dial::{self, DialError};
+use crate::policy::{Allowlist, DenyList, Host, parse_host};
+use crate::rewrite::{inject, path_without_query_values};
+use crate::settings::Settings;
+use crate::target::{Target, host_header_matches, parse_absolute, parse_connect};
+use crate::tokens::Credentials;
+use crate::upstream::{self, Sender, UpstreamError, UpstreamTls};
+
+/// How long a client may take to send a request head outside a tunnel.
+const CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a tunnel may sit idle between requests.
+const TUNNEL_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long the client's TLS handshake inside a tunnel may take.
+const CLIENT_TLS_TIMEOUT: Duration = Duration::from_secs(15);
+/// The header that says why the proxy refused a request.
+pub const REFUSED_HEADER: &str = "x-hermes-egress-refused";
+/// The header that says why the proxy could not complete a request.
+pub const ERROR_HEADER: &str = "x-hermes-egress-error";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("nothing to listen on: the listen list is empty")]
+    NoListen,
+    #[error("refusing to listen on {0}: name the addresses to listen on")]
+    Unspecified(IpAddr),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    #[error("the access log writer: {0}")]
+    Log(std::io::Error),
+}
+
+/// Where the proxy listens, once bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound {
+    pub tunnel: Vec<SocketAddr>,
+    pub http: Vec<SocketAddr>,
+    pub mgmt: SocketAddr,
+}
+
+/// What every connection shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    allow: Allowlist,
+    deny: DenyList,
+    resolve: BTreeMap<String, IpAddr>,
+    credentials: Credentials,
+    leaves: LeafCache,
+    upstream: UpstreamTls,
+    header_timeout: Duration,
+    log: AccessLog,
+    pub(crate) mgmt_token: String,
+    pub(crate) bound: std::sync::OnceLock<Bound>,
+}
+
+impl Shared {
+    pub(crate) fn counters(&self) -> &Arc<Counters> {
+        self.log.counters()
+    }
+}
+
+/// A bound proxy, ready to run.
+#[derive(Debug)]
+pub struct Server {
+    tunnel: Vec<TcpListener>,
+    http: Vec<TcpListener>,
+    mgmt: TcpListener,
+    shared: Arc<Shared>,
+}
+
+/// Binds every listener: the tunnel and plain ports on each listen
+/// address, and the management endpoint. Access lines go to `log_out`.
+pub async fn bind(
+    settings: Settings,
+    log_out: Box<dyn std::io::Write + Send>,
+) -> Result<Server, ServerError> {
+    if settings.listen.is_empty() {
+        return Err(ServerError::NoListen);
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let upstream = UpstreamTls::new(settings.upstream_ca_pem.as_deref(), provider.clone())?;
+    let mut tunnel = Vec::new();
+    let mut http = Vec::new();
+    for ip in &settings.listen {
+        if ip.is_unspecified() {
+            return Err(ServerError::Unspecified(*ip));
+        }
+        tunnel.push(listen(SocketAddr::new(*ip, settings.tunnel_port)).await?);
+        http.push(listen(SocketAddr::new(*ip, settings.http_port)).await?);
+    }
+    let mgmt = listen(settings.mgmt_addr).await?;
+    let addrs = |ls: &[TcpListener]| ls.iter().filter_map(|l| l.local_addr().ok()).collect();
+    let bound = Bound {
+        tunnel: addrs(&tunnel),
+        http: addrs(&http),
+        mgmt: mgmt.local_addr().map_err(|source| ServerError::Bind {
+            addr: settings.mgmt_addr,
+            source,
+        })?,
+    };
+    let counters = Arc::new(Counters::default());
+    let log = AccessLog::spawn(log_out, counters).map_err(ServerError::Log)?;
+    let shared = Arc::new(Shared {
+        allow: settings.allow,
+        deny: settings.deny,
+        resolve: settings.resolve,
+        credentials: settings.credentials,
+        leaves: LeafCache::new(settings.ca, provider),
+        upstream,
+        header_timeout: settings.upstream_header_timeout,
+        log,
+        mgmt_token: settings.mgmt_token,
+        bound: std::sync::OnceLock::new(),
+    });
+    let _ = shared.bound.set(bound);
+    Ok(Server {
+        tunnel,
+        http,
+        mgmt,
+        shared,
+    })
+}
+
+async fn listen(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
+}
+
+impl Server {
+    pub fn bound(&self) -> &Bound {
+        // Set in `bind`, before the server exists.
+        self.shared.bound.get().unwrap_or_else(|| unreachable!())
+    }
+
+    pub fn counters(&self) -> Arc<Counters> {
+        self.shared.counters().clone()
+    }
+
+    /// Serves until `shutdown` completes.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for listener in self.tunnel.into_iter().chain(self.http) {
+            tasks.spawn(accept_loop(listener, self.shared.clone()));
+        }
+        tasks.spawn(crate::mgmt::serve(self.mgmt, self.shared.clone()));
+        shutdown.await;
+        tasks.abort_all();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors, most likely: wait, do not spin.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let counters = shared.counters().clone();
+            counters.connections.fetch_add(1, Ordering::Relaxed);
+            counters.open_connections.fetch_add(1, Ordering::Relaxed);
+            serve_client(shared, stream, peer).await;
+            counters.open_connections.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+    let service = service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(proxy_request(shared, peer, req).await) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(CLIENT_HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, "client connection ended");
+    }
+}
+
+async fn proxy_request(
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    if req.method() == Method::CONNECT {
+        connect(shared, peer, req).await
+    } else {
+        plain(shared, peer, req).await
+    }
+}
+
+/// `CONNECT host:port`: checks, `200`, then the tunnel in a task of its own.
+async fn connect(
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let authority = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .unwrap_or_default();
+    let pending = Pending::new(peer, authority.clone(), "CONNECT", String::new());
+    let target = match parse_connect(&authority) {
+        Ok(t) => t,
+        Err(e) => return refuse(&shared, pending, StatusCode::BAD_REQUEST, "bad-target", &e),
+    };
+    if !shared.allow.allows(&target.host) {
+        let why = format!("{} is not on the allowlist", target.host);
+        return refuse(&shared, pending, StatusCode::FORBIDDEN, "not-allowed", &why);
+    }
+    let addrs = match dial::resolve(&target, &shared.resolve, &shared.deny).await {
+        Ok(addrs) => addrs,
+        Err(e) => return dial_refusal(&shared, pending, &e),
+    };
+    shared.counters().tunnels.fetch_add(1, Ordering::Relaxed);
+    let tunnel_shared = shared.clone();
+    tokio::spawn(async move {
+        match hyper::upgrade::on(req).await {
+            Ok(upgraded) => tunnel(tunnel_shared, peer, target, addrs, upgraded).await,
+            Err(e) => tracing::debug!(%peer, error = %e, "CONNECT upgrade failed"),
+        }
+    });
+    shared
+        .log
+        .write(pending.finish(200, 0, Decision::Allow, "tunnel", None));
+    Response::new(ProxyBody::empty())
+}
+
+/// The state of one tunnel: its target, the addresses checked for it, and
+/// the upstream connection its requests reuse.
+#[derive(Debug)]
+struct Tunnel {
+    peer: SocketAddr,
+    target: Target,
+    addrs: Vec<SocketAddr>,
+    upstream: Mutex<Option<Sender>>,
+}
+
+async fn tunnel(
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    target: Target,
+    addrs: Vec<SocketAddr>,
+    upgraded: hyper::upgrade::Upgraded,
+) {
+    let acceptor =
+        LazyConfigAcceptor::new(rustls::server::Acceptor::default(), TokioIo::new(upgraded));
+    let start = match tokio::time::timeout(CLIENT_TLS_TIMEOUT, acceptor).await {
+        Ok(Ok(start)) => start,
+        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "client TLS hello failed"),
+        Err(_) => return tracing::debug!(%peer, "client TLS hello timed out"),
+    };
+    let sni = start.client_hello().server_name().map(str::to_string);
+    let sni_ok = match &sni {
+        Some(name) => parse_host(name).is_ok_and(|h| h == target.host),
+        // Clients send no SNI for IP literals.
+        None => matches!(target.host, Host::Ip(_)),
+    };
+    if !sni_ok {
+        let pending = Pending::new(peer, target.host.to_string(), "TLS", String::new());
+        let record = pending.finish(403, 0, Decision::Deny, "sni-mismatch", None);
+        return shared.log.write(record);
+    }
+    let config = match shared.leaves.server_config(&target.host).await {
+        Ok(config) => config,
+        Err(e) => return tracing::error!(host = %target.host, error = %e, "minting a leaf failed"),
+    };
+    let tls = match tokio::time::timeout(CLIENT_TLS_TIMEOUT, start.into_stream(config)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "client TLS handshake failed"),
+        Err(_) => return tracing::debug!(%peer, "client TLS handshake timed out"),
+    };
+    let tunnel = Arc::new(Tunnel {
+        peer,
+        target,
+        addrs,
+        upstream: Mutex::new(None),
+    });
+    let service = service_fn(move |req| {
+        let shared = shared.clone();
+        let tunnel = tunnel.clone();
+        async move { Ok::<_, Infallible>(tunnel_request(shared, tunnel, req).await) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(TUNNEL_IDLE_TIMEOUT)
+        .serve_connection(TokioIo::new(tls), service)
+        .with_upgrades();
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, "tunnel ended");
+    }
+}
+
+/// One request inside a tunnel.
+async fn tunnel_request(
+    shared: Arc<Shared>,
+    tunnel: Arc<Tunnel>,
+    mut req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_string();
+    let pending = Pending::new(
+        tunnel.peer,
+        tunnel.target.host.to_string(),
+        req.method().as_str(),
+        path_without_query_values(&path),
+    );
+    let host_ok = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| host_header_matches(v, &tunnel.target));
+    let uri_ok = req
+        .uri()
+        .authority()
+        .is_none_or(|a| host_header_matches(a.as_str(), &tunnel.target));
+    if !host_ok || !uri_ok {
+        let why = format!("the request must name {}", tunnel.target);
+        return refuse(
+            &shared,
+            pending,
+            StatusCode::FORBIDDEN,
+            "host-mismatch",
+            &why,
+        );
+    }
+    let upgrade = is_upgrade(req.headers());
+    strip_hop_by_hop(req.headers_mut(), upgrade);
+    let (path, token) = match swap(&shared, &tunnel.target.host, req.headers_mut(), path) {
+        Ok(swapped) => swapped,
+        Err((reason, why)) => {
+            return refuse(&shared, pending, StatusCode::FORBIDDEN, reason, &why);
+        }
+    };
+    if let Ok(uri) = path.parse() {
+        *req.uri_mut() = uri;
+    }
+    if upgrade {
+        let sender = shared
+            .upstream
+            .connect(&tunnel.target, &tunnel.addrs, &shared.deny, true)
+            .await;
+        return forward_upgrade(&shared, pending, token, sender, req, &tunnel.target).await;
+    }
+    let sent =
+        tokio::time::timeout(shared.header_timeout, send_in_tunnel(&shared, &tunnel, req)).await;
+    respond(&shared, pending, token, sent)
+}
+
+/// Swaps the token of the credential serving `host`, if any: the new path
+/// and the provider's name, or the refusal's reason and sentence.
+fn swap(
+    shared: &Shared,
+    host: &Host,
+    headers: &mut HeaderMap,
+    path: String,
+) -> Result<(String, Option<String>), (&'static str, String)> {
+    let Some(cred) = shared.credentials.for_host(host) else {
+        return Ok((path, None));
+    };
+    match inject(cred, headers, &path) {
+        Ok(new_path) => Ok((new_path.unwrap_or(path), Some(cred.provider.clone()))),
+        Err(refusal) => {
+            let places: Vec<String> = cred.places.iter().map(ToString::to_string).collect();
+            let why = format!(
+                "requests to {host} must carry the {} proxy token in {}",
+                cred.provider,
+                places.join(" or ")
+            );
+            Err((refusal.reason(), why))
+        }
+    }
+}
+
+/// Sends a request on the tunnel's upstream connection, dialling it first
+/// when there is none or it closed.
+async fn send_in_tunnel(
+    shared: &Shared,
+    tunnel: &Tunnel,
+    req: Request<Incoming>,
+) -> Result<Response<Incoming>, UpstreamError> {
+    let mut slot = tunnel.upstream.lock().await;
+    let mut sender = match slot.take() {
+        Some(sender) if !sender.is_closed() => sender,
+        _ => {
+            shared
+                .upstream
+                .connect(&tunnel.target, &tunnel.addrs, &shared.deny, false)
+                .await?
+        }
+    };
+    if sender.ready().await.is_err() {
+        sender = shared
+            .upstream
+            .connect(&tunnel.target, &tunnel.addrs, &shared.deny, false)
+            .await?;
+        sender.ready().await?;
+    }
+    let response = sender.send(req, &tunnel.target);
+    *slot = Some(sender);
+    drop(slot);
+    Ok(response.await?)
+}
+
+/// An absolute-form request on a proxy port (`GET http://host/path`).
+async fn plain(
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    mut req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let uri = req.uri().clone();
+    let shown_path = path_without_query_values(uri.path_and_query().map_or("/", |pq| pq.as_str()));
+    let host_text = uri.host().unwrap_or_default().to_string();
+    let pending = Pending::new(peer, host_text, req.method().as_str(), shown_path);
+    let (target, path) = match parse_absolute(&uri) {
+        Ok(parsed) => parsed,
+        Err(e) => return refuse(&shared, pending, StatusCode::BAD_REQUEST, "bad-target", &e),
+    };
+    if !shared.allow.allows(&target.host) {
+        let why = format!("{} is not on the allowlist", target.host);
+        return refuse(&shared, pending, StatusCode::FORBIDDEN, "not-allowed", &why);
+    }
+    if shared.credentials.for_host(&target.host).is_some() {
+        let why = format!(
+            "keys for {} only travel over TLS: use https://",
+            target.host
+        );
+        return refuse(
+            &shared,
+            pending,
+            StatusCode::FORBIDDEN,
+            "tls-required",
+            &why,
+        );
+    }
+    let addrs = match dial::resolve(&target, &shared.resolve, &shared.deny).await {
+        Ok(addrs) => addrs,
+        Err(e) => return dial_refusal(&shared, pending, &e),
+    };
+    let upgrade = is_upgrade(req.headers());
+    strip_hop_by_hop(req.headers_mut(), upgrade);
+    if let Some(authority) = uri.authority()
+        && let Ok(value) = HeaderValue::from_str(authority.as_str())
+    {
+        req.headers_mut().insert(header::HOST, value);
+    }
+    if let Ok(uri) = path.parse() {
+        *req.uri_mut() = uri;
+    }
+    let sender = upstream::connect_plain(&addrs, &shared.deny).await;
+    if upgrade {
+        return forward_upgrade(&shared, pending, None, sender, req, &target).await;
+    }
+    let sent = tokio::time::timeout(shared.header_timeout, async {
+        let mut sender = sender?;
+        Ok(sender.send(req, &target).await?)
+    })
+    .await;
+    respond(&shared, pending, None, sent)
+}
+
+/// Sends an upgrade request (WebSocket) on a connection of its own and,
+/// when the upstream switches protocols, joins the two upgraded streams.
+async fn forward_upgrade(
+    shared: &Shared,
+    pending: Pending,
+    token: Option<String>,
+    sender: Result<Sender, UpstreamError>,
+    mut req: Request<Incoming>,
+    target: &Target,
+) -> Response<ProxyBody> {
+    let client_upgrade = hyper::upgrade::on(&mut req);
+    let sent = tokio::time::timeout(shared.header_timeout, async {
+        let mut sender = sender?;
+        Ok(sender.send(req, target).await?)
+    })
+    .await;
+    let sent = match sent {
+        Ok(Ok(mut response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            let upstream_upgrade = hyper::upgrade::on(&mut response);
+            tokio::spawn(async move {
+                match tokio::join!(client_upgrade, upstream_upgrade) {
+                    (Ok(client), Ok(upstream)) => {
+                        let mut client = TokioIo::new(client);
+                        let mut upstream = TokioIo::new(upstream);
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                    (c, u) => tracing::debug!(
+                        client = ?c.err(), upstream = ?u.err(), "upgrade did not complete"
+                    ),
+                }
+            });
+            Ok(Ok(response))
+        }
+        other => other,
+    };
+    respond(shared, pending, token, sent)
+}
+
+/// The client's response from what the upstream answered (or did not).
+fn respond(
+    shared: &Shared,
+    pending: Pending,
+    token: Option<String>,
+    sent: Result<Result<Response<Incoming>, UpstreamError>, tokio::time::error::Elapsed>,
+) -> Response<ProxyBody> {
+    match sent {
+        Ok(Ok(response)) => {
+            let (mut parts, body) = response.into_parts();
+            let upgrade = parts.status == StatusCode::SWITCHING_PROTOCOLS;
+            strip_hop_by_hop(&mut parts.headers, upgrade);
+            let status = parts.status.as_u16();
+            let body = Logged::new(body, shared.log.clone(), pending, status, token);
+            Response::from_parts(parts, ProxyBody::Stream(Box::new(body)))
+        }
+        Ok(Err(e)) if e.is_refusal() => {
+            refuse(shared, pending, StatusCode::FORBIDDEN, e.reason(), &e)
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(host = %pending.host, error = %e, "upstream failed");
+            refuse(shared, pending, StatusCode::BAD_GATEWAY, e.reason(), &e)
+        }
+        Err(_) => {
+            let why = format!(
+                "no response head within {} s (proxy.upstream_header_timeout_seconds)",
+                shared.header_timeout.as_secs()
+            );
+            refuse(
+                shared,
+                pending,
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream-timeout",
+                &why,
+            )
+        }
+    }
+}
+
+fn dial_refusal(shared: &Shared, pending: Pending, e: &DialError) -> Response<ProxyBody> {
+    let status = match e {
+        DialError::Denied(_) => StatusCode::FORBIDDEN,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    refuse(shared, pending, status, e.reason(), e)
+}
+
+/// A response the proxy makes itself: 403 with [`REFUSED_HEADER`], or an
+/// error status with [`ERROR_HEADER`]; the reason word and a sentence.
+fn refuse(
+    shared: &Shared,
+    pending: Pending,
+    status: StatusCode,
+    reason: &'static str,
+    why: &dyn std::fmt::Display,
+) -> Response<ProxyBody> {
+    let (decision, header_name) = if status.is_server_error() {
+        (Decision::Error, ERROR_HEADER)
+    } else {
+        (Decision::Deny, REFUSED_HEADER)
+    };
+    let text = format!("hermes egress: {reason}: {why}\n");
+    shared
+        .log
+        .write(pending.finish(status.as_u16(), text.len() as u64, decision, reason, None));
+    let mut response = Response::new(ProxyBody::text(text));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header_name, HeaderValue::from_static(reason));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// Whether a request asks to switch protocols (`Connection: upgrade` and
+/// an `Upgrade` header).
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// Removes the headers that concern one hop only, and the proxy's own
+/// credentials; an upgrade keeps `Upgrade` and `Connection: upgrade`.
+fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        if !(upgrade && name == header::UPGRADE) {
+            headers.remove(name);
+        }
+    }
+    for name in [
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "transfer-encoding",
+    ] {
+        headers.remove(name);
+    }
+    if upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+}
+
+#[cfg(test)]
+#[path = "server_tests.rs"]
+mod tests;
