@@ -63,6 +63,9 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// The egress credential proxy: set-up, daemon, status.
+    #[command(subcommand)]
+    Egress(EgressCommand),
 }
 
 #[derive(Debug, Args)]
@@ -89,6 +92,31 @@ pub enum SessionCommand {
         id: String,
     },
 }
+
+#[derive(Debug, Subcommand)]
+pub enum EgressCommand {
+    /// Report the binary that runs the proxy and check that it can.
+    Install,
+    /// Create the CA, tokens, mappings and proxy config (idempotent).
+    Setup {
+        /// Replace every proxy token; the old ones stop working.
+        #[arg(long)]
+        rotate_tokens: bool,
+    },
+    /// Start the proxy as a daemon and wait until it listens.
+    Start,
+    /// Stop the daemon: SIGTERM, then SIGKILL after 5 s.
+    Stop,
+    /// Configuration, process, listening state and tokens.
+    Status {
+        /// Print the tokens in full.
+        #[arg(long)]
+        show_tokens: bool,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Run the proxy in the foreground (what `start` runs).
+    Serve,
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {

@@ -64,6 +64,7 @@ fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(daemon::run(&home, &profile, options))
         }
         Command::Status { output } => commands::status::run(&home, output),
+        Command::Egress(command) => commands::egress::run(&home, command),
     }
 }
 

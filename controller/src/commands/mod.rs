@@ -1,6 +1,7 @@
 //! One module per top-level subcommand, and what several of them share.
 
 pub mod config;
+pub mod egress;
 pub mod exec;
 pub mod reconcile;
 pub mod sandbox;
@@ -53,6 +54,19 @@ fn with_activity(
         activity,
         ..Observed::default()
     })
+}
+
+/// Loads config.yaml (errors with file, line and key) and prints its
+/// warnings.
+pub fn load_config(home: &Home) -> anyhow::Result<hermes_model::config::Config> {
+    let file = home.config().display().to_string();
+    let text = config::read_config_text(home)?.unwrap_or_default();
+    let loaded =
+        hermes_model::config::load(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {}", w.render(&file));
+    }
+    Ok(loaded.config)
 }
 
 /// Loads config.yaml (errors with file, line and key), prints its warnings
@@ -171,7 +185,7 @@ fn remember_good(path: &std::path::Path, text: &str) {
 }
 
 /// The environment `docker_forward_env` may read: this process's, then `.env`.
-fn host_env(home: &Home) -> anyhow::Result<HostEnv> {
+pub fn host_env(home: &Home) -> anyhow::Result<HostEnv> {
     Ok(HostEnv {
         process: std::env::vars().collect(),
         dotenv: hermes_model::dotenv::parse(&config::read_env_text(home)?),
