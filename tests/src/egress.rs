@@ -1,0 +1,233 @@
+//! Driving the egress proxy end to end: a home with the proxy set up and
+//! started through the real binary (stopped when dropped), free port pairs,
+//! the Docker bridge gateway, and running scripts inside a container of the
+//! test image that trusts the proxy's CA the way a sandbox does.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::cli::{Run, TestHome};
+
+/// Where a sandbox finds the proxy's CA.
+pub const CA_IN_CONTAINER: &str = "/etc/ssl/certs/hermes-egress-ca.crt";
+
+/// A home whose proxy is set up (and started by [`Proxy::start`]).
+#[derive(Debug)]
+pub struct Proxy {
+    pub home: TestHome,
+    pub port: u16,
+    started: bool,
+    netns: Option<String>,
+}
+
+/// A port `p` such that `p` and `p + 1` are free on 127.0.0.1 and, when
+/// given, on `also`.
+pub fn free_port_pair(also: Option<std::net::IpAddr>) -> u16 {
+    for _ in 0..100 {
+        let Ok(first) = std::net::TcpListener::bind("127.0.0.1:0") else {
+            continue;
+        };
+        let Ok(addr) = first.local_addr() else {
+            continue;
+        };
+        let p = addr.port();
+        if p >= 65000 {
+            continue;
+        }
+        let free =
+            |ip: std::net::IpAddr, port: u16| std::net::TcpListener::bind((ip, port)).is_ok();
+        let lo = std::net::IpAddr::from([127, 0, 0, 1]);
+        drop(first);
+        if free(lo, p) && free(lo, p + 1) && also.is_none_or(|ip| free(ip, p) && free(ip, p + 1)) {
+            return p;
+        }
+    }
+    panic!("no free port pair found in 100 tries")
+}
+
+/// The gateway address of Docker's default bridge, where containers reach
+/// the host.
+pub fn bridge_gateway() -> std::net::IpAddr {
+    let out = Command::new("docker")
+        .args([
+            "network",
+            "inspect",
+            "bridge",
+            "--format",
+            "{{(index .IPAM.Config 0).Gateway}}",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("docker network inspect: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("bridge gateway {text:?}: {e}"))
+}
+
+impl Proxy {
+    /// A home with `proxy.tunnel_port` on a free pair and `proxy_yaml`
+    /// (lines indented under `proxy:`), set up with `hermes egress setup`.
+    pub fn setup(proxy_yaml: &str) -> Proxy {
+        Proxy::setup_in(proxy_yaml, None)
+    }
+
+    /// Like [`Proxy::setup`]; the proxy will run inside `netns`, where
+    /// every port is free.
+    pub fn setup_in(proxy_yaml: &str, netns: Option<&str>) -> Proxy {
+        let home = TestHome::new();
+        let port = match netns {
+            Some(_) => 19090,
+            None => free_port_pair(Some(bridge_gateway())),
+        };
+        home.write_config(format!("proxy:\n  tunnel_port: {port}\n{proxy_yaml}"));
+        let proxy = Proxy {
+            home,
+            port,
+            started: false,
+            netns: netns.map(str::to_string),
+        };
+        let run = proxy.hermes(&["egress", "setup"], &[]);
+        assert_eq!(run.code, 0, "egress setup: {run:?}");
+        proxy
+    }
+
+    /// Runs `hermes --home H ARGS` (inside the namespace, if any) with
+    /// `env` added to the environment.
+    pub fn hermes(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "timeout", "60"])
+                    .arg(crate::cli::hermes_bin())
+                    .arg("--home")
+                    .arg(self.home.path());
+                c
+            }
+            None => self.home.command(Vec::<&str>::new()),
+        };
+        cmd.args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output()
+            .unwrap_or_else(|e| panic!("running hermes: {e}"))
+            .into()
+    }
+
+    /// `hermes egress start` with `env` (where the real keys come from).
+    pub fn start(&mut self, env: &[(&str, &str)]) {
+        let run = self.hermes(&["egress", "start"], env);
+        assert_eq!(run.code, 0, "egress start: {run:?}\nlog:\n{}", self.log());
+        self.started = true;
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.home.path().join("proxy")
+    }
+
+    pub fn ca_path(&self) -> PathBuf {
+        self.dir().join("ca.crt")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir().join("proxy.log")).unwrap_or_default()
+    }
+
+    /// The proxy token of `provider`, from `tokens.json`.
+    pub fn token(&self, provider: &str) -> String {
+        let text = std::fs::read_to_string(self.dir().join("tokens.json"))
+            .unwrap_or_else(|e| panic!("tokens.json: {e}"));
+        let json: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("tokens.json: {e}"));
+        json["tokens"][provider]
+            .as_str()
+            .unwrap_or_else(|| panic!("no token for {provider}"))
+            .to_string()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if self.started {
+            let _ = self.hermes(&["egress", "stop"], &[]);
+        }
+    }
+}
+
+/// What a script printed in a container, by section: `== name` lines open
+/// a section.
+#[derive(Debug)]
+pub struct Sections {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Sections {
+    /// The lines of section `name`, trimmed, without the marker.
+    pub fn section(&self, name: &str) -> String {
+        let marker = format!("== {name}");
+        let mut out = String::new();
+        let mut inside = false;
+        for line in self.stdout.lines() {
+            if line.starts_with("== ") {
+                inside = line == marker;
+                continue;
+            }
+            if inside {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out.trim().to_string()
+    }
+}
+
+/// Runs `script` (sh) in a container of the test image that reaches the
+/// proxy as a sandbox does: `HTTPS_PROXY`/`HTTP_PROXY` on the bridge
+/// gateway, the CA at [`CA_IN_CONTAINER`] with the trust variables of
+/// curl, Python and Node, and `env` (the tokens). Files in `files` are
+/// placed under `/t`.
+pub fn in_container(
+    proxy: &Proxy,
+    env: &[(&str, String)],
+    files: &[(&str, &str)],
+    script: &str,
+) -> Sections {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    std::fs::write(dir.path().join("run.sh"), script).unwrap_or_else(|e| panic!("run.sh: {e}"));
+    let gateway = bridge_gateway();
+    let https_proxy = format!("http://{gateway}:{}", proxy.port);
+    let http_proxy = format!("http://{gateway}:{}", proxy.port + 1);
+    let mut cmd = Command::new("timeout");
+    cmd.args(["120", "docker", "run", "--rm", "--network", "bridge"]);
+    let mount = |src: &Path, dst: &str| format!("{}:{dst}:ro", src.display());
+    cmd.arg("-v").arg(mount(&proxy.ca_path(), CA_IN_CONTAINER));
+    cmd.arg("-v").arg(mount(dir.path(), "/t"));
+    let mut vars: Vec<(String, String)> = vec![
+        ("HTTPS_PROXY".into(), https_proxy.clone()),
+        ("https_proxy".into(), https_proxy),
+        ("HTTP_PROXY".into(), http_proxy.clone()),
+        ("http_proxy".into(), http_proxy),
+        ("NO_PROXY".into(), "127.0.0.1,localhost,::1".into()),
+        ("SSL_CERT_FILE".into(), CA_IN_CONTAINER.into()),
+        ("REQUESTS_CA_BUNDLE".into(), CA_IN_CONTAINER.into()),
+        ("CURL_CA_BUNDLE".into(), CA_IN_CONTAINER.into()),
+        ("NODE_EXTRA_CA_CERTS".into(), CA_IN_CONTAINER.into()),
+        ("HERMES_EGRESS_PROXY".into(), "1".into()),
+    ];
+    vars.extend(env.iter().map(|(k, v)| ((*k).to_string(), v.clone())));
+    for (k, v) in &vars {
+        cmd.arg("-e").arg(format!("{k}={v}"));
+    }
+    cmd.arg(crate::test_image()).args(["sh", "/t/run.sh"]);
+    let out = cmd.output().unwrap_or_else(|e| panic!("docker run: {e}"));
+    Sections {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

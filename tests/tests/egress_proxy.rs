@@ -1,0 +1,370 @@
+//! The egress proxy end to end: the real `hermes` binary as the daemon, a
+//! local TLS upstream of the test's own reached through `proxy.resolve`,
+//! and real clients (curl, Python `urllib`, Node `https`) inside a
+//! container of the test image that trusts the proxy's CA through the
+//! environment, as a sandbox does.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use hermes_tests::egress::{Proxy, in_container};
+use hermes_tests::upstream::Upstream;
+
+const OPENAI_KEY: &str = "sk-e2e-openai-REAL-0001";
+const ANTHROPIC_KEY: &str = "sk-ant-e2e-REAL-0002";
+const GOOGLE_KEY: &str = "AIza-e2e-REAL-0003";
+const NAMES: &[&str] = &[
+    "api.openai.com",
+    "api.anthropic.com",
+    "generativelanguage.googleapis.com",
+];
+
+/// A proxy whose provider hosts resolve to `upstream` on loopback, under
+/// a deny list without 127/8, trusting the upstream's CA.
+fn proxy_for(upstream: &Upstream) -> Proxy {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let ca = dir.join("upstream-ca.pem");
+    std::fs::write(&ca, &upstream.ca_pem).unwrap();
+    let resolve: String = NAMES
+        .iter()
+        .map(|n| format!("    {n}: 127.0.0.1\n"))
+        .collect();
+    let proxy = Proxy::setup(&format!(
+        "  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
+        ca.display()
+    ));
+    // The Anthropic key comes from .env, the others from the environment.
+    std::fs::write(
+        proxy.home.path().join(".env"),
+        format!("ANTHROPIC_API_KEY={ANTHROPIC_KEY}\n"),
+    )
+    .unwrap();
+    proxy
+}
+
+fn start(proxy: &mut Proxy) {
+    proxy.start(&[
+        ("OPENAI_API_KEY", OPENAI_KEY),
+        ("GEMINI_API_KEY", GOOGLE_KEY),
+    ]);
+}
+
+fn tokens(proxy: &Proxy) -> Vec<(&'static str, String)> {
+    vec![
+        ("OPENAI_API_KEY", proxy.token("openai")),
+        ("ANTHROPIC_API_KEY", proxy.token("anthropic")),
+        ("GEMINI_API_KEY", proxy.token("google")),
+    ]
+}
+
+fn upstream() -> Upstream {
+    Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES)
+}
+
+const NODE_GET: &str = r#"
+const http = require('http'), https = require('https'), tls = require('tls');
+const [host, port, path] = process.argv.slice(2);
+const proxy = new URL(process.env.HTTPS_PROXY);
+setTimeout(() => { console.log('TIMEOUT'); process.exit(1); }, 20000);
+const connect = http.request({ host: proxy.hostname, port: proxy.port, method: 'CONNECT', path: host + ':' + port });
+connect.on('error', e => { console.log('ERR ' + e.message); process.exit(1); });
+connect.on('connect', (res, socket) => {
+  if (res.statusCode !== 200) { console.log('CONNECT ' + res.statusCode); process.exit(1); }
+  const req = https.request({ host, port, path, method: 'GET',
+      createConnection: () => tls.connect({ socket, servername: host }) }, resp => {
+    let body = '';
+    resp.on('data', d => body += d);
+    resp.on('end', () => { console.log(body); process.exit(0); });
+  });
+  req.on('error', e => { console.log('ERR ' + e.message); process.exit(1); });
+  req.end();
+});
+connect.end();
+"#;
+
+#[test]
+fn curl_python_and_node_in_a_container_reach_the_upstream_with_the_real_key() {
+    let upstream = upstream();
+    let mut proxy = proxy_for(&upstream);
+    start(&mut proxy);
+    let port = upstream.addr.port();
+    let script = format!(
+        r#"
+echo "== curl"
+curl -sS --max-time 20 "https://api.openai.com:{port}/echo?x=1" -H "Authorization: Bearer $OPENAI_API_KEY"
+echo
+echo "== python"
+python3 - <<'PY'
+import os, urllib.request
+req = urllib.request.Request("https://api.anthropic.com:{port}/echo", data=b'{{"m": 1}}',
+    headers={{"x-api-key": os.environ["ANTHROPIC_API_KEY"], "content-type": "application/json"}})
+print(urllib.request.urlopen(req, timeout=20).read().decode())
+PY
+echo "== node"
+node /t/get.js generativelanguage.googleapis.com {port} "/echo?alt=sse&key=$GEMINI_API_KEY&z=1"
+"#
+    );
+    let out = in_container(&proxy, &tokens(&proxy), &[("get.js", NODE_GET)], &script);
+    assert_eq!(out.code, 0, "{out:?}\nproxy log:\n{}", proxy.log());
+
+    let curl: serde_json::Value = serde_json::from_str(&out.section("curl")).expect("curl echo");
+    assert_eq!(
+        curl["headers"]["authorization"],
+        format!("Bearer {OPENAI_KEY}")
+    );
+    assert_eq!(curl["path"], "/echo?x=1");
+    assert_eq!(curl["version"], "HTTP/2.0", "h2 upstream where offered");
+
+    let python: serde_json::Value =
+        serde_json::from_str(&out.section("python")).expect("python echo");
+    assert_eq!(python["headers"]["x-api-key"], ANTHROPIC_KEY);
+    assert_eq!(python["method"], "POST");
+    assert_eq!(python["body"], r#"{"m": 1}"#);
+
+    let node: serde_json::Value = serde_json::from_str(&out.section("node")).expect("node echo");
+    assert_eq!(node["path"], format!("/echo?alt=sse&key={GOOGLE_KEY}&z=1"));
+
+    // The log names the providers whose tokens were swapped, never a key.
+    let log = proxy.log();
+    for provider in ["openai", "anthropic", "google"] {
+        assert!(log.contains(&format!(r#""token":"{provider}""#)), "{log}");
+    }
+    for key in [OPENAI_KEY, ANTHROPIC_KEY, GOOGLE_KEY] {
+        assert!(!log.contains(key), "a real key in the log:\n{log}");
+        for entry in std::fs::read_dir(proxy.dir()).unwrap() {
+            let text = std::fs::read(entry.unwrap().path()).unwrap();
+            assert!(!String::from_utf8_lossy(&text).contains(key));
+        }
+    }
+    assert!(log.contains(r#""path":"/echo?alt=&key=&z=""#), "{log}");
+}
+
+#[test]
+fn requests_without_a_token_or_with_a_wrong_one_are_refused_before_the_upstream() {
+    let upstream = upstream();
+    let mut proxy = proxy_for(&upstream);
+    start(&mut proxy);
+    let port = upstream.addr.port();
+    let wrong = "openai-0123456789abcdef0123456789abcdef";
+    let script = format!(
+        r#"
+echo "== none"
+curl -sS --max-time 20 -o /dev/null -D - "https://api.openai.com:{port}/echo"
+echo "== wrong"
+curl -sS --max-time 20 -o /dev/null -D - "https://api.openai.com:{port}/echo" -H "Authorization: Bearer {wrong}"
+echo "== real-key"
+curl -sS --max-time 20 -o /dev/null -D - "https://api.openai.com:{port}/echo" -H "Authorization: Bearer sk-a-real-key-the-sandbox-should-not-have"
+echo "== other-provider"
+curl -sS --max-time 20 -o /dev/null -D - "https://api.openai.com:{port}/echo" -H "Authorization: Bearer $ANTHROPIC_API_KEY"
+echo "== python"
+python3 - <<'PY'
+import urllib.request, urllib.error
+try:
+    urllib.request.urlopen("https://api.anthropic.com:{port}/echo", timeout=20)
+    print("ALLOWED")
+except urllib.error.HTTPError as e:
+    print(e.code, e.headers.get("x-hermes-egress-refused"))
+PY
+"#
+    );
+    let out = in_container(&proxy, &tokens(&proxy), &[], &script);
+    assert_eq!(out.code, 0, "{out:?}");
+    for (section, reason) in [
+        ("none", "no-token"),
+        ("wrong", "bad-token"),
+        ("real-key", "bad-token"),
+        ("other-provider", "bad-token"),
+    ] {
+        let heads = out.section(section).to_ascii_lowercase();
+        // curl shows the CONNECT answer (200: the host is allowed), then the request's.
+        assert!(heads.starts_with("http/1.1 200"), "{section}: {heads}");
+        let head = heads.rsplit("http/1.1 ").next().unwrap();
+        assert!(head.starts_with("403"), "{section}: {heads}");
+        assert!(
+            head.contains(&format!("x-hermes-egress-refused: {reason}")),
+            "{section}: {head}"
+        );
+    }
+    assert_eq!(out.section("python"), "403 no-token");
+    assert_eq!(
+        upstream.accepted(),
+        0,
+        "a refused request reached the upstream"
+    );
+}
+
+#[test]
+fn server_sent_events_arrive_one_at_a_time_before_the_stream_ends() {
+    let upstream = upstream();
+    let mut proxy = proxy_for(&upstream);
+    start(&mut proxy);
+    let port = upstream.addr.port();
+    let script = format!(
+        r#"
+echo "== sse"
+python3 - <<'PY'
+import os, time, urllib.request
+req = urllib.request.Request("https://api.openai.com:{port}/sse",
+    headers={{"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}})
+t0 = time.monotonic()
+with urllib.request.urlopen(req, timeout=20) as r:
+    for line in r:
+        if line.strip():
+            print("%.3f %s" % (time.monotonic() - t0, line.decode().strip()), flush=True)
+PY
+"#
+    );
+    let out = in_container(&proxy, &tokens(&proxy), &[], &script);
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<(f64, String)> = out
+        .section("sse")
+        .lines()
+        .map(|l| {
+            let (t, rest) = l.split_once(' ').unwrap();
+            (t.parse().unwrap(), rest.to_string())
+        })
+        .collect();
+    let texts: Vec<&str> = lines.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(texts, ["data: chunk 1", "data: chunk 2", "data: chunk 3"]);
+    // The upstream sends them 400 ms apart: buffered, they would arrive together.
+    assert!(lines[1].0 - lines[0].0 > 0.25, "{lines:?}");
+    assert!(lines[2].0 - lines[0].0 > 0.6, "{lines:?}");
+}
+
+#[test]
+fn a_websocket_echo_round_trips_through_the_proxy() {
+    let upstream = upstream();
+    let mut proxy = proxy_for(&upstream);
+    start(&mut proxy);
+    let port = upstream.addr.port();
+    let script = format!(
+        r#"
+echo "== ws"
+python3 - <<'PY'
+import base64, os, socket, ssl, urllib.parse
+p = urllib.parse.urlparse(os.environ["HTTPS_PROXY"])
+s = socket.create_connection((p.hostname, p.port), timeout=20)
+s.sendall(b"CONNECT api.openai.com:{port} HTTP/1.1\r\nHost: api.openai.com:{port}\r\n\r\n")
+def head(sock):
+    data = b""
+    while b"\r\n\r\n" not in data and len(data) < 8192:
+        data += sock.recv(1)
+    return data
+print(head(s).split(b"\r\n")[0].decode())
+t = ssl.create_default_context().wrap_socket(s, server_hostname="api.openai.com")
+key = base64.b64encode(os.urandom(16)).decode()
+t.sendall(("GET /ws HTTP/1.1\r\nHost: api.openai.com:{port}\r\nUpgrade: websocket\r\n"
+           "Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n"
+           "Authorization: Bearer %s\r\n\r\n" % (key, os.environ["OPENAI_API_KEY"])).encode())
+print(head(t).split(b"\r\n")[0].decode())
+for msg in (b"hello through hermes", b"second frame"):
+    mask = os.urandom(4)
+    t.sendall(bytes([0x81, 0x80 | len(msg)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(msg)))
+    h = t.recv(2)
+    n = h[1] & 0x7f
+    payload = b""
+    while len(payload) < n:
+        payload += t.recv(n - len(payload))
+    print("ECHO", payload.decode())
+PY
+"#
+    );
+    let out = in_container(&proxy, &tokens(&proxy), &[], &script);
+    assert_eq!(out.code, 0, "{out:?}\n{}", proxy.log());
+    assert_eq!(
+        out.section("ws"),
+        "HTTP/1.1 200 OK\nHTTP/1.1 101 Switching Protocols\nECHO hello through hermes\nECHO second frame"
+    );
+    assert!(proxy.log().contains(r#""status":101"#), "{}", proxy.log());
+}
+
+/// curl on the host through the proxy on 127.0.0.1; the status code.
+fn host_curl(proxy: &Proxy, url: &str, token: &str) -> String {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "20",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg("-x")
+        .arg(format!("http://127.0.0.1:{}", proxy.port))
+        .arg("--cacert")
+        .arg(proxy.ca_path())
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(url)
+        .env_remove("https_proxy")
+        .env_remove("HTTPS_PROXY")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn setup_keeps_tokens_and_rotation_retires_the_old_ones() {
+    let upstream = upstream();
+    let mut proxy = proxy_for(&upstream);
+    let before = std::fs::read_to_string(proxy.dir().join("tokens.json")).unwrap();
+    let again = proxy.hermes(&["egress", "setup"], &[]);
+    assert_eq!(again.code, 0, "{again:?}");
+    assert!(again.stdout.contains("kept"), "{}", again.stdout);
+    assert_eq!(
+        std::fs::read_to_string(proxy.dir().join("tokens.json")).unwrap(),
+        before
+    );
+    start(&mut proxy);
+    let url = format!("https://api.openai.com:{}/echo", upstream.addr.port());
+    let old = proxy.token("openai");
+    assert_eq!(host_curl(&proxy, &url, &old), "200");
+
+    let rotate = proxy.hermes(
+        &["egress", "setup", "--rotate-tokens"],
+        &[("OPENAI_API_KEY", OPENAI_KEY)],
+    );
+    assert_eq!(rotate.code, 0, "{rotate:?}");
+    assert!(rotate.stdout.contains("rotated"), "{}", rotate.stdout);
+    let new = proxy.token("openai");
+    assert_ne!(new, old);
+    assert_eq!(
+        host_curl(&proxy, &url, &old),
+        "403",
+        "the old token still works"
+    );
+    assert_eq!(host_curl(&proxy, &url, &new), "200");
+}
+
+#[test]
+fn the_upstream_header_timeout_is_the_configured_one() {
+    let upstream = upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &upstream.ca_pem).unwrap();
+    let mut proxy = Proxy::setup(&format!(
+        "  upstream_deny_cidrs: [169.254.0.0/16]\n  upstream_ca_file: {}\n  upstream_header_timeout_seconds: 2\n  resolve:\n    api.openai.com: 127.0.0.1\n",
+        ca.display()
+    ));
+    proxy.start(&[("OPENAI_API_KEY", OPENAI_KEY)]);
+    let token = proxy.token("openai");
+    let base = format!("https://api.openai.com:{}", upstream.addr.port());
+    // Headers after 1 s: within the limit.
+    assert_eq!(
+        host_curl(&proxy, &format!("{base}/slow?ms=1000"), &token),
+        "200"
+    );
+    // Headers after 5 s: the proxy gives up at 2 s.
+    let started = std::time::Instant::now();
+    assert_eq!(
+        host_curl(&proxy, &format!("{base}/slow?ms=5000"), &token),
+        "504"
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1900) && waited < Duration::from_millis(4500),
+        "{waited:?}"
+    );
+}
