@@ -1,0 +1,236 @@
+//! `hermes egress` commands through the real binary: the files and their
+//! modes, the daemon's pid file, start/stop, status and its warnings.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt;
+
+use hermes_tests::egress::Proxy;
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Whether `pid` runs (a zombie waiting for its reaper does not).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn setup_writes_the_files_with_their_modes_and_is_idempotent() {
+    let proxy = Proxy::setup("");
+    let dir = proxy.dir();
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&dir.join("ca.crt")), 0o644);
+    for secret in ["ca.key", "tokens.json", "mappings.json", "config.json"] {
+        assert_eq!(mode(&dir.join(secret)), 0o600, "{secret}");
+    }
+    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
+    let tokens = std::fs::read(dir.join("tokens.json")).unwrap();
+    let again = proxy.hermes(&["egress", "setup"], &[]);
+    assert_eq!(again.code, 0, "{again:?}");
+    assert!(again.stdout.contains("(kept)"), "{}", again.stdout);
+    assert_eq!(std::fs::read(dir.join("ca.crt")).unwrap(), ca);
+    assert_eq!(std::fs::read(dir.join("tokens.json")).unwrap(), tokens);
+    let token = proxy.token("openrouter");
+    assert!(token.starts_with("openrouter-") && token.len() == "openrouter-".len() + 32);
+}
+
+#[test]
+fn start_refuses_a_second_daemon_and_stop_ends_it() {
+    let mut proxy = Proxy::setup("");
+    proxy.start(&[]);
+    let pid: i32 = std::fs::read_to_string(proxy.dir().join("proxy.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(mode(&proxy.dir().join("proxy.pid")), 0o600);
+    assert_eq!(mode(&proxy.dir().join("proxy.log")), 0o600);
+    let twice = proxy.hermes(&["egress", "start"], &[]);
+    assert_eq!(twice.code, 1, "{twice:?}");
+    assert!(twice.stderr.contains("already running"), "{twice:?}");
+    // A second foreground serve is refused by the pid file itself.
+    let serve = proxy.hermes(&["egress", "serve"], &[]);
+    assert_eq!(serve.code, 1, "{serve:?}");
+    assert!(serve.stderr.contains("already running"), "{serve:?}");
+
+    let stop = proxy.hermes(&["egress", "stop"], &[]);
+    assert_eq!(stop.code, 0, "{stop:?}");
+    assert!(stop.stdout.contains("stopped"), "{stop:?}");
+    assert!(!alive(pid), "pid {pid} still runs");
+    assert!(!proxy.dir().join("proxy.pid").exists());
+    let again = proxy.hermes(&["egress", "stop"], &[]);
+    assert!(again.stdout.contains("not running"), "{again:?}");
+}
+
+#[test]
+fn a_pid_file_planted_as_a_symlink_is_never_followed() {
+    let proxy = Proxy::setup("");
+    let victim = proxy.home.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::os::unix::fs::symlink(&victim, proxy.dir().join("proxy.pid")).unwrap();
+    let serve = proxy.hermes(&["egress", "serve"], &[]);
+    assert_eq!(serve.code, 1, "{serve:?}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let start = proxy.hermes(&["egress", "start"], &[]);
+    assert_eq!(start.code, 1, "{start:?}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}
+
+#[test]
+fn a_stale_pid_file_does_not_stop_a_start() {
+    let mut proxy = Proxy::setup("");
+    // A pid that is no proxy: this test's own.
+    std::fs::write(
+        proxy.dir().join("proxy.pid"),
+        format!("{}\n", std::process::id()),
+    )
+    .unwrap();
+    proxy.start(&[]);
+    let pid = std::fs::read_to_string(proxy.dir().join("proxy.pid")).unwrap();
+    assert_ne!(pid.trim(), std::process::id().to_string());
+}
+
+#[test]
+fn start_without_setup_fails_and_a_failed_start_shows_the_log() {
+    let home = hermes_tests::cli::TestHome::new();
+    let run = home.run(["egress", "start"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("hermes egress setup"), "{run:?}");
+
+    // The tunnel port taken: the daemon cannot bind and start says why.
+    let mut proxy = Proxy::setup("  listen: [127.0.0.1]\n");
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", proxy.port)).unwrap();
+    let start = proxy.hermes(&["egress", "start"], &[]);
+    assert_eq!(start.code, 1, "{start:?}");
+    assert!(start.stderr.contains("cannot listen on"), "{start:?}");
+    assert!(!proxy.dir().join("proxy.pid").exists());
+    proxy.port = 0;
+}
+
+#[test]
+fn status_reports_masked_tokens_keys_listening_and_uncovered_credentials() {
+    let mut proxy = Proxy::setup("");
+    let env = [
+        ("OPENAI_API_KEY", "sk-status-REAL"),
+        ("AWS_ACCESS_KEY_ID", "AKIA-status"),
+    ];
+    let before = proxy.hermes(&["egress", "status", "--output", "json"], &env);
+    assert_eq!(before.code, 0, "{before:?}");
+    let json: serde_json::Value = serde_json::from_str(&before.stdout).unwrap();
+    assert_eq!(json["running"], false);
+    assert_eq!(json["listening"], serde_json::Value::Null);
+    proxy.start(&env);
+    let status = proxy.hermes(&["egress", "status", "--output", "json"], &env);
+    let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    for field in [
+        "enabled",
+        "binary",
+        "binary_version",
+        "config",
+        "ca_cert",
+        "tunnel_port",
+        "process",
+        "listening",
+        "credential_source",
+        "docker_enforce",
+    ] {
+        assert!(json.get(field).is_some(), "{field} missing: {json}");
+    }
+    assert_eq!(json["running"], true);
+    assert!(
+        json["listening"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("127.0.0.1:{}", proxy.port)),
+        "{json}"
+    );
+    assert_eq!(json["tunnel_port"], proxy.port);
+    assert!(json["counters"]["requests"].is_u64(), "{json}");
+    let openai = json["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["provider"] == "openai")
+        .unwrap();
+    let full = proxy.token("openai");
+    assert_eq!(openai["key"], "OPENAI_API_KEY");
+    assert!(openai["token"].as_str().unwrap().ends_with('…'));
+    assert!(!status.stdout.contains(&full));
+    assert!(!status.stdout.contains("sk-status-REAL"));
+    assert!(
+        json["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("AWS_ACCESS_KEY_ID"),
+        "{json}"
+    );
+
+    let shown = proxy.hermes(&["egress", "status", "--show-tokens"], &env);
+    assert!(shown.stdout.contains(&full), "{}", shown.stdout);
+    assert!(
+        shown.stdout.contains("Process:         running"),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        shown.stdout.contains("warning: AWS_ACCESS_KEY_ID"),
+        "{}",
+        shown.stdout
+    );
+}
+
+#[test]
+fn the_management_endpoint_wants_its_bearer_token() {
+    let mut proxy = Proxy::setup("");
+    proxy.start(&[]);
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(proxy.dir().join("state.json")).unwrap())
+            .unwrap();
+    let mgmt = state["mgmt"].as_str().unwrap();
+    assert!(mgmt.starts_with("127.0.0.1:"), "{mgmt}");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(proxy.dir().join("config.json")).unwrap())
+            .unwrap();
+    let token = config["mgmt_token"].as_str().unwrap();
+    let curl = |auth: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "--max-time", "5", "-H", auth])
+            .arg(format!("http://{mgmt}/health"))
+            .args(["-w", "\n%{http_code}"])
+            .env_remove("http_proxy")
+            .env_remove("HTTP_PROXY")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(curl("X-None: 1").ends_with("\n401"));
+    assert!(curl("Authorization: Bearer wrong").ends_with("\n401"));
+    let ok = curl(&format!("Authorization: Bearer {token}"));
+    assert!(ok.ends_with("\n200"), "{ok}");
+    assert!(ok.contains(r#""status":"ok""#), "{ok}");
+}
+
+#[test]
+fn install_reports_the_binary_and_its_version() {
+    let home = hermes_tests::cli::TestHome::new();
+    let run = home.run(["egress", "install"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("Binary version: "), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("built into this binary"),
+        "{}",
+        run.stdout
+    );
+}
