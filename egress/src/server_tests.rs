@@ -1,1 +1,272 @@
+//! The proxy in-process, against the tests' TLS upstream on loopback,
+//! with a client that speaks CONNECT, TLS and HTTP/1.1 itself.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use hermes_tests::upstream::Upstream;
+use http_body_util::{BodyExt, Empty};
+use rustls_pki_types::pem::PemObject;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+use crate::ca::{Ca, generate};
+use crate::tokens::{MappingsFile, TokensFile};
+
+const KEY: &str = "sk-inprocess-REAL";
+
+/// Access lines, captured.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Lines {
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+struct Fixture {
+    proxy: SocketAddr,
+    plain: SocketAddr,
+    ca_pem: String,
+    token: String,
+    upstream: Upstream,
+    lines: Lines,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn fixture() -> Fixture {
+    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), &["api.openai.com"]);
+    let new = generate().unwrap();
+    let ca = Ca::load(&new.cert_pem, &new.key_pem).unwrap();
+    let tokens = TokensFile::updated(None, false).unwrap();
+    let credentials = Credentials::build(&MappingsFile::builtin(), &tokens, |name| {
+        (name == "OPENAI_API_KEY").then(|| KEY.to_string())
+    });
+    let file = crate::settings::ProxyConfigFile {
+        version: 1,
+        tunnel_port: 1,
+        listen: None,
+        upstream_deny_cidrs: Some(vec!["169.254.0.0/16".parse().unwrap()]),
+        extra_allowed_hosts: vec![],
+        resolve: [("api.openai.com".to_string(), "127.0.0.1".parse().unwrap())].into(),
+        upstream_ca_file: None,
+        upstream_header_timeout_seconds: 10,
+        credential_source: "env".into(),
+        mgmt_token: "m".repeat(32),
+    };
+    let mut settings = Settings::new(
+        &file,
+        vec!["127.0.0.1".parse().unwrap()],
+        credentials,
+        ca,
+        Some(upstream.ca_pem.clone().into_bytes()),
+    );
+    settings.tunnel_port = 0;
+    settings.http_port = 0;
+    let lines = Lines::default();
+    let server = bind(settings, Box::new(lines.clone())).await.unwrap();
+    let bound = server.bound().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    Fixture {
+        proxy: bound.tunnel[0],
+        plain: bound.http[0],
+        ca_pem: new.cert_pem,
+        token: tokens.tokens["openai"].clone(),
+        upstream,
+        lines,
+        _stop: stop,
+    }
+}
+
+/// Sends CONNECT for `authority`; the status line and headers.
+async fn connect(proxy: SocketAddr, authority: &str) -> (TcpStream, String) {
+    let mut tcp = TcpStream::connect(proxy).await.unwrap();
+    tcp.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+        let mut byte = [0u8; 1];
+        if tcp.read(&mut byte).await.unwrap() == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    (tcp, String::from_utf8_lossy(&head).into_owned())
+}
+
+/// TLS with `sni` over `tcp`, trusting the proxy's CA, then one request.
+async fn request(
+    tcp: TcpStream,
+    ca_pem: &str,
+    sni: &str,
+    req: Request<Empty<Bytes>>,
+) -> Result<(StatusCode, HeaderMap, String), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = rustls_pki_types::ServerName::try_from(sni.to_string()).unwrap();
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("tls: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let response = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    ))
+}
+
+fn get(authority: &str, path: &str, auth: Option<&str>) -> Request<Empty<Bytes>> {
+    let mut builder = Request::get(path).header("host", authority);
+    if let Some(auth) = auth {
+        builder = builder.header("authorization", auth);
+    }
+    builder.body(Empty::new()).unwrap()
+}
+
+#[tokio::test]
+async fn the_token_is_swapped_for_the_key_and_the_log_names_only_the_provider() {
+    let f = fixture().await;
+    let authority = format!("api.openai.com:{}", f.upstream.addr.port());
+    let (tcp, head) = connect(f.proxy, &authority).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let auth = format!("Bearer {}", f.token);
+    let req = get(&authority, "/echo?q=1", Some(&auth));
+    let (status, _, body) = request(tcp, &f.ca_pem, "api.openai.com", req)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let echo: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echo["headers"]["authorization"], format!("Bearer {KEY}"));
+    assert_eq!(echo["headers"].get("proxy-authorization"), None);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let log = f.lines.text();
+    assert!(log.contains(r#""token":"openai""#), "{log}");
+    assert!(log.contains(r#""path":"/echo?q=""#), "{log}");
+    assert!(!log.contains(KEY) && !log.contains(&f.token), "{log}");
+}
+
+#[tokio::test]
+async fn a_host_off_the_allowlist_is_refused_before_the_tunnel_opens() {
+    let f = fixture().await;
+    let (_, head) = connect(f.proxy, "example.com:443").await;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert!(
+        head.contains("x-hermes-egress-refused: not-allowed"),
+        "{head}"
+    );
+    let (_, head) = connect(f.proxy, "not a target").await;
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+}
+
+#[tokio::test]
+async fn the_sni_must_name_the_connect_host() {
+    let f = fixture().await;
+    let authority = format!("api.openai.com:{}", f.upstream.addr.port());
+    let (tcp, _) = connect(f.proxy, &authority).await;
+    let req = get(&authority, "/echo", None);
+    let err = request(tcp, &f.ca_pem, "api.anthropic.com", req)
+        .await
+        .unwrap_err();
+    assert!(err.starts_with("tls"), "{err}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(f.lines.text().contains(r#""reason":"sni-mismatch""#));
+    assert_eq!(f.upstream.accepted(), 0);
+}
+
+#[tokio::test]
+async fn the_host_header_must_name_the_tunnel() {
+    let f = fixture().await;
+    let authority = format!("api.openai.com:{}", f.upstream.addr.port());
+    let (tcp, _) = connect(f.proxy, &authority).await;
+    let auth = format!("Bearer {}", f.token);
+    let req = get("evil.test", "/echo", Some(&auth));
+    let (status, headers, _) = request(tcp, &f.ca_pem, "api.openai.com", req)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(headers[REFUSED_HEADER], "host-mismatch");
+    assert_eq!(f.upstream.accepted(), 0);
+}
+
+#[tokio::test]
+async fn keys_never_travel_over_the_plain_port() {
+    let f = fixture().await;
+    let mut tcp = TcpStream::connect(f.plain).await.unwrap();
+    let authority = format!("api.openai.com:{}", f.upstream.addr.port());
+    tcp.write_all(
+        format!(
+            "GET http://{authority}/echo HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            f.token
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
+    assert!(
+        response.contains("x-hermes-egress-refused: tls-required"),
+        "{response}"
+    );
+    assert_eq!(f.upstream.accepted(), 0);
+}
+
+#[test]
+fn hop_by_hop_headers_and_proxy_credentials_are_stripped() {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "connection",
+        HeaderValue::from_static("keep-alive, x-secret-hop"),
+    );
+    headers.insert("x-secret-hop", HeaderValue::from_static("1"));
+    headers.insert("proxy-authorization", HeaderValue::from_static("Basic abc"));
+    headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+    headers.insert("x-kept", HeaderValue::from_static("1"));
+    strip_hop_by_hop(&mut headers, false);
+    assert_eq!(headers.len(), 1, "{headers:?}");
+    assert!(headers.contains_key("x-kept"));
+
+    let mut upgrade = HeaderMap::new();
+    upgrade.insert("connection", HeaderValue::from_static("Upgrade"));
+    upgrade.insert("upgrade", HeaderValue::from_static("websocket"));
+    assert!(is_upgrade(&upgrade));
+    strip_hop_by_hop(&mut upgrade, true);
+    assert_eq!(upgrade["upgrade"], "websocket");
+    assert_eq!(upgrade["connection"], "upgrade");
+}

@@ -61,7 +61,7 @@ impl Upstream {
                     rustls::crypto::ring::default_provider(),
                 ))
                 .with_safe_default_protocol_versions()
-                .and_then(|b| Ok(b.with_no_client_auth().with_single_cert(chain, key)?))
+                .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
                 .unwrap_or_else(|e| panic!("tls: {e}"));
                 config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
                 let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
