@@ -15,11 +15,14 @@
 //! - [`body`]: streamed response bodies that write the access line.
 //! - [`access`]: the JSON access log and the counters.
 //! - `mgmt`: the management endpoint.
+//! - [`fuzz_targets`]: what the fuzzers (and their stable replay) drive.
 
 pub mod access;
 pub mod body;
 pub mod ca;
 pub mod dial;
+#[doc(hidden)]
+pub mod fuzz_targets;
 mod mgmt;
 pub mod policy;
 pub mod rewrite;
