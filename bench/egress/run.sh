@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The egress proxy benchmark, one run, side by side:
+#   direct      oha -> nginx (TLS, a small JSON answer)
+#   hermes      oha -> hermes egress proxy (CONNECT, MITM, token swap) -> nginx
+#   mitmproxy   oha -> mitmproxy with an addon doing the same swap -> nginx
+# Keep-alive HTTPS, 16 connections, everything on this machine (loopback
+# only). Then the proxy's RSS with 1,000 idle tunnels open.
+# Installs what it needs when missing: nginx (apt), oha (cargo install),
+# mitmproxy (PyPI, in a venv under target/bench).
+# Usage: bash bench/egress/run.sh [SECONDS]   (default 10 per run)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+ROOT=$PWD
+SECS=${1:-10}
+CONNS=16
+WORK=$ROOT/target/bench/egress
+UP_PORT=18443
+HERMES_PORT=18090
+MITM_PORT=18080
+mkdir -p "$WORK"
+say() { printf '==> %s\n' "$*" >&2; }
+
+# --- tools -----------------------------------------------------------------
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+    say "installing nginx"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -qq -y --no-install-recommends nginx-light openssl >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+if ! command -v oha >/dev/null; then
+    say "installing oha (cargo install)"
+    cargo install oha --locked >/dev/null
+fi
+if [ ! -x "$WORK/venv/bin/mitmdump" ]; then
+    say "installing mitmproxy (PyPI) in $WORK/venv"
+    python3 -m venv "$WORK/venv"
+    "$WORK/venv/bin/pip" install -q mitmproxy
+fi
+say "building hermes (release)"
+cargo build -q --release -p hermes-controller --bin hermes
+HERMES=$ROOT/target/release/hermes
+
+# --- upstream: nginx with a CA of the bench's own --------------------------
+cd "$WORK"
+if [ ! -f upstream.crt ]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+        -subj "/CN=bench upstream CA" -keyout ca.key -out ca.crt \
+        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=api.openai.com" \
+        -keyout upstream.key -out upstream.csr 2>/dev/null
+    printf 'subjectAltName=DNS:api.openai.com\nextendedKeyUsage=serverAuth\n' > ext.cnf
+    openssl x509 -req -in upstream.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+        -extfile ext.cnf -out upstream.crt 2>/dev/null
+    cat upstream.crt ca.crt > upstream-chain.crt
+fi
+cat > nginx.conf <<CONF
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    server {
+        listen 127.0.0.1:$UP_PORT ssl;
+        http2 on;
+        ssl_certificate $WORK/upstream-chain.crt;
+        ssl_certificate_key $WORK/upstream.key;
+        location / { default_type application/json; return 200 '{"id":"bench","object":"model"}'; }
+    }
+}
+CONF
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
+    [ -n "${HOME_DIR:-}" ] && "$HERMES" --home "$HOME_DIR" egress stop >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+"$NGINX" -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log"
+
+# --- hermes ----------------------------------------------------------------
+HOME_DIR=$WORK/home
+rm -rf "$HOME_DIR"; mkdir -p "$HOME_DIR"
+cat > "$HOME_DIR/config.yaml" <<CONF
+proxy:
+  tunnel_port: $HERMES_PORT
+  listen: [127.0.0.1]
+  upstream_deny_cidrs: [169.254.0.0/16]
+  upstream_ca_file: $WORK/ca.crt
+  resolve:
+    api.openai.com: 127.0.0.1
+CONF
+"$HERMES" --home "$HOME_DIR" egress setup >/dev/null
+OPENAI_API_KEY=sk-bench-real "$HERMES" --home "$HOME_DIR" egress start >/dev/null
+TOKEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"]["openai"])' "$HOME_DIR/proxy/tokens.json")
+HERMES_PID=$(cat "$HOME_DIR/proxy/proxy.pid")
+
+# --- mitmproxy -------------------------------------------------------------
+BENCH_TOKEN=$TOKEN BENCH_KEY=sk-bench-real BENCH_UPSTREAM_PORT=$UP_PORT \
+    "$WORK/venv/bin/mitmdump" -q --listen-host 127.0.0.1 --listen-port $MITM_PORT \
+    --set confdir="$WORK/mitm" --set ssl_verify_upstream_trusted_ca="$WORK/ca.crt" \
+    -s "$ROOT/bench/egress/inject.py" >"$WORK/mitm.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -f "$WORK/mitm/mitmproxy-ca-cert.pem" ] && break; sleep 0.1; done
+sleep 1
+
+# --- runs ------------------------------------------------------------------
+run() { # name, extra oha args...
+    local name=$1; shift
+    say "$name: ${SECS}s, $CONNS connections"
+    oha --no-tui --output-format json -z "${SECS}s" -c $CONNS --insecure "$@" >"$WORK/$name.json"
+}
+run direct -H "Authorization: Bearer sk-bench-real" --connect-to "api.openai.com:$UP_PORT:127.0.0.1:$UP_PORT" \
+    "https://api.openai.com:$UP_PORT/v1/models"
+run hermes -x "http://127.0.0.1:$HERMES_PORT" -H "Authorization: Bearer $TOKEN" \
+    "https://api.openai.com:$UP_PORT/v1/models"
+run mitmproxy -x "http://127.0.0.1:$MITM_PORT" -H "Authorization: Bearer $TOKEN" \
+    "https://api.openai.com:$UP_PORT/v1/models"
+
+# --- 1,000 idle tunnels ----------------------------------------------------
+rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+RSS_BEFORE=$(rss "$HERMES_PID")
+coproc IDLE { python3 "$ROOT/bench/egress/idle_tunnels.py" --proxy-port $HERMES_PORT --port $UP_PORT \
+    --ca "$HOME_DIR/proxy/ca.crt" --token "$TOKEN" -n 1000 --hold-seconds 120; }
+read -r -t 120 ready <&"${IDLE[0]}" || true
+sleep 1
+RSS_IDLE=$(rss "$HERMES_PID")
+OPEN=$(curl -s -H "Authorization: Bearer $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mgmt_token"])' "$HOME_DIR/proxy/config.json")" \
+    "http://$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mgmt"])' "$HOME_DIR/proxy/state.json")/health" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["counters"]["open_connections"])')
+exec {IDLE[1]}>&-
+
+python3 - "$WORK" "$RSS_BEFORE" "$RSS_IDLE" "${ready:-none}" "$OPEN" <<'PY'
+import json, sys
+work, before, idle, ready, open_conns = sys.argv[1:]
+def load(name):
+    j = json.load(open(f"{work}/{name}.json"))
+    s = j["summary"]
+    ok = j.get("statusCodeDistribution", {})
+    return s["requestsPerSec"], j["latencyPercentiles"]["p50"] * 1000, ok
+d, h, m = load("direct"), load("hermes"), load("mitmproxy")
+print(f"{'run':<10} {'req/s':>10} {'p50 ms':>8}  status codes")
+for name, r in (("direct", d), ("hermes", h), ("mitmproxy", m)):
+    print(f"{name:<10} {r[0]:>10.0f} {r[1]:>8.2f}  {r[2]}")
+print()
+print(f"hermes / direct     throughput {h[0] / d[0]:.2f}   (target >= 0.4)   added p50 {h[1] - d[1]:.2f} ms (target < 1)")
+print(f"hermes / mitmproxy  throughput {h[0] / m[0]:.1f}x  (target >= 40x)")
+print(f"hermes RSS          {int(before) / 1024:.1f} MiB at rest, {int(idle) / 1024:.1f} MiB with {ready.split()[-1]} idle tunnels open ({open_conns} open connections; target < 64 MiB)")
+PY
