@@ -110,6 +110,8 @@ pub struct Counters {
     pub swapped: AtomicU64,
     pub bytes_to_clients: AtomicU64,
     pub log_dropped: AtomicU64,
+    /// How often the tokens were reloaded.
+    pub reloads: AtomicU64,
 }
 
 impl Default for Counters {
@@ -126,6 +128,7 @@ impl Default for Counters {
             swapped: AtomicU64::new(0),
             bytes_to_clients: AtomicU64::new(0),
             log_dropped: AtomicU64::new(0),
+            reloads: AtomicU64::new(0),
         }
     }
 }
@@ -145,6 +148,7 @@ impl Counters {
             "swapped": get(&self.swapped),
             "bytes_to_clients": get(&self.bytes_to_clients),
             "log_dropped": get(&self.log_dropped),
+            "reloads": get(&self.reloads),
         })
     }
 }

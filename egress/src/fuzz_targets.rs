@@ -31,7 +31,10 @@ pub fn request_target(data: &[u8]) {
         if let Host::Name(name) = &target.host {
             assert!(!name.is_empty() && name.len() <= 253);
             assert!(crate::policy::parse_ipv4_loose(name).is_none());
-            assert!(name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)));
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            );
         }
     }
     if let Ok(target) = parse_authority(target_text, Some(443)) {

@@ -78,7 +78,8 @@ pub(crate) struct Shared {
     allow: Allowlist,
     deny: DenyList,
     resolve: BTreeMap<String, IpAddr>,
-    credentials: Credentials,
+    /// Replaced whole when the tokens are reloaded.
+    credentials: std::sync::RwLock<Arc<Credentials>>,
     leaves: LeafCache,
     upstream: UpstreamTls,
     header_timeout: Duration,
@@ -90,6 +91,31 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn counters(&self) -> &Arc<Counters> {
         self.log.counters()
+    }
+
+    fn credentials(&self) -> Arc<Credentials> {
+        match self.credentials.read() {
+            Ok(c) => c.clone(),
+            // A writer that panicked left a whole value: keep serving it.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+/// A handle that replaces the credentials of a running server.
+#[derive(Debug, Clone)]
+pub struct Reloader(Arc<Shared>);
+
+impl Reloader {
+    /// From now on requests are checked against `credentials`; requests
+    /// already sent are not touched.
+    pub fn reload(&self, credentials: Credentials) {
+        let new = Arc::new(credentials);
+        match self.0.credentials.write() {
+            Ok(mut c) => *c = new,
+            Err(poisoned) => *poisoned.into_inner() = new,
+        }
+        self.0.counters().reloads.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -138,7 +164,7 @@ pub async fn bind(
         allow: settings.allow,
         deny: settings.deny,
         resolve: settings.resolve,
-        credentials: settings.credentials,
+        credentials: std::sync::RwLock::new(Arc::new(settings.credentials)),
         leaves: LeafCache::new(settings.ca, provider),
         upstream,
         header_timeout: settings.upstream_header_timeout,
@@ -169,6 +195,10 @@ impl Server {
 
     pub fn counters(&self) -> Arc<Counters> {
         self.shared.counters().clone()
+    }
+
+    pub fn reloader(&self) -> Reloader {
+        Reloader(self.shared.clone())
     }
 
     /// Serves until `shutdown` completes.
@@ -403,7 +433,8 @@ fn swap(
     headers: &mut HeaderMap,
     path: String,
 ) -> Result<(String, Option<String>), (&'static str, String)> {
-    let Some(cred) = shared.credentials.for_host(host) else {
+    let credentials = shared.credentials();
+    let Some(cred) = credentials.for_host(host) else {
         return Ok((path, None));
     };
     match inject(cred, headers, &path) {
@@ -468,7 +499,7 @@ async fn plain(
         let why = format!("{} is not on the allowlist", target.host);
         return refuse(&shared, pending, StatusCode::FORBIDDEN, "not-allowed", &why);
     }
-    if shared.credentials.for_host(&target.host).is_some() {
+    if shared.credentials().for_host(&target.host).is_some() {
         let why = format!(
             "keys for {} only travel over TLS: use https://",
             target.host

@@ -322,12 +322,17 @@ fn setup_keeps_tokens_and_rotation_retires_the_old_ones() {
     let old = proxy.token("openai");
     assert_eq!(host_curl(&proxy, &url, &old), "200");
 
-    let rotate = proxy.hermes(
-        &["egress", "setup", "--rotate-tokens"],
-        &[("OPENAI_API_KEY", OPENAI_KEY)],
-    );
+    let pid = std::fs::read_to_string(proxy.dir().join("proxy.pid")).unwrap();
+    // Without the key in this environment: the daemon keeps its own.
+    let rotate = proxy.hermes(&["egress", "setup", "--rotate-tokens"], &[]);
     assert_eq!(rotate.code, 0, "{rotate:?}");
     assert!(rotate.stdout.contains("rotated"), "{}", rotate.stdout);
+    assert!(rotate.stdout.contains("reloaded its tokens"), "{}", rotate.stdout);
+    assert_eq!(
+        std::fs::read_to_string(proxy.dir().join("proxy.pid")).unwrap(),
+        pid,
+        "reloaded in place, not restarted"
+    );
     let new = proxy.token("openai");
     assert_ne!(new, old);
     assert_eq!(

@@ -212,13 +212,44 @@ fn setup(home: &Home, paths: &Paths, rotate: bool) -> anyhow::Result<ExitCode> {
     );
     println!("Mappings: {}", paths.mappings().display());
     println!("Config:   {}", paths.config().display());
-    if (tokens_changed || config_changed || ca_state == "created") && running_pid(paths)?.is_some()
-    {
-        println!("The running proxy is restarted to load the new files.");
-        stop(paths)?;
-        return start(home, paths);
+    if let Some(pid) = running_pid(paths)? {
+        if config_changed || ca_state == "created" {
+            println!("The running proxy is restarted to load the new configuration.");
+            stop(paths)?;
+            return start(home, paths);
+        }
+        if tokens_changed {
+            reload(paths, pid)?;
+            println!("The running proxy reloaded its tokens (pid {pid}).");
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Asks the running proxy to reload its tokens (SIGHUP) and waits until
+/// its management endpoint counts the reload.
+fn reload(paths: &Paths, pid: i32) -> anyhow::Result<()> {
+    let reloads = || {
+        let file = read_file(&paths.config()).ok().flatten()?;
+        let token = ProxyConfigFile::parse(&file).ok()?.mgmt_token;
+        let addr = read_state(paths)?["mgmt"].as_str()?.parse().ok()?;
+        health(addr, &token)?["counters"]["reloads"].as_u64()
+    };
+    let before = reloads();
+    kill(Pid::from_raw(pid), Signal::SIGHUP).with_context(|| format!("cannot signal pid {pid}"))?;
+    let deadline = Instant::now() + START_WAIT;
+    while Instant::now() < deadline {
+        if let (Some(b), Some(now)) = (before, reloads())
+            && now > b
+        {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!(
+        "the proxy (pid {pid}) did not confirm the reload; see {}",
+        paths.log().display()
+    )
 }
 
 /// The pid in the pid file, read without following a symlink.
@@ -318,18 +349,30 @@ fn default_listen() -> Vec<IpAddr> {
     listen
 }
 
-/// Everything `serve` needs from the files, the environment and `.env`.
-fn load_settings(home: &Home, paths: &Paths) -> anyhow::Result<Settings> {
-    let missing =
-        |p: PathBuf| anyhow::anyhow!("{} is missing: run `hermes egress setup`", p.display());
-    let file = ProxyConfigFile::parse(
-        &read_file(&paths.config())?.ok_or_else(|| missing(paths.config()))?,
-    )?;
+fn missing(path: PathBuf) -> anyhow::Error {
+    anyhow::anyhow!("{} is missing: run `hermes egress setup`", path.display())
+}
+
+/// The tokens and mappings joined with the real keys of this process's
+/// environment and `.env`.
+fn load_credentials(home: &Home, paths: &Paths) -> anyhow::Result<Credentials> {
     let tokens =
         TokensFile::parse(&read_file(&paths.tokens())?.ok_or_else(|| missing(paths.tokens()))?)?;
     let mappings = MappingsFile::parse(
         &read_file(&paths.mappings())?.ok_or_else(|| missing(paths.mappings()))?,
     )?;
+    let env = super::host_env(home)?;
+    Ok(Credentials::build(&mappings, &tokens, |name| {
+        env.lookup(name).map(str::to_string)
+    }))
+}
+
+/// Everything `serve` needs from the files, the environment and `.env`.
+fn load_settings(home: &Home, paths: &Paths) -> anyhow::Result<Settings> {
+    let file = ProxyConfigFile::parse(
+        &read_file(&paths.config())?.ok_or_else(|| missing(paths.config()))?,
+    )?;
+    let credentials = load_credentials(home, paths)?;
     let ca = load_ca(paths)?.ok_or_else(|| missing(paths.ca_key()))?;
     let upstream_ca = match &file.upstream_ca_file {
         Some(path) => Some(
@@ -338,11 +381,6 @@ fn load_settings(home: &Home, paths: &Paths) -> anyhow::Result<Settings> {
         ),
         None => None,
     };
-    let env = super::host_env(home)?;
-    let credentials = Credentials::build(&mappings, &tokens, |name| {
-        env.lookup(name).map(str::to_string)
-    });
-    drop(env);
     Ok(Settings::new(
         &file,
         default_listen(),
@@ -366,18 +404,19 @@ fn serve(home: &Home, paths: &Paths) -> anyhow::Result<ExitCode> {
     ensure_proxy_dir(home, paths)?;
     let settings = load_settings(home, paths)?;
     create_pid_file(paths)?;
-    let result = serve_with_pid_file(paths, settings);
+    let result = serve_with_pid_file(home, paths, settings);
     remove_own_files(paths);
     result
 }
 
-fn serve_with_pid_file(paths: &Paths, settings: Settings) -> anyhow::Result<ExitCode> {
+fn serve_with_pid_file(home: &Home, paths: &Paths, settings: Settings) -> anyhow::Result<ExitCode> {
     raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("egress")
         .build()?;
     runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
         let access = Box::new(std::io::BufWriter::new(std::io::stdout()));
         let server = hermes_egress::server::bind(settings, access).await?;
         let bound = server.bound().clone();
@@ -399,19 +438,27 @@ fn serve_with_pid_file(paths: &Paths, settings: Settings) -> anyhow::Result<Exit
             join(&bound.tunnel),
             join(&bound.http)
         );
-        let shutdown = async {
-            use tokio::signal::unix::{SignalKind, signal};
-            match (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-            ) {
-                (Ok(mut term), Ok(mut int)) => {
-                    tokio::select! {
-                        _ = term.recv() => {}
-                        _ = int.recv() => {}
-                    }
+        let reloader = server.reloader();
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        // SIGTERM and SIGINT stop; SIGHUP reloads the tokens, keeping the
+        // keys of this process's environment.
+        let shutdown = async move {
+            loop {
+                tokio::select! {
+                    _ = term.recv() => break,
+                    _ = int.recv() => break,
+                    _ = hup.recv() => match load_credentials(home, paths) {
+                        Ok(credentials) => {
+                            reloader.reload(credentials);
+                            eprintln!("hermes egress proxy reloaded its tokens");
+                        }
+                        Err(e) => eprintln!(
+                            "hermes egress proxy: reload failed, keeping the old tokens: {e:#}"
+                        ),
+                    },
                 }
-                _ => std::future::pending::<()>().await,
             }
         };
         server.run(shutdown).await;
