@@ -327,7 +327,11 @@ fn setup_keeps_tokens_and_rotation_retires_the_old_ones() {
     let rotate = proxy.hermes(&["egress", "setup", "--rotate-tokens"], &[]);
     assert_eq!(rotate.code, 0, "{rotate:?}");
     assert!(rotate.stdout.contains("rotated"), "{}", rotate.stdout);
-    assert!(rotate.stdout.contains("reloaded its tokens"), "{}", rotate.stdout);
+    assert!(
+        rotate.stdout.contains("reloaded its tokens"),
+        "{}",
+        rotate.stdout
+    );
     assert_eq!(
         std::fs::read_to_string(proxy.dir().join("proxy.pid")).unwrap(),
         pid,
