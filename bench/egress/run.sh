@@ -5,6 +5,9 @@
 #   mitmproxy   oha -> mitmproxy with an addon doing the same swap -> nginx
 # Keep-alive HTTPS, 16 connections, everything on this machine (loopback
 # only). Then the proxy's RSS with 1,000 idle tunnels open.
+# The upstream is named `localhost` (found in /etc/hosts, so no client
+# asks DNS); the bench maps the openai provider to it, so that hermes swaps
+# the token exactly as for api.openai.com.
 # Installs what it needs when missing: nginx (apt), oha (cargo install),
 # mitmproxy (PyPI, in a venv under target/bench).
 # Usage: bash bench/egress/run.sh [SECONDS]   (default 10 per run)
@@ -46,9 +49,9 @@ if [ ! -f upstream.crt ]; then
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
         -subj "/CN=bench upstream CA" -keyout ca.key -out ca.crt \
         -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" 2>/dev/null
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=api.openai.com" \
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
         -keyout upstream.key -out upstream.csr 2>/dev/null
-    printf 'subjectAltName=DNS:api.openai.com\nextendedKeyUsage=serverAuth\n' > ext.cnf
+    printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n' > ext.cnf
     openssl x509 -req -in upstream.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
         -extfile ext.cnf -out upstream.crt 2>/dev/null
     cat upstream.crt ca.crt > upstream-chain.crt
@@ -62,8 +65,7 @@ http {
     access_log off;
     keepalive_requests 1000000;
     server {
-        listen 127.0.0.1:$UP_PORT ssl;
-        http2 on;
+        listen 127.0.0.1:$UP_PORT ssl http2;
         ssl_certificate $WORK/upstream-chain.crt;
         ssl_certificate_key $WORK/upstream.key;
         location / { default_type application/json; return 200 '{"id":"bench","object":"model"}'; }
@@ -88,10 +90,20 @@ proxy:
   listen: [127.0.0.1]
   upstream_deny_cidrs: [169.254.0.0/16]
   upstream_ca_file: $WORK/ca.crt
+  extra_allowed_hosts: [localhost]
   resolve:
-    api.openai.com: 127.0.0.1
+    localhost: 127.0.0.1
 CONF
 "$HERMES" --home "$HOME_DIR" egress setup >/dev/null
+python3 - "$HOME_DIR/proxy/mappings.json" <<'PY'
+import json, sys
+path = sys.argv[1]
+m = json.load(open(path))
+for entry in m["mappings"]:
+    if entry["provider"] == "openai":
+        entry["hosts"].append("localhost")
+json.dump(m, open(path, "w"), indent=2)
+PY
 OPENAI_API_KEY=sk-bench-real "$HERMES" --home "$HOME_DIR" egress start >/dev/null
 TOKEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"]["openai"])' "$HOME_DIR/proxy/tokens.json")
 HERMES_PID=$(cat "$HOME_DIR/proxy/proxy.pid")
@@ -111,24 +123,22 @@ run() { # name, extra oha args...
     say "$name: ${SECS}s, $CONNS connections"
     oha --no-tui --output-format json -z "${SECS}s" -c $CONNS --insecure "$@" >"$WORK/$name.json"
 }
-run direct -H "Authorization: Bearer sk-bench-real" --connect-to "api.openai.com:$UP_PORT:127.0.0.1:$UP_PORT" \
-    "https://api.openai.com:$UP_PORT/v1/models"
-run hermes -x "http://127.0.0.1:$HERMES_PORT" -H "Authorization: Bearer $TOKEN" \
-    "https://api.openai.com:$UP_PORT/v1/models"
-run mitmproxy -x "http://127.0.0.1:$MITM_PORT" -H "Authorization: Bearer $TOKEN" \
-    "https://api.openai.com:$UP_PORT/v1/models"
+URL=https://localhost:$UP_PORT/v1/models
+run direct -H "Authorization: Bearer sk-bench-real" "$URL"
+run hermes -x "http://127.0.0.1:$HERMES_PORT" -H "Authorization: Bearer $TOKEN" "$URL"
+run mitmproxy -x "http://127.0.0.1:$MITM_PORT" -H "Authorization: Bearer $TOKEN" "$URL"
 
 # --- 1,000 idle tunnels ----------------------------------------------------
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 RSS_BEFORE=$(rss "$HERMES_PID")
-coproc IDLE { python3 "$ROOT/bench/egress/idle_tunnels.py" --proxy-port $HERMES_PORT --port $UP_PORT \
+coproc IDLE { python3 "$ROOT/bench/egress/idle_tunnels.py" --proxy-port $HERMES_PORT --host localhost --port $UP_PORT \
     --ca "$HOME_DIR/proxy/ca.crt" --token "$TOKEN" -n 1000 --hold-seconds 120; }
 read -r -t 120 ready <&"${IDLE[0]}" || true
 sleep 1
 RSS_IDLE=$(rss "$HERMES_PID")
 OPEN=$(curl -s -H "Authorization: Bearer $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mgmt_token"])' "$HOME_DIR/proxy/config.json")" \
     "http://$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mgmt"])' "$HOME_DIR/proxy/state.json")/health" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["counters"]["open_connections"])')
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["counters"]["open_tunnels"])')
 exec {IDLE[1]}>&-
 
 python3 - "$WORK" "$RSS_BEFORE" "$RSS_IDLE" "${ready:-none}" "$OPEN" <<'PY'
@@ -146,5 +156,5 @@ for name, r in (("direct", d), ("hermes", h), ("mitmproxy", m)):
 print()
 print(f"hermes / direct     throughput {h[0] / d[0]:.2f}   (target >= 0.4)   added p50 {h[1] - d[1]:.2f} ms (target < 1)")
 print(f"hermes / mitmproxy  throughput {h[0] / m[0]:.1f}x  (target >= 40x)")
-print(f"hermes RSS          {int(before) / 1024:.1f} MiB at rest, {int(idle) / 1024:.1f} MiB with {ready.split()[-1]} idle tunnels open ({open_conns} open connections; target < 64 MiB)")
+print(f"hermes RSS          {int(before) / 1024:.1f} MiB at rest, {int(idle) / 1024:.1f} MiB with {ready.split()[-1]} idle tunnels open ({open_conns} tunnels open by the proxy's count; target < 64 MiB)")
 PY

@@ -103,6 +103,7 @@ pub struct Counters {
     pub connections: AtomicU64,
     pub open_connections: AtomicU64,
     pub tunnels: AtomicU64,
+    pub open_tunnels: AtomicU64,
     pub requests: AtomicU64,
     pub allowed: AtomicU64,
     pub denied: AtomicU64,
@@ -121,6 +122,7 @@ impl Default for Counters {
             connections: AtomicU64::new(0),
             open_connections: AtomicU64::new(0),
             tunnels: AtomicU64::new(0),
+            open_tunnels: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             allowed: AtomicU64::new(0),
             denied: AtomicU64::new(0),
@@ -141,6 +143,7 @@ impl Counters {
             "connections": get(&self.connections),
             "open_connections": get(&self.open_connections),
             "tunnels": get(&self.tunnels),
+            "open_tunnels": get(&self.open_tunnels),
             "requests": get(&self.requests),
             "allowed": get(&self.allowed),
             "denied": get(&self.denied),
@@ -183,6 +186,9 @@ impl AccessLog {
                         next = rx.try_recv().ok();
                     }
                     let _ = out.flush();
+                    // Lines come in bursts: gather them for a moment
+                    // rather than waking this thread for each one.
+                    std::thread::sleep(std::time::Duration::from_millis(20));
                 }
             })?;
         Ok(AccessLog { tx, counters })

@@ -42,6 +42,8 @@ const CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 const TUNNEL_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long the client's TLS handshake inside a tunnel may take.
 const CLIENT_TLS_TIMEOUT: Duration = Duration::from_secs(15);
+/// How many targets keep a shared HTTP/2 connection.
+const H2_POOL_TARGETS: usize = 256;
 /// The header that says why the proxy refused a request.
 pub const REFUSED_HEADER: &str = "x-hermes-egress-refused";
 /// The header that says why the proxy could not complete a request.
@@ -82,6 +84,8 @@ pub(crate) struct Shared {
     credentials: std::sync::RwLock<Arc<Credentials>>,
     leaves: LeafCache,
     upstream: UpstreamTls,
+    /// One HTTP/2 connection per target, shared by every tunnel to it.
+    h2_pool: std::sync::Mutex<std::collections::HashMap<Target, Sender>>,
     header_timeout: Duration,
     log: AccessLog,
     pub(crate) mgmt_token: String,
@@ -91,6 +95,26 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn counters(&self) -> &Arc<Counters> {
         self.log.counters()
+    }
+
+    /// The shared HTTP/2 connection to `target`, if one is open.
+    fn pooled(&self, target: &Target) -> Option<Sender> {
+        let pool = self.h2_pool.lock().ok()?;
+        pool.get(target)
+            .filter(|s| !s.is_closed())
+            .and_then(Sender::share)
+    }
+
+    /// Offers a new connection for sharing: HTTP/2 only, one per target,
+    /// a bounded number of targets.
+    fn offer(&self, target: &Target, sender: &Sender) {
+        let Some(shared) = sender.share() else { return };
+        if let Ok(mut pool) = self.h2_pool.lock() {
+            pool.retain(|_, s| !s.is_closed());
+            if pool.len() < H2_POOL_TARGETS || pool.contains_key(target) {
+                pool.insert(target.clone(), shared);
+            }
+        }
     }
 
     fn credentials(&self) -> Arc<Credentials> {
@@ -167,6 +191,7 @@ pub async fn bind(
         credentials: std::sync::RwLock::new(Arc::new(settings.credentials)),
         leaves: LeafCache::new(settings.ca, provider),
         upstream,
+        h2_pool: std::sync::Mutex::new(std::collections::HashMap::new()),
         header_timeout: settings.upstream_header_timeout,
         log,
         mgmt_token: settings.mgmt_token,
@@ -345,6 +370,8 @@ async fn tunnel(
         Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "client TLS handshake failed"),
         Err(_) => return tracing::debug!(%peer, "client TLS handshake timed out"),
     };
+    let counters = shared.counters().clone();
+    counters.open_tunnels.fetch_add(1, Ordering::Relaxed);
     let tunnel = Arc::new(Tunnel {
         peer,
         target,
@@ -364,6 +391,7 @@ async fn tunnel(
     if let Err(e) = conn.await {
         tracing::debug!(%peer, error = %e, "tunnel ended");
     }
+    counters.open_tunnels.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// One request inside a tunnel.
@@ -458,6 +486,11 @@ async fn send_in_tunnel(
     tunnel: &Tunnel,
     req: Request<Incoming>,
 ) -> Result<Response<Incoming>, UpstreamError> {
+    if let Some(mut pooled) = shared.pooled(&tunnel.target)
+        && pooled.ready().await.is_ok()
+    {
+        return Ok(pooled.send(req, &tunnel.target).await?);
+    }
     let mut slot = tunnel.upstream.lock().await;
     let mut sender = match slot.take() {
         Some(sender) if !sender.is_closed() => sender,
@@ -475,6 +508,7 @@ async fn send_in_tunnel(
             .await?;
         sender.ready().await?;
     }
+    shared.offer(&tunnel.target, &sender);
     let response = sender.send(req, &tunnel.target);
     *slot = Some(sender);
     drop(slot);

@@ -81,6 +81,14 @@ impl Sender {
         matches!(self, Sender::H2(_))
     }
 
+    /// Another handle on the same connection, if it multiplexes (HTTP/2).
+    pub fn share(&self) -> Option<Sender> {
+        match self {
+            Sender::H1(_) => None,
+            Sender::H2(s) => Some(Sender::H2(s.clone())),
+        }
+    }
+
     /// Waits until the connection can take a request (HTTP/1.1: the last
     /// response has been read to its end).
     pub async fn ready(&mut self) -> Result<(), hyper::Error> {
