@@ -117,6 +117,7 @@ pub enum EgressCommand {
     },
     /// Run the proxy in the foreground (what `start` runs).
     Serve,
+}
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
