@@ -1,14 +1,17 @@
-//! Proxy tokens and where the real keys go: the built-in provider table,
-//! the tokens file (`<provider>-<32 hex>`, opaque, kept across set-ups),
-//! the mappings file (provider → key variables, hosts, header and query
-//! places), and the real keys themselves, held in memory only and zeroized
-//! when dropped.
+//! Proxy tokens and where the real keys go: the tokens file
+//! (`<provider>-<32 hex>`, opaque, kept across set-ups), the mappings file
+//! (provider → key variables, hosts, header and query places, written from
+//! the model's provider table, which the sandbox wiring and the redactor
+//! read too), and the real keys themselves, held in memory only and
+//! zeroized when dropped.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
+
+pub use hermes_model::providers::{PROVIDERS, ProviderSpec, UNCOVERED};
 
 use crate::policy::{Allowlist, Host};
 
@@ -62,115 +65,6 @@ impl TryFrom<String> for Place {
         }
     }
 }
-
-/// A provider the proxy knows how to serve.
-#[derive(Debug, Clone, Copy)]
-pub struct ProviderSpec {
-    /// The token prefix and the name in logs.
-    pub name: &'static str,
-    /// The variables holding the real key (the first one set wins); the
-    /// sandbox gets the token in each of them.
-    pub env: &'static [&'static str],
-    /// Hosts (exact or `*.domain`) whose requests carry this key.
-    pub hosts: &'static [&'static str],
-    /// `authorization: Bearer`, a header name, or `?param`.
-    pub places: &'static [&'static str],
-}
-
-/// The built-in providers.
-pub const PROVIDERS: &[ProviderSpec] = &[
-    ProviderSpec {
-        name: "openrouter",
-        env: &["OPENROUTER_API_KEY"],
-        hosts: &["openrouter.ai", "*.openrouter.ai"],
-        places: &["authorization: Bearer"],
-    },
-    ProviderSpec {
-        name: "openai",
-        env: &["OPENAI_API_KEY"],
-        hosts: &["api.openai.com"],
-        places: &["authorization: Bearer"],
-    },
-    ProviderSpec {
-        name: "anthropic",
-        env: &["ANTHROPIC_API_KEY"],
-        hosts: &["api.anthropic.com"],
-        places: &["x-api-key", "authorization: Bearer"],
-    },
-    ProviderSpec {
-        name: "google",
-        env: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
-        hosts: &["generativelanguage.googleapis.com"],
-        places: &["x-goog-api-key", "?key"],
-    },
-    ProviderSpec {
-        name: "azure",
-        env: &["AZURE_OPENAI_API_KEY"],
-        hosts: &[
-            "*.openai.azure.com",
-            "*.cognitiveservices.azure.com",
-            "*.services.ai.azure.com",
-        ],
-        places: &["api-key", "authorization: Bearer"],
-    },
-    ProviderSpec {
-        name: "xai",
-        env: &["XAI_API_KEY"],
-        hosts: &["api.x.ai"],
-        places: &["authorization: Bearer"],
-    },
-    ProviderSpec {
-        name: "mistral",
-        env: &["MISTRAL_API_KEY"],
-        hosts: &["api.mistral.ai"],
-        places: &["authorization: Bearer"],
-    },
-    ProviderSpec {
-        name: "groq",
-        env: &["GROQ_API_KEY"],
-        hosts: &["api.groq.com"],
-        places: &["authorization: Bearer"],
-    },
-    ProviderSpec {
-        name: "together",
-        env: &["TOGETHER_API_KEY"],
-        hosts: &["api.together.xyz"],
-        places: &["authorization: Bearer"],
-    },
-    ProviderSpec {
-        name: "deepseek",
-        env: &["DEEPSEEK_API_KEY"],
-        hosts: &["api.deepseek.com"],
-        places: &["authorization: Bearer"],
-    },
-    ProviderSpec {
-        name: "nous",
-        env: &["NOUS_API_KEY"],
-        hosts: &["inference.nousresearch.com"],
-        places: &["authorization: Bearer"],
-    },
-];
-
-/// Credentials the proxy cannot stand in for: signed requests and service
-/// account files. `status` warns when they are set; they are not passed on.
-pub const UNCOVERED: &[(&str, &str)] = &[
-    (
-        "AWS_ACCESS_KEY_ID",
-        "AWS SigV4 signs each request with the secret key",
-    ),
-    (
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS SigV4 signs each request with the secret key",
-    ),
-    (
-        "AWS_SESSION_TOKEN",
-        "AWS SigV4 signs each request with the secret key",
-    ),
-    (
-        "GOOGLE_APPLICATION_CREDENTIALS",
-        "a GCP service account signs its own access tokens",
-    ),
-];
 
 /// Errors reading the proxy's files.
 #[derive(Debug, thiserror::Error)]
