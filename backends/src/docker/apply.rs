@@ -199,7 +199,11 @@ fn create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody, DockerError> {
         memory: Some(spec.memory_bytes),
         shm_size: Some(spec.shm_size_bytes),
         init: Some(true),
-        network_mode: (!spec.network).then(|| "none".to_string()),
+        network_mode: if spec.network {
+            spec.network_name.clone()
+        } else {
+            Some("none".to_string())
+        },
         devices: Some(devices),
         extra_hosts: Some(spec.add_hosts.clone()),
         ulimits: Some(
