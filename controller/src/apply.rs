@@ -92,7 +92,7 @@ impl Applied {
 /// at a time: a duplicate must be gone before a create takes the name it
 /// may hold. The activity record of a removed container is dropped.
 pub async fn apply(
-    engine: &Engine,
+    engine: Option<&Engine>,
     plan: &HostPlan,
     activity: &Activity,
     options: ApplyOptions<'_>,
@@ -123,7 +123,7 @@ pub async fn apply(
             if options.stopping() {
                 return (op, started, None);
             }
-            (op, started, Some(apply_one(engine, op).await))
+            (op, started, Some(apply_with(engine, op).await))
         })
         .buffer_unordered(REMOVE_CONCURRENCY);
     while let Some((op, started, result)) = removing.next().await {
@@ -136,7 +136,7 @@ pub async fn apply(
                 tracing::debug!(container = %name, error = %e, "cannot drop an activity record");
             }
         }
-        applied.record(op, started, result.map_err(|e| e.to_string()), verbose);
+        applied.record(op, started, result, verbose);
     }
     for op in others {
         if options.stopping() {
@@ -144,10 +144,24 @@ pub async fn apply(
             continue;
         }
         let started = Instant::now();
-        let result = apply_one(engine, op).await;
-        applied.record(op, started, result.map_err(|e| e.to_string()), verbose);
+        let result = apply_with(engine, op).await;
+        applied.record(op, started, result, verbose);
     }
     applied
+}
+
+/// [`apply_one`] when there is an engine; an error naming the operation
+/// when there is none.
+async fn apply_with(engine: Option<&Engine>, op: &Op<Action>) -> Result<bool, String> {
+    match engine {
+        Some(engine) => apply_one(engine, op).await.map_err(|e| e.to_string()),
+        None if op.action.kind() == hermes_model::plan::Kind::Report
+            || matches!(op.action, Action::Blocked) =>
+        {
+            Ok(false)
+        }
+        None => Err("no Docker engine answers".to_string()),
+    }
 }
 
 /// Carries out one operation; `Ok(false)` for operations that only report.

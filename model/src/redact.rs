@@ -43,6 +43,9 @@ pub struct Redactor {
     /// masked whole.
     known: Vec<Vec<u8>>,
     shapes: Regex,
+    /// Key-shaped values that are not secrets (the proxy's own tokens,
+    /// which the sandbox holds anyway): left as they are.
+    exempt: Vec<Vec<u8>>,
 }
 
 /// The key shapes: the first group is the part kept visible at the start
@@ -79,7 +82,23 @@ impl Redactor {
         // The pattern is a constant, checked by the tests.
         #[allow(clippy::expect_used)]
         let shapes = Regex::new(SHAPES).expect("the key shapes compile");
-        Redactor { known, shapes }
+        Redactor {
+            known,
+            shapes,
+            exempt: Vec::new(),
+        }
+    }
+
+    /// Leaves `values` alone even where they look like keys.
+    #[must_use]
+    pub fn exempt<I, S>(mut self, values: I) -> Redactor
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.exempt
+            .extend(values.into_iter().map(|v| v.as_ref().as_bytes().to_vec()));
+        self
     }
 
     /// Masks every secret in `text`.
@@ -122,6 +141,9 @@ impl Redactor {
         }
         for caps in self.shapes.captures_iter(bytes) {
             let Some(whole) = caps.get(0) else { continue };
+            if self.exempt.iter().any(|e| e.as_slice() == whole.as_bytes()) {
+                continue;
+            }
             // The visible part: the group that matched, plus a little.
             let prefix = (1..caps.len())
                 .filter_map(|i| caps.get(i))
@@ -241,6 +263,17 @@ mod tests {
         );
         assert_eq!(r.redact_str("sk-short and words"), "sk-short and words");
         assert!(matches!(r.redact_str("nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn exempt_values_are_left_alone_though_key_shaped() {
+        let token = "xai-0123456789abcdef0123456789abcdef";
+        let r = Redactor::new(Vec::<String>::new()).exempt([token]);
+        assert_eq!(r.redact_str(token), token);
+        assert_eq!(
+            r.redact_str("xai-ffffffffffffffffffffffffffffffff"),
+            "xai-ff…[redacted]"
+        );
     }
 
     #[test]

@@ -44,35 +44,35 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The files of `$HERMES_HOME/proxy/`.
 #[derive(Debug, Clone)]
-struct Paths {
+pub(crate) struct Paths {
     dir: PathBuf,
 }
 
 impl Paths {
-    fn new(home: &Home) -> Paths {
+    pub(crate) fn new(home: &Home) -> Paths {
         Paths {
             dir: home.root().join("proxy"),
         }
     }
-    fn ca_cert(&self) -> PathBuf {
+    pub(crate) fn ca_cert(&self) -> PathBuf {
         self.dir.join("ca.crt")
     }
-    fn ca_key(&self) -> PathBuf {
+    pub(crate) fn ca_key(&self) -> PathBuf {
         self.dir.join("ca.key")
     }
-    fn config(&self) -> PathBuf {
+    pub(crate) fn config(&self) -> PathBuf {
         self.dir.join(CONFIG_FILE)
     }
-    fn tokens(&self) -> PathBuf {
+    pub(crate) fn tokens(&self) -> PathBuf {
         self.dir.join(TOKENS_FILE)
     }
-    fn mappings(&self) -> PathBuf {
+    pub(crate) fn mappings(&self) -> PathBuf {
         self.dir.join(MAPPINGS_FILE)
     }
-    fn pid(&self) -> PathBuf {
+    pub(crate) fn pid(&self) -> PathBuf {
         self.dir.join("proxy.pid")
     }
-    fn state(&self) -> PathBuf {
+    pub(crate) fn state(&self) -> PathBuf {
         self.dir.join("state.json")
     }
     fn log(&self) -> PathBuf {
@@ -110,7 +110,7 @@ fn install() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn read_file(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+pub(crate) fn read_file(path: &Path) -> anyhow::Result<Option<Vec<u8>>> {
     fsio::read_bounded(path, MAX_FILE).with_context(|| format!("cannot read {}", path.display()))
 }
 
@@ -284,7 +284,7 @@ fn is_proxy_process(pid: i32) -> bool {
 }
 
 /// The pid of the running proxy, if the pid file names one.
-fn running_pid(paths: &Paths) -> anyhow::Result<Option<i32>> {
+pub(crate) fn running_pid(paths: &Paths) -> anyhow::Result<Option<i32>> {
     Ok(read_pid(paths)?.filter(|pid| is_proxy_process(*pid)))
 }
 
@@ -334,7 +334,7 @@ fn remove_own_files(paths: &Paths) {
 
 /// The addresses listened on when config names none: the Docker bridge
 /// gateway when there is one, and 127.0.0.1.
-fn default_listen() -> Vec<IpAddr> {
+pub(crate) fn default_listen() -> Vec<IpAddr> {
     let mut listen = Vec::new();
     if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
         for ifa in addrs {
@@ -402,14 +402,20 @@ fn raise_open_files_limit() {
 
 fn serve(home: &Home, paths: &Paths) -> anyhow::Result<ExitCode> {
     ensure_proxy_dir(home, paths)?;
+    let fingerprint = crate::egress_state::settings_fingerprint(paths);
     let settings = load_settings(home, paths)?;
     create_pid_file(paths)?;
-    let result = serve_with_pid_file(home, paths, settings);
+    let result = serve_with_pid_file(home, paths, settings, fingerprint);
     remove_own_files(paths);
     result
 }
 
-fn serve_with_pid_file(home: &Home, paths: &Paths, settings: Settings) -> anyhow::Result<ExitCode> {
+fn serve_with_pid_file(
+    home: &Home,
+    paths: &Paths,
+    settings: Settings,
+    fingerprint: Option<String>,
+) -> anyhow::Result<ExitCode> {
     raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -420,17 +426,23 @@ fn serve_with_pid_file(home: &Home, paths: &Paths, settings: Settings) -> anyhow
         let access = Box::new(std::io::BufWriter::new(std::io::stdout()));
         let server = hermes_egress::server::bind(settings, access).await?;
         let bound = server.bound().clone();
-        let state = json!({
-            "pid": std::process::id(),
-            "tunnel": bound.tunnel.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            "http": bound.http.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            "mgmt": bound.mgmt.to_string(),
-        });
-        write_file(
-            &paths.state(),
-            format!("{state:#}\n").as_bytes(),
-            SECRET_MODE,
-        )?;
+        // What the daemon runs with, for `status` and the proxy planner:
+        // `settings` is the fingerprint of the files it loaded.
+        let write_state = |settings: Option<String>| {
+            let state = json!({
+                "pid": std::process::id(),
+                "tunnel": bound.tunnel.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "http": bound.http.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "mgmt": bound.mgmt.to_string(),
+                "settings": settings,
+            });
+            write_file(
+                &paths.state(),
+                format!("{state:#}\n").as_bytes(),
+                SECRET_MODE,
+            )
+        };
+        write_state(fingerprint)?;
         eprintln!(
             "hermes egress proxy {} (pid {}): CONNECT on {}, plain HTTP on {}",
             env!("CARGO_PKG_VERSION"),
@@ -452,6 +464,9 @@ fn serve_with_pid_file(home: &Home, paths: &Paths, settings: Settings) -> anyhow
                     _ = hup.recv() => match load_credentials(home, paths) {
                         Ok(credentials) => {
                             reloader.reload(credentials);
+                            if let Err(e) = write_state(crate::egress_state::settings_fingerprint(paths)) {
+                                eprintln!("hermes egress proxy: cannot update its state file: {e:#}");
+                            }
                             eprintln!("hermes egress proxy reloaded its tokens");
                         }
                         Err(e) => eprintln!(
@@ -502,7 +517,7 @@ fn last_lines(path: &Path, n: usize) -> Vec<String> {
 }
 
 /// What `state.json` says, if it names `pid`.
-fn read_state(paths: &Paths) -> Option<serde_json::Value> {
+pub(crate) fn read_state(paths: &Paths) -> Option<serde_json::Value> {
     let bytes = read_file(&paths.state()).ok().flatten()?;
     serde_json::from_slice(&bytes).ok()
 }
@@ -609,7 +624,7 @@ fn stop(paths: &Paths) -> anyhow::Result<ExitCode> {
 }
 
 /// Asks the management endpoint for `/health`.
-fn health(addr: SocketAddr, token: &str) -> Option<serde_json::Value> {
+pub(crate) fn health(addr: SocketAddr, token: &str) -> Option<serde_json::Value> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(

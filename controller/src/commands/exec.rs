@@ -36,6 +36,9 @@ use crate::redacting::{RedactingWriter, known_secrets};
 /// The exit code of a command that ran out of time, as `timeout(1)`.
 const TIMED_OUT: u8 = 124;
 
+/// The exit code of an exec refused because the egress proxy is not ready.
+const FAIL_CLOSED: u8 = 3;
+
 pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<ExitCode> {
     let desired = load_desired(home, profile)?;
     let timeout = Duration::from_secs(
@@ -155,6 +158,17 @@ async fn run_docker(
     if let Some(session) = &args.session {
         hermes_model::desired::check_session(session)?;
     }
+    // Fail closed: no Docker sandbox runs a command while the enforced
+    // egress proxy is not ready.
+    if desired.egress_enforced() {
+        let proxy = crate::egress_state::observe(home);
+        if let Some(reason) = hermes_reconcilers::proxy::fail_closed_reason(desired, &proxy) {
+            eprintln!(
+                "error: {reason}; `hermes reconcile` (or a running controller) brings it back"
+            );
+            return Ok(ExitCode::from(FAIL_CLOSED));
+        }
+    }
     let spec = desired.exec_sandbox(&args.task, args.session.as_deref());
     let engine = Engine::connect().await?;
     let request = ExecRequest {
@@ -212,7 +226,13 @@ fn output_writers(
     desired: &Desired,
 ) -> (Output<tokio::io::Stdout>, Output<tokio::io::Stderr>) {
     let redactor = if desired.config.security.redact_secrets {
-        Some(Arc::new(Redactor::new(known_secrets(home))))
+        let tokens: Vec<String> = match &desired.egress {
+            hermes_model::desired::Egress::On { wiring, .. } => {
+                wiring.tokens.iter().map(|(_, t)| t.clone()).collect()
+            }
+            _ => Vec::new(),
+        };
+        Some(Arc::new(Redactor::new(known_secrets(home)).exempt(tokens)))
     } else {
         eprintln!(
             "warning: security.redact_secrets is false: secrets in the output are shown in clear"

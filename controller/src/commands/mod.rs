@@ -52,7 +52,7 @@ fn with_activity(
     Ok(Observed {
         containers,
         activity,
-        ..Observed::default()
+        proxy: crate::egress_state::observe(home),
     })
 }
 
@@ -89,7 +89,8 @@ fn desired_of(
     for w in &loaded.warnings {
         eprintln!("warning: {}", w.render(&file));
     }
-    let desired = Desired::build(loaded.config, profile, home.root(), &host_env(home)?)?;
+    let mut desired = Desired::build(loaded.config, profile, home.root(), &host_env(home)?)?;
+    wire_egress(home, &mut desired);
     for w in &desired.warnings {
         eprintln!("warning: {w}");
     }
@@ -154,6 +155,7 @@ pub fn load_for_pass(home: &Home, profile: &str) -> anyhow::Result<PassDesired> 
         ),
     };
     let mut desired = Desired::build(config, profile, home.root(), &host_env(home)?)?;
+    wire_egress(home, &mut desired);
     desired.doubt = Some(format!(
         "config.yaml is {problem} ({stands_in}; nothing is removed)"
     ));
@@ -163,6 +165,37 @@ pub fn load_for_pass(home: &Home, profile: &str) -> anyhow::Result<PassDesired> 
             "{detail}\nconfig.yaml is {problem}: {stands_in}, and nothing is removed until it is fixed"
         )),
     })
+}
+
+/// Reads the proxy's files again (after a pass set the proxy up).
+pub fn refresh_egress(home: &Home, desired: &mut Desired) {
+    let egress = crate::egress_state::desired(home, &desired.config);
+    desired.set_egress(egress);
+}
+
+/// Sets the desired egress from the proxy's files, with the warnings
+/// worth a word.
+fn wire_egress(home: &Home, desired: &mut Desired) {
+    let egress = crate::egress_state::desired(home, &desired.config);
+    let proxy = &desired.config.proxy;
+    if proxy.enabled && !proxy.enforce_on_docker {
+        desired.warnings.push(
+            "proxy.enforce_on_docker is false: Docker sandboxes run while the egress proxy is down (without it, they reach no provider)".to_string(),
+        );
+    }
+    if proxy.enabled {
+        for name in &desired.config.terminal.docker_forward_env {
+            if let Some((_, why)) = hermes_model::providers::UNCOVERED
+                .iter()
+                .find(|(v, _)| v == name)
+            {
+                desired.warnings.push(format!(
+                    "terminal.docker_forward_env: {name} goes to the sandbox as it is: the egress proxy cannot stand in for it ({why})"
+                ));
+            }
+        }
+    }
+    desired.set_egress(egress);
 }
 
 /// Keeps a copy of a config that loaded cleanly (0600: it may hold

@@ -15,7 +15,7 @@ use hermes_model::observed::Observed;
 use crate::activity::Activity;
 use crate::apply::{ApplyOptions, apply};
 use crate::cli::{Output, ReconcileArgs};
-use crate::commands::{load_for_pass, observe_for};
+use crate::commands::{load_for_pass, observe_for, refresh_egress};
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
@@ -28,10 +28,7 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         desired.config.reconcile.prune = true;
     }
     let engine = connect(desired.backend()).await?;
-    let observed = match &engine {
-        Some(engine) => observe_for(engine, home, &desired).await?,
-        None => Observed::default(),
-    };
+    let observed = see(engine.as_ref(), home, &desired).await?;
     let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&plan.to_json())?),
@@ -47,14 +44,6 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
             ExitCode::SUCCESS
         });
     }
-    let Some(engine) = engine else {
-        // No engine: only refusals can be pending, and a refusal fails the pass.
-        return Ok(if config_failed || plan.summary().blocked > 0 {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        });
-    };
     if !plan.is_pending() {
         return Ok(if config_failed {
             ExitCode::from(1)
@@ -68,9 +57,31 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         stop: None,
         home: Some(home),
     };
-    let applied = apply(&engine, &plan, &activity, options).await;
+    let mut applied = apply(engine.as_ref(), &plan, &activity, options).await;
+    // A change of the proxy (set up, started) unblocks what waited on it:
+    // plan again within this pass, a bounded number of times.
+    let mut last = plan;
+    for _ in 0..PROXY_ROUNDS {
+        if !hermes_reconcilers::proxy::has_proxy_work(&last.ops) {
+            break;
+        }
+        refresh_egress(home, &mut desired);
+        let observed = see(engine.as_ref(), home, &desired).await?;
+        let next = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
+        if !next.is_pending() {
+            break;
+        }
+        let more = apply(engine.as_ref(), &next, &activity, options).await;
+        applied.done += more.done;
+        applied.failed += more.failed;
+        if more.failed > 0 {
+            // Retried by the next pass, not in a loop here.
+            break;
+        }
+        last = next;
+    }
     // Observe again: what the host looks like now, not what we hoped.
-    let after = observe_for(&engine, home, &desired).await?;
+    let after = see(engine.as_ref(), home, &desired).await?;
     forget_removed(&activity, &after);
     let remaining = hermes_reconcilers::plan_all(&desired, &after, SystemTime::now());
     if args.output == Output::Text {
@@ -88,6 +99,10 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         },
     )
 }
+
+/// How many times a pass plans again after changing the proxy (setup,
+/// then start, then the sandboxes that waited).
+const PROXY_ROUNDS: usize = 3;
 
 /// How long a pass off the Docker backend waits for an engine that may not
 /// exist.
@@ -126,4 +141,20 @@ fn forget_removed(activity: &Activity, observed: &Observed) {
             }
         }
     }
+}
+
+/// What a pass sees: the containers when there is an engine, and the
+/// proxy in any case.
+async fn see(
+    engine: Option<&Engine>,
+    home: &Home,
+    desired: &hermes_model::desired::Desired,
+) -> anyhow::Result<Observed> {
+    Ok(match engine {
+        Some(engine) => observe_for(engine, home, desired).await?,
+        None => Observed {
+            proxy: crate::egress_state::observe(home),
+            ..Observed::default()
+        },
+    })
 }

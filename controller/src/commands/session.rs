@@ -92,7 +92,13 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
                 stop: None,
                 home: Some(home),
             };
-            let applied = apply(&engine, &Plan::new(ops), &Activity::new(home), options).await;
+            let applied = apply(
+                Some(&engine),
+                &Plan::new(ops),
+                &Activity::new(home),
+                options,
+            )
+            .await;
             Ok(if applied.failed > 0 {
                 ExitCode::from(1)
             } else {

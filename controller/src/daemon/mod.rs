@@ -261,7 +261,7 @@ impl Controller {
                 stop: Some(stop),
                 home: Some(&self.home),
             };
-            let applied = apply(&engine, &plan, &Activity::new(&self.home), options).await;
+            let applied = apply(Some(&engine), &plan, &Activity::new(&self.home), options).await;
             for target in &applied.succeeded {
                 self.backoff.succeeded(target);
             }

@@ -1,0 +1,153 @@
+//! The egress proxy as a pass sees it: what config.yaml and the proxy's
+//! files (`$HERMES_HOME/proxy/`) make of the desired egress — set up or
+//! not, the sandbox wiring, the settings the daemon should run with — and
+//! what the daemon is doing (pid file, state file, health endpoint).
+//!
+//! The settings fingerprint covers the files the daemon loads
+//! (`config.json`, `tokens.json`, `mappings.json`): the daemon records the
+//! one it started with (and updates it when it reloads its tokens), and a
+//! difference restarts it.
+
+use hermes_egress::settings::ProxyConfigFile;
+use hermes_egress::tokens::{MappingsFile, TokensFile};
+use hermes_model::config::Config;
+use hermes_model::desired::Egress;
+use hermes_model::egress::EgressWiring;
+use hermes_model::observed::ProxyObserved;
+use sha2::{Digest, Sha256};
+
+use crate::commands::egress::{Paths, default_listen, health, read_file, read_state, running_pid};
+use crate::home::Home;
+
+/// The fingerprint of the files the daemon loads; `None` while one is
+/// missing.
+pub fn settings_fingerprint(paths: &Paths) -> Option<String> {
+    let mut h = Sha256::new();
+    for path in [paths.config(), paths.tokens(), paths.mappings()] {
+        let bytes = read_file(&path).ok().flatten()?;
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(&bytes);
+    }
+    Some(hex(&h.finalize()[..6]))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The desired egress for `config`, from the proxy's files.
+pub fn desired(home: &Home, config: &Config) -> Egress {
+    if !config.proxy.enabled {
+        return Egress::Off;
+    }
+    let paths = Paths::new(home);
+    let read = |path: std::path::PathBuf| read_file(&path).ok().flatten();
+    let mut missing = Vec::new();
+    let ca = read(paths.ca_cert());
+    if ca.is_none() {
+        missing.push("ca.crt");
+    }
+    if read(paths.ca_key()).is_none() {
+        missing.push("ca.key");
+    }
+    let tokens = read(paths.tokens()).and_then(|b| TokensFile::parse(&b).ok());
+    if tokens.is_none() {
+        missing.push("tokens.json");
+    }
+    let mappings = read(paths.mappings()).and_then(|b| MappingsFile::parse(&b).ok());
+    if mappings.is_none() {
+        missing.push("mappings.json");
+    }
+    let file = read(paths.config()).and_then(|b| ProxyConfigFile::parse(&b).ok());
+    if file.is_none() {
+        missing.push("config.json");
+    }
+    let (Some(ca), Some(tokens), Some(mappings), Some(file)) = (ca, tokens, mappings, file) else {
+        return Egress::NotSetUp {
+            missing: missing.join(", "),
+        };
+    };
+    if file != ProxyConfigFile::from_model(&config.proxy, file.mgmt_token.clone()) {
+        return Egress::NotSetUp {
+            missing: "config.json is older than config.yaml's proxy section".to_string(),
+        };
+    }
+    let listen = config.proxy.listen.clone().unwrap_or_else(default_listen);
+    let Some(gateway) = listen.into_iter().find(|ip| !ip.is_loopback()) else {
+        return Egress::NotSetUp {
+            missing: "an address sandboxes can reach (no docker0 bridge, and proxy.listen names only loopback)"
+                .to_string(),
+        };
+    };
+    let mut token_env: Vec<(String, String)> = Vec::new();
+    for mapping in &mappings.mappings {
+        if let Some(token) = tokens.tokens.get(&mapping.provider) {
+            for name in &mapping.env {
+                token_env.push((name.clone(), token.clone()));
+            }
+        }
+    }
+    token_env.sort();
+    token_env.dedup_by(|a, b| a.0 == b.0);
+    let Some(settings) = settings_fingerprint(&paths) else {
+        return Egress::NotSetUp {
+            missing: "a proxy file changed while it was read".to_string(),
+        };
+    };
+    Egress::On {
+        wiring: EgressWiring {
+            gateway,
+            tunnel_port: config.proxy.tunnel_port,
+            ca_host_path: paths.ca_cert(),
+            ca_sha256: hex(&Sha256::digest(&ca)),
+            tokens: token_env,
+            network: None,
+        },
+        settings,
+    }
+}
+
+/// What the daemon is doing.
+pub fn observe(home: &Home) -> ProxyObserved {
+    let paths = Paths::new(home);
+    let running = matches!(running_pid(&paths), Ok(Some(_)));
+    if !running {
+        return ProxyObserved {
+            problem: Some("not running".to_string()),
+            ..ProxyObserved::default()
+        };
+    }
+    let state = read_state(&paths);
+    let settings = state
+        .as_ref()
+        .and_then(|s| s["settings"].as_str())
+        .map(str::to_string);
+    let token = read_file(&paths.config())
+        .ok()
+        .flatten()
+        .and_then(|b| ProxyConfigFile::parse(&b).ok())
+        .map(|f| f.mgmt_token);
+    let mgmt = state
+        .as_ref()
+        .and_then(|s| s["mgmt"].as_str())
+        .and_then(|a| a.parse().ok());
+    let (healthy, problem) = match (mgmt, token) {
+        (Some(addr), Some(token)) => match health(addr, &token) {
+            Some(_) => (true, None),
+            None => (
+                false,
+                Some(format!("its health endpoint {addr} does not answer")),
+            ),
+        },
+        _ => (
+            false,
+            Some("its state file names no health endpoint".to_string()),
+        ),
+    };
+    ProxyObserved {
+        running,
+        healthy,
+        settings,
+        problem,
+    }
+}

@@ -1,0 +1,335 @@
+//! Docker sandboxes wired to the egress proxy, end to end: `hermes
+//! reconcile` sets the proxy up, starts it and only then the sandbox; curl,
+//! Python and Node inside the sandbox reach an allowlisted name (resolved
+//! by `proxy.resolve` to a local TLS upstream of the test's own) and the
+//! upstream receives the real key, while the sandbox, its files, `docker
+//! inspect`, the host's process list and hermes's logs never hold one. A
+//! proxy killed with SIGKILL fails closed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use hermes_tests::cli::{Run, TestHome};
+use hermes_tests::docker_cli::{ProfileCleanup, docker};
+use hermes_tests::egress::{bridge_gateway, free_port_pair};
+use hermes_tests::upstream::Upstream;
+
+const OPENROUTER_KEY: &str = "sk-or-v1-e2e-REAL-openrouter-0001";
+const ANTHROPIC_KEY: &str = "sk-ant-e2e-REAL-anthropic-0002";
+const GEMINI_KEY: &str = "AIza-e2e-REAL-gemini-0003";
+const NAMES: &[&str] = &[
+    "openrouter.ai",
+    "api.anthropic.com",
+    "generativelanguage.googleapis.com",
+];
+
+const NODE_GET: &str = r#"
+const http = require('http'), https = require('https'), tls = require('tls');
+const [host, port, path] = process.argv.slice(2);
+const proxy = new URL(process.env.HTTPS_PROXY);
+setTimeout(() => { console.log('TIMEOUT'); process.exit(1); }, 20000);
+const connect = http.request({ host: proxy.hostname, port: proxy.port, method: 'CONNECT', path: host + ':' + port });
+connect.on('error', e => { console.log('ERR ' + e.message); process.exit(1); });
+connect.on('connect', (res, socket) => {
+  if (res.statusCode !== 200) { console.log('CONNECT ' + res.statusCode); process.exit(1); }
+  const req = https.request({ host, port, path, method: 'GET',
+      createConnection: () => tls.connect({ socket, servername: host }) }, resp => {
+    let body = '';
+    resp.on('data', d => body += d);
+    resp.on('end', () => { console.log(body); process.exit(0); });
+  });
+  req.on('error', e => { console.log('ERR ' + e.message); process.exit(1); });
+  req.end();
+});
+connect.end();
+"#;
+
+/// A home on the Docker backend with the proxy enabled and enforced, its
+/// provider hosts resolving to `upstream`.
+struct Host {
+    home: TestHome,
+    profile: String,
+    _cleanup: ProfileCleanup,
+}
+
+impl Host {
+    /// `redact`: whether hermes masks keys in what it prints. Off, the
+    /// upstream's echo shows the real key arrived, and the absence of keys
+    /// elsewhere owes nothing to masking.
+    fn new(tag: &str, upstream: &Upstream, redact: bool) -> Host {
+        let redaction = if redact {
+            String::new()
+        } else {
+            "security:\n  redact_secrets: false\n".to_string()
+        };
+        let home = TestHome::new();
+        let ca = home.path().join("upstream-ca.pem");
+        std::fs::write(&ca, &upstream.ca_pem).unwrap();
+        let port = free_port_pair(Some(bridge_gateway()));
+        let resolve: String = NAMES
+            .iter()
+            .map(|n| format!("    {n}: 127.0.0.1\n"))
+            .collect();
+        home.write_config(format!(
+            "terminal:\n  backend: docker\n  docker_image: {}\n{redaction}proxy:\n  enabled: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
+            hermes_tests::test_image(),
+            ca.display()
+        ));
+        // One key from .env, the others from the environment.
+        std::fs::write(
+            home.path().join(".env"),
+            format!("ANTHROPIC_API_KEY={ANTHROPIC_KEY}\n"),
+        )
+        .unwrap();
+        let profile = format!("{tag}{}", std::process::id());
+        Host {
+            home,
+            _cleanup: ProfileCleanup(profile.clone()),
+            profile,
+        }
+    }
+
+    /// `hermes --profile P ARGS` with the host's keys in its environment
+    /// and debug logs on.
+    fn hermes(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--profile", self.profile.as_str()];
+        all.extend_from_slice(args);
+        self.home
+            .command(all)
+            .env("OPENROUTER_API_KEY", OPENROUTER_KEY)
+            .env("GEMINI_API_KEY", GEMINI_KEY)
+            .env("RUST_LOG", "debug")
+            .output()
+            .unwrap()
+            .into()
+    }
+
+    fn name(&self) -> String {
+        format!("hermes-{}-default", self.profile)
+    }
+
+    fn workspace(&self) -> std::path::PathBuf {
+        self.home.path().join(format!(
+            "sandboxes/docker/{}/default/workspace",
+            self.profile
+        ))
+    }
+
+    fn proxy_pid(&self) -> i32 {
+        std::fs::read_to_string(self.home.path().join("proxy/proxy.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.home.run(["egress", "stop"]);
+    }
+}
+
+#[test]
+fn the_sandbox_reaches_providers_through_the_proxy_and_never_holds_a_key() {
+    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);
+    let host = Host::new("sk", &upstream, false);
+    let mut logs = String::new();
+
+    let dry = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert!(dry.stdout.contains("+ proxy "), "{}", dry.stdout);
+    assert!(
+        dry.stdout.contains("blocked     egress proxy not set up"),
+        "{}",
+        dry.stdout
+    );
+    logs.push_str(&dry.stderr);
+
+    let apply = host.hermes(&["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    assert!(
+        apply.stdout.ends_with("The host is converged.\n"),
+        "{}",
+        apply.stdout
+    );
+    logs.push_str(&apply.stderr);
+
+    std::fs::write(host.workspace().join("get.js"), NODE_GET).unwrap();
+    let port = upstream.addr.port();
+    let script = format!(
+        r#"echo "== env"
+printenv | grep -E '_API_KEY=|_PROXY=' | sort
+echo "== curl"
+curl -sS --max-time 20 "https://openrouter.ai:{port}/echo" -H "Authorization: Bearer $OPENROUTER_API_KEY"
+echo
+echo "== python"
+python3 - <<'PY'
+import os, urllib.request
+req = urllib.request.Request("https://api.anthropic.com:{port}/echo",
+    headers={{"x-api-key": os.environ["ANTHROPIC_API_KEY"]}})
+print(urllib.request.urlopen(req, timeout=20).read().decode())
+PY
+echo "== node"
+node /workspace/get.js generativelanguage.googleapis.com {port} "/echo?key=$GEMINI_API_KEY"
+"#
+    );
+    let run = host.hermes(&["exec", "--", "sh", "-c", &script]);
+    assert_eq!(run.code, 0, "{run:?}");
+    logs.push_str(&run.stderr);
+    let section = |name: &str| {
+        let marker = format!("== {name}");
+        let mut out = String::new();
+        let mut inside = false;
+        for line in run.stdout.lines() {
+            if line.starts_with("== ") {
+                inside = line == marker;
+            } else if inside {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    };
+    let env = section("env");
+    assert!(
+        env.contains("HTTPS_PROXY=http://host.docker.internal:"),
+        "{env}"
+    );
+    for line in env.lines().filter(|l| l.contains("_API_KEY=")) {
+        let (name, value) = line.split_once('=').unwrap();
+        let provider = value.split('-').next().unwrap();
+        assert!(
+            value.len() == provider.len() + 33,
+            "{name} holds {value}, not a proxy token"
+        );
+    }
+    let curl: serde_json::Value = serde_json::from_str(section("curl").trim()).unwrap();
+    assert_eq!(
+        curl["headers"]["authorization"],
+        format!("Bearer {OPENROUTER_KEY}")
+    );
+    let python: serde_json::Value = serde_json::from_str(section("python").trim()).unwrap();
+    assert_eq!(python["headers"]["x-api-key"], ANTHROPIC_KEY);
+    let node: serde_json::Value = serde_json::from_str(section("node").trim()).unwrap();
+    assert_eq!(node["path"], format!("/echo?key={GEMINI_KEY}"));
+
+    // No real key anywhere it must not be.
+    let keys = [OPENROUTER_KEY, ANTHROPIC_KEY, GEMINI_KEY];
+    let inspect = docker(&["inspect", &host.name()]);
+    let processes = String::from_utf8_lossy(
+        &std::process::Command::new("ps")
+            .args(["-eo", "args"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    let search = host.hermes(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "grep -rlsF -e {} -e {} -e {} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev; \
+             cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -cF -e {} -e {} -e {}; true",
+            keys[0], keys[1], keys[2], keys[0], keys[1], keys[2]
+        ),
+    ]);
+    // The search's own command line holds the keys: only its count line
+    // and no file may come back.
+    assert_eq!(search.stdout.trim(), "0", "{search:?}");
+    for key in keys {
+        assert!(!inspect.contains(key), "docker inspect shows a real key");
+        assert!(!logs.contains(key), "a real key in hermes's logs");
+        assert!(
+            !processes
+                .lines()
+                .any(|l| l.contains(key) && !l.contains("grep")),
+            "a real key on a command line"
+        );
+        for entry in walk(&host.home.path().join("sandboxes")) {
+            let text = std::fs::read(&entry).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&text).contains(key),
+                "a real key in {}",
+                entry.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_killed_proxy_fails_closed_and_reconcile_brings_it_back() {
+    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);
+    let host = Host::new("sf", &upstream, true);
+    assert_eq!(host.hermes(&["reconcile"]).code, 0);
+    assert_eq!(host.hermes(&["exec", "--", "true"]).code, 0);
+
+    let pid = host.proxy_pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let killed = Instant::now();
+    let refused = loop {
+        let run = host.hermes(&["exec", "--", "echo", "ran"]);
+        if run.code == 3 {
+            break run;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(2),
+            "exec still runs 2 s after the proxy died: {run:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(refused.stdout.is_empty(), "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("egress proxy not running (fail closed)"),
+        "{}",
+        refused.stderr
+    );
+
+    // Stop the sandbox too: its start must wait for the proxy.
+    docker(&["stop", "-t", "1", &host.name()]);
+    let dry = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert!(dry.stdout.contains("+ proxy "), "{}", dry.stdout);
+    assert!(
+        dry.stdout.contains(&format!(
+            "! sandbox {}/default   blocked     egress proxy not running (fail closed); wanted: start",
+            host.profile
+        )),
+        "{}",
+        dry.stdout
+    );
+
+    let apply = host.hermes(&["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    let run = host.hermes(&["exec", "--", "echo", "ran"]);
+    assert_eq!((run.code, run.stdout.as_str()), (0, "ran\n"));
+}
+
+/// Every regular file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(t) if t.is_file() => files.push(path),
+                _ => {}
+            }
+        }
+    }
+    files
+}
