@@ -57,8 +57,8 @@ pub enum Command {
     /// Watch config.yaml and the engine and converge continuously, in the
     /// foreground (one controller per home).
     Controller(ControllerArgs),
-    /// What the running controller reports: passes, last error, blocked
-    /// sandboxes, config and engine health.
+    /// One screen for the host: config, backend, sandboxes, the egress
+    /// proxy, what is blocked and why, and the running controller.
     Status {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,

@@ -64,7 +64,9 @@ fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
             };
             runtime()?.block_on(daemon::run(&home, &profile, options))
         }
-        Command::Status { output } => commands::status::run(&home, output),
+        Command::Status { output } => {
+            runtime()?.block_on(commands::status::run(&home, &profile, output))
+        }
         Command::Egress(command) => commands::egress::run(&home, command),
     }
 }

@@ -308,10 +308,29 @@ fn a_killed_proxy_fails_closed_and_reconcile_brings_it_back() {
         dry.stdout
     );
 
+    // `hermes status` says the same, on one screen.
+    let status = host.hermes(&["status", "--output", "json"]);
+    assert_eq!(status.code, 1, "{status:?}");
+    let report: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(report["proxy"]["running"], false);
+    assert!(
+        report["blocked"][0]
+            .as_str()
+            .unwrap()
+            .contains("egress proxy not running (fail closed)"),
+        "{report}"
+    );
+
     let apply = host.hermes(&["reconcile"]);
     assert_eq!(apply.code, 0, "{apply:?}");
     let run = host.hermes(&["exec", "--", "echo", "ran"]);
     assert_eq!((run.code, run.stdout.as_str()), (0, "ran\n"));
+    let status = host.hermes(&["status", "--output", "json"]);
+    assert_eq!(status.code, 0, "{status:?}");
+    let report: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(report["proxy"]["healthy"], true);
+    assert_eq!(report["sandboxes"][0]["spec_matches"], true);
+    assert_ne!(report["sandboxes"][0]["egress"], "off");
 }
 
 /// Every regular file under `dir`.
