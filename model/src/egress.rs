@@ -16,8 +16,6 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use sha2::{Digest, Sha256};
-
 use crate::config::PROXY_HOST_NAME;
 use crate::sandbox::{Bind, LABEL_EGRESS, SandboxSpec};
 
@@ -46,13 +44,8 @@ pub struct EgressWiring {
 impl EgressWiring {
     /// The label value: a short hash of every setting above.
     pub fn fingerprint(&self) -> String {
-        let mut h = Sha256::new();
-        let mut field = |name: &str, value: &str| {
-            h.update(name.as_bytes());
-            h.update([0]);
-            h.update((value.len() as u64).to_le_bytes());
-            h.update(value.as_bytes());
-        };
+        let mut h = crate::fingerprint::Fingerprint::new();
+        let mut field = |name: &str, value: &str| h.field(name, value);
         field("gateway", &self.gateway.to_string());
         field("port", &self.tunnel_port.to_string());
         field("ca", &self.ca_sha256);
@@ -61,8 +54,7 @@ impl EgressWiring {
             field("token", &format!("{k}={v}"));
         }
         field("network", self.network.as_deref().unwrap_or(""));
-        let digest = h.finalize();
-        digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+        h.finish()
     }
 
     /// The environment the sandbox gets, in a fixed order.

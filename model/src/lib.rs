@@ -18,6 +18,7 @@ pub mod desired;
 pub mod dotenv;
 pub mod edit;
 pub mod egress;
+pub mod fingerprint;
 pub mod observed;
 pub mod plan;
 pub mod providers;

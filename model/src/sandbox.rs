@@ -11,8 +11,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
 use crate::config::{Config, Volume};
 
 /// Every hermes container carries `hermes-agent=1`; nothing without it is
@@ -380,13 +378,8 @@ impl SandboxSpec {
     /// The spec hash: the first 12 hex digits of SHA-256 over every field
     /// that shapes the container, in a fixed order, the hash label excluded.
     pub fn compute_hash(&self) -> String {
-        let mut h = Sha256::new();
-        let mut field = |name: &str, value: &str| {
-            h.update(name.as_bytes());
-            h.update([0]);
-            h.update((value.len() as u64).to_le_bytes());
-            h.update(value.as_bytes());
-        };
+        let mut h = crate::fingerprint::Fingerprint::new();
+        let mut field = |name: &str, value: &str| h.field(name, value);
         field("name", &self.name);
         field("image", &self.image);
         for (k, v) in self.labels.iter().filter(|(k, _)| *k != LABEL_SPEC_HASH) {
@@ -431,8 +424,7 @@ impl SandboxSpec {
             field("cmd", c);
         }
         field("workdir", &self.working_dir);
-        let digest = h.finalize();
-        digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+        h.finish()
     }
 
     /// Recomputes the spec hash label after a change of the spec.

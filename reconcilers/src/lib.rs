@@ -28,7 +28,7 @@ use hermes_model::action::Action;
 use hermes_model::config::Backend;
 use hermes_model::desired::{DEFAULT_TASK, Desired};
 use hermes_model::observed::{ContainerState, Observed};
-use hermes_model::plan::{Op, Plan, Target};
+use hermes_model::plan::{Describe, Op, Plan, Target};
 use hermes_model::sandbox::sanitize;
 
 /// The plan of a whole host.
@@ -95,6 +95,15 @@ pub fn processes_needed(desired: &Desired, observed: &Observed) -> Vec<String> {
                 .any(|spec| spec.name == c.name && c.spec_hash() == Some(spec.hash()))
         })
         .map(|c| c.id.clone())
+        .collect()
+}
+
+/// `target: cause` of every refused operation of a plan.
+pub fn blocked(plan: &HostPlan) -> Vec<String> {
+    plan.ops
+        .iter()
+        .filter(|op| op.action.kind() == hermes_model::plan::Kind::Blocked)
+        .map(|op| format!("{}: {}", op.target, op.cause))
         .collect()
 }
 

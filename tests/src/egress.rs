@@ -8,6 +8,30 @@ use std::process::Command;
 
 use crate::cli::{Run, TestHome};
 
+/// A Node script that GETs `https://HOST:PORT/PATH` through `HTTPS_PROXY`
+/// with a CONNECT of its own (Node's `https` ignores the proxy variables)
+/// and prints the body: `node get.js HOST PORT PATH`.
+pub const NODE_GET: &str = r#"
+const http = require('http'), https = require('https'), tls = require('tls');
+const [host, port, path] = process.argv.slice(2);
+const proxy = new URL(process.env.HTTPS_PROXY);
+setTimeout(() => { console.log('TIMEOUT'); process.exit(1); }, 20000);
+const connect = http.request({ host: proxy.hostname, port: proxy.port, method: 'CONNECT', path: host + ':' + port });
+connect.on('error', e => { console.log('ERR ' + e.message); process.exit(1); });
+connect.on('connect', (res, socket) => {
+  if (res.statusCode !== 200) { console.log('CONNECT ' + res.statusCode); process.exit(1); }
+  const req = https.request({ host, port, path, method: 'GET',
+      createConnection: () => tls.connect({ socket, servername: host }) }, resp => {
+    let body = '';
+    resp.on('data', d => body += d);
+    resp.on('end', () => { console.log(body); process.exit(0); });
+  });
+  req.on('error', e => { console.log('ERR ' + e.message); process.exit(1); });
+  req.end();
+});
+connect.end();
+"#;
+
 /// Where a sandbox finds the proxy's CA.
 pub const CA_IN_CONTAINER: &str = "/etc/ssl/certs/hermes-egress-ca.crt";
 

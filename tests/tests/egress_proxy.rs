@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use hermes_tests::egress::{Proxy, in_container};
+use hermes_tests::egress::{NODE_GET, Proxy, in_container};
 use hermes_tests::upstream::Upstream;
 
 const OPENAI_KEY: &str = "sk-e2e-openai-REAL-0001";
@@ -61,27 +61,6 @@ fn tokens(proxy: &Proxy) -> Vec<(&'static str, String)> {
 fn upstream() -> Upstream {
     Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES)
 }
-
-const NODE_GET: &str = r#"
-const http = require('http'), https = require('https'), tls = require('tls');
-const [host, port, path] = process.argv.slice(2);
-const proxy = new URL(process.env.HTTPS_PROXY);
-setTimeout(() => { console.log('TIMEOUT'); process.exit(1); }, 20000);
-const connect = http.request({ host: proxy.hostname, port: proxy.port, method: 'CONNECT', path: host + ':' + port });
-connect.on('error', e => { console.log('ERR ' + e.message); process.exit(1); });
-connect.on('connect', (res, socket) => {
-  if (res.statusCode !== 200) { console.log('CONNECT ' + res.statusCode); process.exit(1); }
-  const req = https.request({ host, port, path, method: 'GET',
-      createConnection: () => tls.connect({ socket, servername: host }) }, resp => {
-    let body = '';
-    resp.on('data', d => body += d);
-    resp.on('end', () => { console.log(body); process.exit(0); });
-  });
-  req.on('error', e => { console.log('ERR ' + e.message); process.exit(1); });
-  req.end();
-});
-connect.end();
-"#;
 
 #[test]
 fn curl_python_and_node_in_a_container_reach_the_upstream_with_the_real_key() {

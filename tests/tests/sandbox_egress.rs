@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use hermes_tests::cli::{Run, TestHome};
 use hermes_tests::docker_cli::{ProfileCleanup, docker};
-use hermes_tests::egress::{bridge_gateway, free_port_pair};
+use hermes_tests::egress::{NODE_GET, bridge_gateway, free_port_pair};
 use hermes_tests::upstream::Upstream;
 
 const OPENROUTER_KEY: &str = "sk-or-v1-e2e-REAL-openrouter-0001";
@@ -23,27 +23,6 @@ const NAMES: &[&str] = &[
     "api.anthropic.com",
     "generativelanguage.googleapis.com",
 ];
-
-const NODE_GET: &str = r#"
-const http = require('http'), https = require('https'), tls = require('tls');
-const [host, port, path] = process.argv.slice(2);
-const proxy = new URL(process.env.HTTPS_PROXY);
-setTimeout(() => { console.log('TIMEOUT'); process.exit(1); }, 20000);
-const connect = http.request({ host: proxy.hostname, port: proxy.port, method: 'CONNECT', path: host + ':' + port });
-connect.on('error', e => { console.log('ERR ' + e.message); process.exit(1); });
-connect.on('connect', (res, socket) => {
-  if (res.statusCode !== 200) { console.log('CONNECT ' + res.statusCode); process.exit(1); }
-  const req = https.request({ host, port, path, method: 'GET',
-      createConnection: () => tls.connect({ socket, servername: host }) }, resp => {
-    let body = '';
-    resp.on('data', d => body += d);
-    resp.on('end', () => { console.log(body); process.exit(0); });
-  });
-  req.on('error', e => { console.log('ERR ' + e.message); process.exit(1); });
-  req.end();
-});
-connect.end();
-"#;
 
 /// A home on the Docker backend with the proxy enabled and enforced, its
 /// provider hosts resolving to `upstream`.

@@ -14,7 +14,6 @@ use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
 use hermes_model::desired::Egress;
-use hermes_model::plan::{Describe, Kind};
 use hermes_model::sandbox::{LABEL_EGRESS, sanitize};
 use serde_json::json;
 
@@ -50,12 +49,7 @@ pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<E
             ..Default::default()
         });
     let plan = hermes_reconcilers::plan_all(desired, &plan_input, SystemTime::now());
-    let blocked: Vec<String> = plan
-        .ops
-        .iter()
-        .filter(|op| op.action.kind() == Kind::Blocked)
-        .map(|op| format!("{}: {}", op.target, op.cause))
-        .collect();
+    let blocked = hermes_reconcilers::blocked(&plan);
     let profile_label = sanitize(profile);
     let sandboxes: Vec<serde_json::Value> = observed
         .iter()

@@ -240,12 +240,7 @@ impl Controller {
         };
         self.engine_ok();
         let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
-        let blocked: Vec<String> = plan
-            .ops
-            .iter()
-            .filter(|op| op.action.kind() == Kind::Blocked)
-            .map(|op| format!("{}: {}", op.target, op.cause))
-            .collect();
+        let blocked = hermes_reconcilers::blocked(&plan);
         let at = Instant::now();
         let (ready, waiting): (Vec<_>, Vec<_>) = plan.ops.into_iter().partition(|op| {
             !acts(op.action.kind()) || self.backoff.waiting(&op.target, at).is_none()
