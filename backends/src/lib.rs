@@ -6,11 +6,20 @@
 //! into the `Observed` value the planners take. This crate does IO; the
 //! decisions stay in `reconcilers`.
 //!
+//! - [`exec`]: what every backend's exec shares: the request and outcome,
+//!   and the [`exec::Executor`] trait (a Docker container and an SSH host
+//!   both are one).
 //! - [`docker`]: the Docker engine through bollard: observing labelled
 //!   containers, idempotent create/start/remove, image pulls, and exec with
 //!   live output and timeouts that kill the whole process tree.
+//! - [`ssh`]: a remote host through russh: trust on first use into an
+//!   OpenSSH `known_hosts`, exec with live output and remote tree kill, a
+//!   remote port forward, and the holder that keeps one connection open for
+//!   every hermes process.
 
 pub mod docker;
+pub mod exec;
+pub mod ssh;
 
 /// The model crate this crate's API speaks ([`model::sandbox::SandboxSpec`],
 /// [`model::observed::ObservedContainer`], …), re-exported so users of the

@@ -8,10 +8,7 @@
 //! only the client would leave the processes there until the pids limit is
 //! exhausted).
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
@@ -21,77 +18,13 @@ use tokio::time::Instant;
 
 use super::Engine;
 use super::error::{DockerError, exec_error, is_not_found};
-
-/// The environment variable that marks every process of one exec.
-pub const EXEC_ID_ENV: &str = "HERMES_EXEC_ID";
-
-/// The exit code of a command that timed out, as `timeout(1)` reports it.
-pub const TIMEOUT_EXIT_CODE: i64 = 124;
+use crate::exec::{
+    EXEC_ID_ENV, ExecIo, ExecOutcome, ExecRequest, Executor, KILL_SCRIPT, TIMEOUT_EXIT_CODE,
+    new_exec_id,
+};
 
 /// How long the kill of a timed-out command may take.
 const KILL_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// One command to run in a container.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecRequest {
-    /// The program and its arguments (no shell unless you give one).
-    pub cmd: Vec<String>,
-    /// Extra environment values, passed in the exec's body, never on a
-    /// command line.
-    pub env: Vec<(String, String)>,
-    /// The working directory; the container's (`/workspace`) when `None`.
-    pub cwd: Option<String>,
-    /// After this long the whole process tree is killed.
-    pub timeout: Duration,
-}
-
-/// How a command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExecOutcome {
-    /// The command's exit code; [`TIMEOUT_EXIT_CODE`] when it timed out.
-    pub exit_code: i64,
-    pub timed_out: bool,
-}
-
-/// Stops (so nothing forks any more) every process whose environment holds
-/// the marker `$1`, and every descendant of those (a child that cleared its
-/// environment is still caught by its parent pid), round after round until
-/// a round finds nothing new; then kills them all. POSIX sh and grep only.
-const KILL_SCRIPT: &str = r#"id=$1
-all=" "
-round=0
-while [ "$round" -lt 20 ]; do
-  round=$((round + 1))
-  new=" "
-  grew=1
-  while [ "$grew" = 1 ]; do
-    grew=0
-    for p in /proc/[0-9]*; do
-      pid=${p#/proc/}
-      case "$all$new" in *" $pid "*) continue ;; esac
-      hit=0
-      if read -r stat 2>/dev/null < "$p/stat"; then
-        rest=${stat##*) }
-        ppid=${rest#* }
-        ppid=${ppid%% *}
-        case "$all$new" in *" $ppid "*) hit=1 ;; esac
-      fi
-      if [ "$hit" = 0 ] && grep -qsz "^HERMES_EXEC_ID=$id\$" "$p/environ"; then
-        hit=1
-      fi
-      if [ "$hit" = 1 ]; then
-        new="$new$pid "
-        grew=1
-      fi
-    done
-  done
-  [ "$new" = " " ] && break
-  kill -STOP $new 2>/dev/null
-  all="$all${new# }"
-done
-[ "$all" = " " ] || kill -KILL $all 2>/dev/null
-exit 0
-"#;
 
 impl Engine {
     /// Runs `req` in `container` (id or name), writing its stdout and stderr
@@ -345,36 +278,19 @@ enum RunError {
     Engine(bollard::errors::Error),
 }
 
-/// 128 bits of hex, unique per exec: hashed from per-process random keys,
-/// a counter, the time and the pid.
-fn new_exec_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let mut out = String::with_capacity(32);
-    for half in 0u8..2 {
-        let mut h = RandomState::new().build_hasher();
-        h.write_u8(half);
-        h.write_u64(count);
-        h.write_u128(nanos);
-        h.write_u32(std::process::id());
-        out.push_str(&format!("{:016x}", h.finish()));
-    }
-    out
+/// One container as an [`Executor`]: commands run in it through
+/// [`Engine::exec`]. The command's standard input is not attached.
+#[derive(Debug, Clone)]
+pub struct Container {
+    pub engine: Engine,
+    /// The container's id or name.
+    pub id: String,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+impl Executor for Container {
+    type Error = DockerError;
 
-    #[test]
-    fn exec_ids_are_unique_hex() {
-        let a = new_exec_id();
-        let b = new_exec_id();
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
-        assert_ne!(a, b);
+    async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, DockerError> {
+        self.engine.exec(&self.id, req, io.stdout, io.stderr).await
     }
 }

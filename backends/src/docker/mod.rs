@@ -24,13 +24,14 @@ use std::sync::Arc;
 
 use bollard::{API_DEFAULT_VERSION, Docker};
 
+pub use crate::exec::{EXEC_ID_ENV, ExecOutcome, ExecRequest, TIMEOUT_EXIT_CODE};
 pub use apply::{CreateOutcome, DeviceMapping, ImageOutcome, RemoveOutcome, parse_device};
 pub use error::{
     DockerError, is_conflict, is_not_found, is_not_modified, is_not_running, server_message,
     status_code,
 };
 pub use events::ContainerEvent;
-pub use exec::{EXEC_ID_ENV, ExecOutcome, ExecRequest, TIMEOUT_EXIT_CODE};
+pub use exec::Container;
 pub use observe::parse_engine_time;
 
 /// Where `connect_with_defaults` looks when `DOCKER_HOST` is not set.
