@@ -186,7 +186,10 @@ pub async fn apply_one(engine: &Engine, op: &Op<Action>) -> Result<bool, DockerE
         Action::ProxySetup | Action::ProxyStart | Action::ProxyRestart | Action::ProxyStop => {
             return Ok(false);
         }
-        Action::Blocked | Action::Keep { .. } => return Ok(false),
+        // The SSH backend's operations are carried out by `crate::ssh`.
+        Action::Blocked | Action::Keep { .. } | Action::PrepareWorkspace { .. } => {
+            return Ok(false);
+        }
     }
     Ok(true)
 }

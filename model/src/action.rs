@@ -27,6 +27,9 @@ pub enum Action {
     ProxyRestart,
     /// Stop the proxy daemon.
     ProxyStop,
+    /// Make the workspace directory on the SSH backend's host (relative to
+    /// the remote home), trusting the host's key if it is new.
+    PrepareWorkspace { path: String },
     /// Wanted, but refused; the cause says why.
     Blocked,
     /// A labelled container hermes does not manage or no longer wants:
@@ -37,7 +40,9 @@ pub enum Action {
 impl Describe for Action {
     fn kind(&self) -> Kind {
         match self {
-            Action::Create(_) | Action::Start { .. } => Kind::Create,
+            Action::Create(_) | Action::Start { .. } | Action::PrepareWorkspace { .. } => {
+                Kind::Create
+            }
             Action::ProxySetup | Action::ProxyStart => Kind::Create,
             Action::Recreate { .. } | Action::ProxyRestart => Kind::Change,
             Action::Remove { .. } | Action::ProxyStop => Kind::Remove,
@@ -50,6 +55,7 @@ impl Describe for Action {
         match self {
             Action::Create(_) => "create",
             Action::Start { .. } => "start",
+            Action::PrepareWorkspace { .. } => "prepare",
             Action::Recreate { .. } => "recreate",
             Action::Remove { .. } => "remove",
             Action::ProxySetup => "setup",

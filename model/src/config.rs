@@ -129,6 +129,8 @@ pub struct Terminal {
     pub ssh_user: Option<String>,
     pub ssh_port: u16,
     pub ssh_key: Option<String>,
+    /// How long the SSH connection holder stays with nothing to do.
+    pub ssh_persist_seconds: u64,
     pub vercel_runtime: String,
 }
 
@@ -894,6 +896,7 @@ impl Config {
                 ssh_user: r.opt_string("terminal.ssh_user"),
                 ssh_port: u16::try_from(r.uint("terminal.ssh_port")).unwrap_or(22),
                 ssh_key: r.opt_string("terminal.ssh_key"),
+                ssh_persist_seconds: r.uint("terminal.ssh_persist_seconds"),
                 vercel_runtime: r.string("terminal.vercel_runtime"),
             },
             proxy: Proxy {

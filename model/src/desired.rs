@@ -56,6 +56,8 @@ pub struct Desired {
     pub doubt: Option<String>,
     /// How sandboxes reach the egress proxy.
     pub egress: Egress,
+    /// On the SSH backend, the remote host, or which key is missing.
+    pub ssh: Option<Result<crate::ssh::SshTarget, String>>,
 }
 
 /// The egress side of the desired state: what the config asks of the
@@ -158,7 +160,14 @@ impl Desired {
             warnings,
             doubt: None,
             egress: Egress::Off,
+            ssh: None,
         };
+        if desired.config.terminal.backend == Backend::Ssh {
+            desired.ssh = Some(crate::ssh::SshTarget::from_config(
+                &desired.config.terminal,
+                env,
+            ));
+        }
         if wants_sandbox {
             desired
                 .sandboxes

@@ -10,6 +10,7 @@
 //! - [`desired`]: what the host should look like, derived from the config.
 //! - [`sandbox`]: the Docker sandbox wanted: names, labels, hardened spec, spec hash.
 //! - [`observed`]: the labelled containers a pass saw.
+//! - [`ssh`]: the remote host of the SSH backend: target, workspace, what a pass found.
 //! - [`plan`]: the operations a pass would carry out, each with its cause.
 
 pub mod action;
@@ -25,5 +26,6 @@ pub mod providers;
 pub mod redact;
 pub mod sandbox;
 pub mod schema;
+pub mod ssh;
 pub mod value;
 pub mod yaml;

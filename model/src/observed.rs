@@ -94,6 +94,8 @@ pub struct Observed {
     pub activity: BTreeMap<String, i64>,
     /// The egress proxy daemon as seen by this pass.
     pub proxy: ProxyObserved,
+    /// The remote host of the SSH backend, when that is the backend.
+    pub ssh: Option<crate::ssh::SshObserved>,
 }
 
 /// The egress proxy daemon.

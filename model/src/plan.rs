@@ -24,6 +24,8 @@ pub enum Target {
     },
     /// A labelled container that belongs to no desired sandbox.
     Container { name: String },
+    /// The remote host of the SSH backend (`user@host[:port]`).
+    Ssh { dest: String },
 }
 
 impl fmt::Display for Target {
@@ -41,6 +43,7 @@ impl fmt::Display for Target {
                 session: Some(session),
             } => write!(f, "sandbox {profile}/{task}@{session}"),
             Target::Container { name } => write!(f, "container {name}"),
+            Target::Ssh { dest } => write!(f, "ssh {dest}"),
         }
     }
 }

@@ -197,6 +197,11 @@ pub const KEYS: &[KeySpec] = &[
     key("terminal.ssh_port", Ty::Port, Default::Int(22)),
     key("terminal.ssh_key", Ty::OptStr, Default::Null),
     key(
+        "terminal.ssh_persist_seconds",
+        Ty::PosInt,
+        Default::Int(300),
+    ),
+    key(
         "terminal.vercel_runtime",
         Ty::Enum(VERCEL_RUNTIMES),
         Default::Str("node24"),

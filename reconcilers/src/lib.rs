@@ -10,6 +10,8 @@
 //!   demand, sessions, orphans, stuck creations, what is no longer desired.
 //! - [`proxy`]: the egress proxy daemon, and the fail-closed rule that
 //!   blocks Docker sandboxes while it is not ready.
+//! - [`ssh`]: the SSH backend's host: reachable over a trusted key, with the
+//!   workspace made.
 //!
 //! A plan made in doubt (the config is invalid, unreadable or empty, and
 //! the last good one stands in) removes nothing: each removal becomes a
@@ -18,6 +20,7 @@
 pub mod persistence;
 pub mod proxy;
 pub mod reaping;
+pub mod ssh;
 
 #[cfg(test)]
 mod golden_tests;
@@ -42,6 +45,7 @@ pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> Host
         // Commands run on the host itself: there is nothing to converge.
         Backend::Local => {}
         Backend::Docker => {}
+        Backend::Ssh => ops.extend(ssh::plan(desired, observed)),
         other => ops.push(Op {
             target: Target::Sandbox {
                 profile: desired.profile.clone(),

@@ -1,0 +1,150 @@
+//! The SSH backend's desired and observed state, as plain data: which host
+//! and user the config names, where a task's workspace lives on it, and
+//! what a pass found there.
+
+use std::fmt;
+
+use crate::config::Terminal;
+use crate::desired::HostEnv;
+
+/// The remote host the config names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshTarget {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    /// A private key file (`~/` expanded); `None`: the agent's keys.
+    pub key: Option<String>,
+    /// How long the shared connection stays open unused.
+    pub persist_seconds: u64,
+}
+
+impl fmt::Display for SshTarget {
+    /// `user@host`, or `user@host:port` off port 22.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.port == 22 {
+            write!(f, "{}@{}", self.user, self.host)
+        } else {
+            write!(f, "{}@{}:{}", self.user, self.host, self.port)
+        }
+    }
+}
+
+impl SshTarget {
+    /// The target of the `terminal.ssh_*` keys; the user defaults to the
+    /// local one (`$USER`). The error says which key is missing.
+    pub fn from_config(t: &Terminal, env: &HostEnv) -> Result<SshTarget, String> {
+        let host = t
+            .ssh_host
+            .clone()
+            .filter(|h| !h.trim().is_empty())
+            .ok_or_else(|| "terminal.ssh_host is not set".to_string())?;
+        let user = t
+            .ssh_user
+            .clone()
+            .filter(|u| !u.is_empty())
+            .or_else(|| env.process.get("USER").cloned().filter(|u| !u.is_empty()))
+            .ok_or_else(|| "terminal.ssh_user is not set (and $USER is empty)".to_string())?;
+        let key = t.ssh_key.as_ref().map(|k| match k.strip_prefix("~/") {
+            Some(rest) => match env.process.get("HOME") {
+                Some(home) => format!("{}/{rest}", home.trim_end_matches('/')),
+                None => k.clone(),
+            },
+            None => k.clone(),
+        });
+        Ok(SshTarget {
+            host,
+            port: t.ssh_port,
+            user,
+            key,
+            persist_seconds: t.ssh_persist_seconds,
+        })
+    }
+}
+
+/// Why a name cannot be part of a remote path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{0}` cannot name a remote directory: use 1 to 63 letters, digits, `_`, `.` and `-`, not only dots"
+)]
+pub struct BadPathName(pub String);
+
+/// The workspace of a profile's task on the remote host, relative to the
+/// remote home: `.hermes-sandbox/<profile>/<task>/workspace`.
+pub fn remote_workspace(profile: &str, task: &str) -> Result<String, BadPathName> {
+    for name in [profile, task] {
+        let ok = !name.is_empty()
+            && name.len() <= 63
+            && !name.chars().all(|c| c == '.')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if !ok {
+            return Err(BadPathName(name.to_string()));
+        }
+    }
+    Ok(format!(".hermes-sandbox/{profile}/{task}/workspace"))
+}
+
+/// What a pass found on the remote host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SshObserved {
+    /// Logged in over a trusted key; whether the default task's workspace
+    /// exists.
+    Ready { workspace: bool },
+    /// Never seen: its key (`SHA256:…`) would be trusted on first use.
+    NewHost { fingerprint: String },
+    /// The host offers a key other than the recorded one: the whole story,
+    /// with both fingerprints and how to accept the new key.
+    HostKeyChanged { detail: String },
+    /// No connection or no login: why.
+    Unreachable { reason: String },
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::config::load;
+
+    fn terminal(text: &str) -> Terminal {
+        load(text).unwrap().config.terminal
+    }
+
+    #[test]
+    fn the_target_needs_a_host_and_takes_the_local_user_by_default() {
+        let mut env = HostEnv::default();
+        assert_eq!(
+            SshTarget::from_config(&terminal("terminal:\n  backend: ssh\n"), &env).unwrap_err(),
+            "terminal.ssh_host is not set"
+        );
+        env.process.insert("USER".into(), "me".into());
+        env.process.insert("HOME".into(), "/home/me/".into());
+        let t = SshTarget::from_config(
+            &terminal("terminal:\n  ssh_host: h\n  ssh_port: 2222\n  ssh_key: ~/.ssh/k\n"),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(t.to_string(), "me@h:2222");
+        assert_eq!(t.key.as_deref(), Some("/home/me/.ssh/k"));
+        assert_eq!(t.persist_seconds, 300);
+        let t =
+            SshTarget::from_config(&terminal("terminal:\n  ssh_host: h\n  ssh_user: u\n"), &env)
+                .unwrap();
+        assert_eq!(t.to_string(), "u@h");
+        assert_eq!(t.key, None);
+    }
+
+    #[test]
+    fn workspaces_are_per_profile_and_task_and_never_climb() {
+        assert_eq!(
+            remote_workspace("default", "t-1").unwrap(),
+            ".hermes-sandbox/default/t-1/workspace"
+        );
+        for bad in ["..", ".", "", "a/b", "a b"] {
+            assert!(remote_workspace("p", bad).is_err(), "{bad:?}");
+            assert!(remote_workspace(bad, "t").is_err(), "{bad:?}");
+        }
+    }
+}
