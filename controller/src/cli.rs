@@ -66,6 +66,26 @@ pub enum Command {
     /// The egress credential proxy: set-up, daemon, status.
     #[command(subcommand)]
     Egress(EgressCommand),
+    /// Holds one SSH connection for every hermes process (started by
+    /// `hermes exec` on the ssh backend; ends when idle).
+    #[command(hide = true)]
+    SshHolder(SshHolderArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SshHolderArgs {
+    #[arg(long)]
+    pub host: String,
+    #[arg(long)]
+    pub port: u16,
+    #[arg(long)]
+    pub user: String,
+    /// A private key file; without, the agent's keys.
+    #[arg(long)]
+    pub key: Option<PathBuf>,
+    /// End after this many seconds with nothing running.
+    #[arg(long)]
+    pub persist_seconds: u64,
 }
 
 #[derive(Debug, Args)]

@@ -14,6 +14,7 @@ mod home;
 mod metrics;
 mod proxy_ops;
 mod redacting;
+mod ssh;
 
 use std::process::ExitCode;
 
@@ -68,6 +69,7 @@ fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(commands::status::run(&home, &profile, output))
         }
         Command::Egress(command) => commands::egress::run(&home, command),
+        Command::SshHolder(args) => runtime()?.block_on(ssh::run_holder(&home, args)),
     }
 }
 

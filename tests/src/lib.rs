@@ -1,7 +1,7 @@
 //! End-to-end tests of hermes, and the helpers they share.
 //!
-//! The tests in `tests/tests/` run against a real Docker engine (and, later,
-//! a real sshd and real TLS clients): nothing here is mocked. They never skip
+//! The tests in `tests/tests/` run against a real Docker engine, a real
+//! OpenSSH server ([`sshd`]) and real TLS clients: nothing here is mocked. They never skip
 //! silently: when the engine is missing, [`engine`] panics and says how to
 //! get one. `scripts/test` is the way to run them: it installs Debian's
 //! `docker.io` when needed, starts `dockerd` when none answers, builds the
@@ -14,6 +14,7 @@ pub mod cli;
 pub mod docker_cli;
 pub mod egress;
 pub mod upstream;
+pub mod sshd;
 
 /// The environment variable naming the image the tests run containers from.
 pub const TEST_IMAGE_ENV: &str = "HERMES_TEST_IMAGE";

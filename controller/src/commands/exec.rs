@@ -13,6 +13,12 @@
 //!
 //! Local: the command runs on the host in its own process group, which a
 //! timeout kills whole.
+//!
+//! SSH: the command runs on the remote host through the connection holder
+//! (one login shared by every hermes process), in the task's workspace
+//! there unless `--cwd` says otherwise, with this process's standard
+//! input; on timeout the whole remote process tree is killed (124).
+//! Sessions are a Docker matter: a session id is ignored here.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -49,6 +55,7 @@ pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<E
     match desired.backend() {
         Backend::Local => run_local(home, &desired, &args, &env, timeout).await,
         Backend::Docker => run_docker(home, &desired, &args, env, timeout).await,
+        Backend::Ssh => run_ssh(home, &desired, &args, env, timeout).await,
         other => {
             anyhow::bail!("`hermes exec` on the {other} backend is not available in this build")
         }
@@ -66,6 +73,31 @@ fn parse_env(pairs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
             ),
         })
         .collect()
+}
+
+async fn run_ssh(
+    home: &Home,
+    desired: &Desired,
+    args: &ExecArgs,
+    env: Vec<(String, String)>,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        !args.background,
+        "--background is not available on the ssh backend"
+    );
+    let request = ExecRequest {
+        cmd: args.command.clone(),
+        env,
+        cwd: args.cwd.clone(),
+        timeout,
+    };
+    let outcome = crate::ssh::exec(home, desired, &args.task, &request).await?;
+    Ok(if outcome.timed_out {
+        timed_out(timeout)
+    } else {
+        exit_code(outcome.exit_code)
+    })
 }
 
 fn timed_out(timeout: Duration) -> ExitCode {

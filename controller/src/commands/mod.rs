@@ -53,6 +53,7 @@ fn with_activity(
         containers,
         activity,
         proxy: crate::egress_state::observe(home),
+        ssh: None,
     })
 }
 

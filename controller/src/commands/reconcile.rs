@@ -57,7 +57,11 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         stop: None,
         home: Some(home),
     };
+    let verbose = args.output == Output::Text;
     let mut applied = apply(engine.as_ref(), &plan, &activity, options).await;
+    let ssh = crate::ssh::apply(home, &desired, &plan, verbose).await;
+    applied.done += ssh.done;
+    applied.failed += ssh.failed;
     // A change of the proxy (set up, started) unblocks what waited on it:
     // plan again within this pass, a bounded number of times.
     let mut last = plan;
@@ -72,9 +76,10 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
             break;
         }
         let more = apply(engine.as_ref(), &next, &activity, options).await;
-        applied.done += more.done;
-        applied.failed += more.failed;
-        if more.failed > 0 {
+        let ssh = crate::ssh::apply(home, &desired, &next, verbose).await;
+        applied.done += more.done + ssh.done;
+        applied.failed += more.failed + ssh.failed;
+        if more.failed + ssh.failed > 0 {
             // Retried by the next pass, not in a loop here.
             break;
         }
@@ -143,18 +148,20 @@ fn forget_removed(activity: &Activity, observed: &Observed) {
     }
 }
 
-/// What a pass sees: the containers when there is an engine, and the
-/// proxy in any case.
+/// What a pass sees: the containers when there is an engine, the proxy in
+/// any case, and the SSH backend's host when that is the backend.
 async fn see(
     engine: Option<&Engine>,
     home: &Home,
     desired: &hermes_model::desired::Desired,
 ) -> anyhow::Result<Observed> {
-    Ok(match engine {
+    let mut observed = match engine {
         Some(engine) => observe_for(engine, home, desired).await?,
         None => Observed {
             proxy: crate::egress_state::observe(home),
             ..Observed::default()
         },
-    })
+    };
+    observed.ssh = crate::ssh::observe(home, desired).await;
+    Ok(observed)
 }

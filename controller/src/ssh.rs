@@ -1,0 +1,402 @@
+//! The SSH backend in the binary: where a host's connection holder lives
+//! (`$HERMES_HOME/run/ssh-<id>.sock`, 0600 in a 0700 directory, with its
+//! lock and log beside it), starting it (`hermes ssh-holder`, a hidden
+//! subcommand, in the background), running it, and what `exec` and
+//! `reconcile` ask of it.
+
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
+use hermes_backends::ssh::{
+    ConnectOptions, Destination, HolderClient, HolderOptions, Identity, RemoteExec, SpawnHolder,
+    SshError,
+};
+use hermes_model::action::Action;
+use hermes_model::desired::{DEFAULT_TASK, Desired};
+use hermes_model::plan::{Describe, Plan};
+use hermes_model::ssh::{SshObserved, SshTarget, remote_workspace};
+use tokio::io::AsyncWriteExt;
+
+use crate::cli::SshHolderArgs;
+use crate::home::Home;
+
+/// How long connecting and logging in may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long the probe of a reconcile pass may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The holder's files for one destination.
+#[derive(Debug, Clone)]
+pub struct HolderFiles {
+    pub socket: PathBuf,
+    pub lock: PathBuf,
+    pub log: PathBuf,
+}
+
+impl HolderFiles {
+    pub fn new(home: &Home, dest: &Destination) -> HolderFiles {
+        let run = home.root().join("run");
+        let id = dest.holder_id();
+        HolderFiles {
+            socket: run.join(format!("ssh-{id}.sock")),
+            lock: run.join(format!("ssh-{id}.lock")),
+            log: run.join(format!("ssh-{id}.log")),
+        }
+    }
+}
+
+/// The destination of a target.
+pub fn destination(target: &SshTarget) -> Destination {
+    Destination {
+        host: target.host.clone(),
+        port: target.port,
+        user: target.user.clone(),
+    }
+}
+
+/// The SSH target of the desired state, or why there is none.
+pub fn target(desired: &Desired) -> anyhow::Result<&SshTarget> {
+    match &desired.ssh {
+        Some(Ok(target)) => Ok(target),
+        Some(Err(missing)) => anyhow::bail!("the ssh backend needs a host: {missing}"),
+        None => anyhow::bail!("the backend is not ssh"),
+    }
+}
+
+/// Starts `hermes ssh-holder` for one target in the background: its own
+/// process group (a Ctrl-C of the command that started it does not reach
+/// it), no terminal, output to its log.
+#[derive(Debug)]
+struct Spawner {
+    home: PathBuf,
+    target: SshTarget,
+    files: HolderFiles,
+}
+
+impl SpawnHolder for Spawner {
+    fn spawn(&self) -> std::io::Result<()> {
+        if let Some(run) = self.files.socket.parent() {
+            crate::fsio::ensure_dir(run, 0o700)?;
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&self.files.log)?;
+        let mut cmd = std::process::Command::new(std::env::current_exe()?);
+        cmd.arg("--home")
+            .arg(&self.home)
+            .arg("ssh-holder")
+            .arg("--host")
+            .arg(&self.target.host)
+            .arg("--port")
+            .arg(self.target.port.to_string())
+            .arg("--user")
+            .arg(&self.target.user)
+            .arg("--persist-seconds")
+            .arg(self.target.persist_seconds.to_string());
+        if let Some(key) = &self.target.key {
+            cmd.arg("--key").arg(key);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .map(|_child| ())
+    }
+}
+
+/// The client of the target's holder (started on first use).
+pub fn client(home: &Home, target: &SshTarget) -> HolderClient {
+    let files = HolderFiles::new(home, &destination(target));
+    let spawner = Spawner {
+        home: home.root().to_path_buf(),
+        target: target.clone(),
+        files: files.clone(),
+    };
+    HolderClient::new(files.socket, Arc::new(spawner))
+}
+
+/// `hermes ssh-holder`: holds the connection until idle. A holder already
+/// running for this destination is left to serve, and this one exits 0.
+pub async fn run_holder(home: &Home, args: SshHolderArgs) -> anyhow::Result<ExitCode> {
+    let dest = Destination {
+        host: args.host,
+        port: args.port,
+        user: args.user,
+    };
+    let files = HolderFiles::new(home, &dest);
+    let run = files
+        .socket
+        .parent()
+        .context("the holder's socket has no directory")?;
+    crate::fsio::ensure_dir(run, 0o700)
+        .with_context(|| format!("cannot make {}", run.display()))?;
+    let _lock = match crate::daemon::lock::ControllerLock::acquire(&files.lock) {
+        Ok(lock) => lock,
+        Err(crate::daemon::lock::LockError::Held { pid, .. }) => {
+            tracing::debug!(pid, "a holder already runs for {dest}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Under the lock: whatever socket file is there is a dead holder's.
+    match std::fs::remove_file(&files.socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot remove {}", files.socket.display()));
+        }
+    }
+    let listener = tokio::net::UnixListener::bind(&files.socket)
+        .with_context(|| format!("cannot listen on {}", files.socket.display()))?;
+    std::fs::set_permissions(&files.socket, std::fs::Permissions::from_mode(0o600))?;
+    // The terminal that started the first exec may close: keep holding.
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    tokio::spawn(async move { while hangup.recv().await.is_some() {} });
+    let options = HolderOptions {
+        connect: ConnectOptions {
+            dest: dest.clone(),
+            identity: match args.key {
+                Some(key) => Identity::KeyFile(key),
+                None => Identity::Agent,
+            },
+            known_hosts: home.root().join("known_hosts"),
+            learn: false,
+            timeout: CONNECT_TIMEOUT,
+        },
+        idle: Duration::from_secs(args.persist_seconds),
+        socket: files.socket.clone(),
+    };
+    tracing::info!(%dest, socket = %files.socket.display(), "holding the connection");
+    let served = hermes_backends::ssh::serve(listener, options).await;
+    // Still under the lock: the socket file is ours to remove.
+    let _ = std::fs::remove_file(&files.socket);
+    served?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `req` on the target through its holder, with this process's
+/// standard input, output and error.
+pub async fn exec(
+    home: &Home,
+    desired: &Desired,
+    task: &str,
+    req: &ExecRequest,
+) -> anyhow::Result<ExecOutcome> {
+    let target = target(desired)?;
+    let remote = RemoteExec {
+        default_cwd: remote_workspace(&desired.profile, task)?,
+        learn: true,
+        forward: None,
+    };
+    let mut stdin = stdin_pipe();
+    let mut stdout = tokio::io::stdout();
+    let mut stderr = tokio::io::stderr();
+    let io = ExecIo {
+        stdin: Some(&mut stdin),
+        stdout: &mut stdout,
+        stderr: &mut stderr,
+    };
+    Ok(client(home, target).exec(req, &remote, io).await?)
+}
+
+/// This process's standard input as an async reader. A thread of its own
+/// reads it: a read blocked on a terminal must not keep the process from
+/// exiting when the command is done.
+fn stdin_pipe() -> tokio::io::DuplexStream {
+    use std::io::Read;
+    let (mut writer, reader) = tokio::io::duplex(64 * 1024);
+    let runtime = tokio::runtime::Handle::current();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if runtime.block_on(writer.write_all(&buf[..n])).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = runtime.block_on(writer.shutdown());
+    });
+    reader
+}
+
+/// What a pass sees of the target: connected over a trusted key (a new
+/// host is reported, not trusted: observing changes nothing) and whether
+/// the default task's workspace exists. `None` off the ssh backend or
+/// without a host (the planner reports that by itself).
+pub async fn observe(home: &Home, desired: &Desired) -> Option<SshObserved> {
+    let target = target(desired).ok()?;
+    let workspace = match remote_workspace(&desired.profile, DEFAULT_TASK) {
+        Ok(path) => path,
+        Err(e) => {
+            return Some(SshObserved::Unreachable {
+                reason: e.to_string(),
+            });
+        }
+    };
+    let client = client(home, target);
+    let look = async {
+        client.probe(false).await?;
+        let req = ExecRequest {
+            cmd: vec!["test".into(), "-d".into(), workspace],
+            env: Vec::new(),
+            cwd: Some(".".into()),
+            timeout: PROBE_TIMEOUT,
+        };
+        let remote = RemoteExec {
+            default_cwd: ".".into(),
+            learn: false,
+            forward: None,
+        };
+        let (mut out, mut err) = (tokio::io::sink(), tokio::io::sink());
+        let io = ExecIo {
+            stdin: None,
+            stdout: &mut out,
+            stderr: &mut err,
+        };
+        client.exec(&req, &remote, io).await
+    };
+    Some(
+        match tokio::time::timeout(PROBE_TIMEOUT + CONNECT_TIMEOUT, look).await {
+            Ok(Ok(outcome)) => SshObserved::Ready {
+                workspace: outcome.exit_code == 0 && !outcome.timed_out,
+            },
+            Ok(Err(SshError::HostKeyUnknown { fingerprint, .. })) => {
+                SshObserved::NewHost { fingerprint }
+            }
+            Ok(Err(SshError::HostKeyChanged {
+                host,
+                known_hosts,
+                line,
+                old,
+                new,
+            })) => SshObserved::HostKeyChanged {
+                detail: format!(
+                    "{}:{line} holds {old}, the server offers {new}; not connecting \
+                     (if the change is expected: ssh-keygen -R '{host}' -f {})",
+                    known_hosts.display(),
+                    known_hosts.display()
+                ),
+            },
+            Ok(Err(e)) => SshObserved::Unreachable {
+                reason: e.to_string(),
+            },
+            Err(_) => SshObserved::Unreachable {
+                reason: "no answer within a minute".to_string(),
+            },
+        },
+    )
+}
+
+/// What applying the SSH operations came to.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub done: usize,
+    pub failed: usize,
+}
+
+/// Carries out the plan's SSH operations: makes the workspace, trusting a
+/// new host's key on the way.
+pub async fn apply(home: &Home, desired: &Desired, plan: &Plan<Action>, verbose: bool) -> Applied {
+    let mut applied = Applied::default();
+    for op in &plan.ops {
+        let Action::PrepareWorkspace { path } = &op.action else {
+            continue;
+        };
+        let started = Instant::now();
+        let result = async {
+            let target = target(desired)?;
+            let req = ExecRequest {
+                cmd: vec!["mkdir".into(), "-p".into(), "--".into(), path.clone()],
+                env: Vec::new(),
+                cwd: Some(".".into()),
+                timeout: PROBE_TIMEOUT,
+            };
+            let remote = RemoteExec {
+                default_cwd: ".".into(),
+                learn: true,
+                forward: None,
+            };
+            let mut out = tokio::io::sink();
+            let mut err = Vec::new();
+            let outcome = client(home, target)
+                .exec(
+                    &req,
+                    &remote,
+                    ExecIo {
+                        stdin: None,
+                        stdout: &mut out,
+                        stderr: &mut err,
+                    },
+                )
+                .await?;
+            anyhow::ensure!(
+                outcome.exit_code == 0,
+                "mkdir exited {}: {}",
+                outcome.exit_code,
+                String::from_utf8_lossy(&err).trim()
+            );
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                applied.done += 1;
+                if verbose {
+                    println!(
+                        "{} {}   {} done ({:.1}s)",
+                        op.action.kind().symbol(),
+                        op.target,
+                        op.action.verb(),
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            Err(e) => {
+                applied.failed += 1;
+                eprintln!("error: {} {}: {e:#}", op.target, op.action.verb());
+            }
+        }
+    }
+    applied
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn holder_files_live_under_run_and_differ_by_destination() {
+        let home = Home::resolve(Some(PathBuf::from("/h"))).unwrap();
+        let a = Destination {
+            host: "h".into(),
+            port: 22,
+            user: "u".into(),
+        };
+        let b = Destination {
+            port: 2222,
+            ..a.clone()
+        };
+        let fa = HolderFiles::new(&home, &a);
+        let fb = HolderFiles::new(&home, &b);
+        assert!(fa.socket.starts_with("/h/run"));
+        assert!(fa.socket.to_str().unwrap().ends_with(".sock"));
+        assert_ne!(fa.socket, fb.socket);
+    }
+}
