@@ -88,7 +88,9 @@ async fn a_remote_port_forward_reaches_a_listener_here() {
         let n = s.read(&mut buf).await.unwrap_or(0);
         let request = String::from_utf8_lossy(&buf[..n]).into_owned();
         let _ = s
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\nconnection: close\r\n\r\nforwarded")
+            .write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\nconnection: close\r\n\r\nforwarded",
+            )
             .await;
         request
     });
@@ -98,7 +100,13 @@ async fn a_remote_port_forward_reaches_a_listener_here() {
     assert_eq!(c.forwards_to(19090), Some(local));
     let (code, body) = run(
         &c,
-        &["curl", "-sS", "--max-time", "10", "http://127.0.0.1:19090/hello"],
+        &[
+            "curl",
+            "-sS",
+            "--max-time",
+            "10",
+            "http://127.0.0.1:19090/hello",
+        ],
     )
     .await;
     assert_eq!((code, body.as_str()), (0, "forwarded"));

@@ -146,7 +146,10 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
         .status()
         .await
         .context("opening the OpenSSH ControlMaster")?;
-    anyhow::ensure!(status.success(), "the OpenSSH ControlMaster did not open: {status}");
+    anyhow::ensure!(
+        status.success(),
+        "the OpenSSH ControlMaster did not open: {status}"
+    );
 
     let result = measure(args, &hermes_exec, &plain, &muxed).await;
     let _ = openssh(&["-o", &control_path, "-O", "exit"])
@@ -156,7 +159,10 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
     drop(sshd);
     let (h, p, m) = result?;
 
-    println!("exec of `true` over SSH, {} runs each, interleaved", h.len());
+    println!(
+        "exec of `true` over SSH, {} runs each, interleaved",
+        h.len()
+    );
     println!("{}", header());
     println!("{}", row("hermes exec -- true (warm holder)", &h));
     println!("{}", row("ssh host true (new connection)", &p));
