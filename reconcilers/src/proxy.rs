@@ -58,10 +58,17 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     }
 }
 
-/// Why Docker sandboxes may not start now, when the proxy is enforced and
-/// not ready; `None` when they may.
+/// Why Docker sandboxes may not start now (or, on the ssh backend, the
+/// remote host may not run commands), when the proxy is enforced there
+/// (`proxy.enforce_on_docker`, `proxy.enforce_on_ssh`) and not ready;
+/// `None` when they may.
 pub fn fail_closed_reason(desired: &Desired, proxy: &ProxyObserved) -> Option<String> {
-    if desired.backend() != Backend::Docker || !desired.egress_enforced() {
+    let enforced = match desired.backend() {
+        Backend::Docker => desired.egress_enforced(),
+        Backend::Ssh => desired.config.proxy.enabled && desired.config.proxy.enforce_on_ssh,
+        _ => false,
+    };
+    if !enforced {
         return None;
     }
     let why = match &desired.egress {

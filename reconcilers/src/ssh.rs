@@ -1,6 +1,8 @@
 //! The SSH backend's planner: the host must be reachable over a trusted
 //! key and the default task's workspace must exist on it. Planned from
-//! what the holder reported this pass; no report, no operation.
+//! what the holder reported this pass; no report, no operation. With the
+//! egress proxy enforced on SSH (`proxy.enforce_on_ssh`) and not ready,
+//! the host is blocked: its commands would be refused (fail closed).
 
 use hermes_model::action::Action;
 use hermes_model::desired::{DEFAULT_TASK, Desired};
@@ -46,6 +48,9 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
             cause,
         }]
     };
+    if let Some(reason) = crate::proxy::fail_closed_reason(desired, &observed.proxy) {
+        return blocked(reason);
+    }
     match &observed.ssh {
         None | Some(SshObserved::Ready { workspace: true }) => Vec::new(),
         Some(SshObserved::Ready { workspace: false }) => {
@@ -69,7 +74,7 @@ mod tests {
     use std::time::SystemTime;
 
     use hermes_model::config::load;
-    use hermes_model::desired::HostEnv;
+    use hermes_model::desired::{Egress, HostEnv};
 
     use super::*;
     use crate::plan_all;
@@ -87,11 +92,15 @@ mod tests {
     }
 
     fn plan_text(config: &str, ssh: Option<SshObserved>) -> String {
+        plan_of(&desired(config), ssh)
+    }
+
+    fn plan_of(desired: &Desired, ssh: Option<SshObserved>) -> String {
         let observed = Observed {
             ssh,
             ..Observed::default()
         };
-        plan_all(&desired(config), &observed, SystemTime::UNIX_EPOCH).to_string()
+        plan_all(desired, &observed, SystemTime::UNIX_EPOCH).to_string()
     }
 
     const SSH: &str = "terminal:\n  backend: ssh\n  ssh_host: box\n  ssh_port: 2222\n";
@@ -150,6 +159,28 @@ mod tests {
             text.starts_with("! ssh me@box:2222   blocked     unreachable: connection refused\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_enforced_proxy_that_is_not_ready_blocks_the_host() {
+        let not_set_up = Egress::NotSetUp {
+            missing: "ca.crt".into(),
+        };
+        let mut enforced = desired(&format!("{SSH}proxy:\n  enabled: true\n"));
+        enforced.set_egress(not_set_up.clone());
+        let text = plan_of(&enforced, Some(SshObserved::Ready { workspace: true }));
+        assert!(
+            text.contains(
+                "! ssh me@box:2222   blocked     egress proxy not set up (ca.crt) (fail closed)\n"
+            ),
+            "{text}"
+        );
+        let mut not_enforced = desired(&format!(
+            "{SSH}proxy:\n  enabled: true\n  enforce_on_ssh: false\n"
+        ));
+        not_enforced.set_egress(not_set_up);
+        let text = plan_of(&not_enforced, Some(SshObserved::Ready { workspace: true }));
+        assert!(!text.contains("ssh me@box:2222"), "{text}");
     }
 
     #[test]
