@@ -13,8 +13,8 @@ use bollard::Docker;
 pub mod cli;
 pub mod docker_cli;
 pub mod egress;
-pub mod upstream;
 pub mod sshd;
+pub mod upstream;
 
 /// The environment variable naming the image the tests run containers from.
 pub const TEST_IMAGE_ENV: &str = "HERMES_TEST_IMAGE";
