@@ -4,6 +4,7 @@
 //! subcommand, in the background), running it, and what `exec` and
 //! `reconcile` ask of it.
 
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -14,14 +15,14 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
 use hermes_backends::ssh::{
-    ConnectOptions, Destination, HolderClient, HolderOptions, Identity, RemoteExec, SpawnHolder,
-    SshError,
+    ConnectOptions, Destination, Forward, HolderClient, HolderOptions, Identity, RemoteExec,
+    RemoteFile, SpawnHolder, SshError,
 };
 use hermes_model::action::Action;
-use hermes_model::desired::{DEFAULT_TASK, Desired};
+use hermes_model::desired::{DEFAULT_TASK, Desired, Egress};
 use hermes_model::plan::{Describe, Plan};
-use hermes_model::ssh::{SshObserved, SshTarget, remote_workspace};
-use tokio::io::AsyncWriteExt;
+use hermes_model::ssh::{SshObserved, SshTarget, remote_ca, remote_workspace, ssh_egress};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::cli::SshHolderArgs;
 use crate::home::Home;
@@ -185,28 +186,72 @@ pub async fn run_holder(home: &Home, args: SshHolderArgs) -> anyhow::Result<Exit
 }
 
 /// Runs `req` on the target through its holder, with this process's
-/// standard input, output and error.
+/// standard input, and its output to `stdout` and `stderr`. With the
+/// egress proxy wired (`Egress::On`), the proxy's tunnel and plain ports
+/// are forwarded from the remote's `127.0.0.1` to the proxy here, the CA is
+/// copied beside the task's workspace, and the command gets the proxy, CA
+/// and token variables (over any of the same name): no real key leaves
+/// this host.
 pub async fn exec(
     home: &Home,
     desired: &Desired,
     task: &str,
     req: &ExecRequest,
+    stdout: &mut (dyn AsyncWrite + Unpin + Send),
+    stderr: &mut (dyn AsyncWrite + Unpin + Send),
 ) -> anyhow::Result<ExecOutcome> {
     let target = target(desired)?;
-    let remote = RemoteExec {
+    let mut req = req.clone();
+    let mut remote = RemoteExec {
         default_cwd: remote_workspace(&desired.profile, task)?,
         learn: true,
-        forward: None,
+        ..RemoteExec::default()
     };
+    if let Egress::On { wiring, .. } = &desired.egress {
+        let ca = remote_ca(&desired.profile, task)?;
+        let content = std::fs::read_to_string(&wiring.ca_host_path)
+            .with_context(|| format!("reading {}", wiring.ca_host_path.display()))?;
+        let wired = ssh_egress(wiring, &ca);
+        let local = proxy_address(desired);
+        remote.forwards = wired
+            .ports
+            .iter()
+            .map(|&port| Forward {
+                remote_port: port,
+                local: SocketAddr::new(local, port),
+            })
+            .collect();
+        remote.files.push(RemoteFile { path: ca, content });
+        remote.home_env = wired.home_env;
+        req.env.retain(|(k, _)| {
+            !wired.env.iter().any(|(w, _)| w == k) && !remote.home_env.iter().any(|(w, _)| w == k)
+        });
+        req.env.extend(wired.env);
+    }
     let mut stdin = stdin_pipe();
-    let mut stdout = tokio::io::stdout();
-    let mut stderr = tokio::io::stderr();
     let io = ExecIo {
         stdin: Some(&mut stdin),
-        stdout: &mut stdout,
-        stderr: &mut stderr,
+        stdout,
+        stderr,
     };
-    Ok(client(home, target).exec(req, &remote, io).await?)
+    Ok(client(home, target).exec(&req, &remote, io).await?)
+}
+
+/// Where the proxy listens here for the forwarded connections: its
+/// loopback address when it listens on one, else its first address.
+fn proxy_address(desired: &Desired) -> IpAddr {
+    let listen = desired
+        .config
+        .proxy
+        .listen
+        .clone()
+        .unwrap_or_else(crate::commands::egress::default_listen);
+    listen
+        .iter()
+        .find(|ip| ip.is_loopback())
+        .or(listen.first())
+        .copied()
+        .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
 }
 
 /// This process's standard input as an async reader. A thread of its own
@@ -260,7 +305,7 @@ pub async fn observe(home: &Home, desired: &Desired) -> Option<SshObserved> {
         let remote = RemoteExec {
             default_cwd: ".".into(),
             learn: false,
-            forward: None,
+            ..RemoteExec::default()
         };
         let (mut out, mut err) = (tokio::io::sink(), tokio::io::sink());
         let io = ExecIo {
@@ -329,7 +374,7 @@ pub async fn apply(home: &Home, desired: &Desired, plan: &Plan<Action>, verbose:
             let remote = RemoteExec {
                 default_cwd: ".".into(),
                 learn: true,
-                forward: None,
+                ..RemoteExec::default()
             };
             let mut out = tokio::io::sink();
             let mut err = Vec::new();

@@ -4,8 +4,9 @@
 
 use std::fmt;
 
-use crate::config::Terminal;
+use crate::config::{PROXY_HOST_NAME, Terminal};
 use crate::desired::HostEnv;
+use crate::egress::{CA_IN_SANDBOX, EgressWiring};
 
 /// The remote host the config names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +87,50 @@ pub fn remote_workspace(profile: &str, task: &str) -> Result<String, BadPathName
     Ok(format!(".hermes-sandbox/{profile}/{task}/workspace"))
 }
 
+/// Where the egress CA is copied on the remote host, relative to its home:
+/// beside the task's workspace.
+pub fn remote_ca(profile: &str, task: &str) -> Result<String, BadPathName> {
+    let workspace = remote_workspace(profile, task)?;
+    let dir = workspace.trim_end_matches("/workspace");
+    Ok(format!("{dir}/hermes-egress-ca.crt"))
+}
+
+/// What a command on the SSH host gets from the egress wiring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshEgress {
+    /// The proxy variables (the proxy at the remote's own loopback, where
+    /// the tunnel port and the next are forwarded back to the proxy), the
+    /// provider variables with their proxy tokens, `HERMES_EGRESS_PROXY`.
+    pub env: Vec<(String, String)>,
+    /// The CA trust variables, relative to the remote home.
+    pub home_env: Vec<(String, String)>,
+    /// The remote ports to forward: the tunnel port and the plain one.
+    pub ports: [u16; 2],
+}
+
+/// The wiring of a Docker sandbox, made for the SSH host: the same
+/// variables, with the proxy at `127.0.0.1` and the CA at `ca` (relative to
+/// the remote home). Only proxy tokens, never a real key.
+pub fn ssh_egress(wiring: &EgressWiring, ca: &str) -> SshEgress {
+    let docker_proxy = format!("http://{PROXY_HOST_NAME}:");
+    let mut env = Vec::new();
+    let mut home_env = Vec::new();
+    for (name, value) in wiring.env() {
+        if value == CA_IN_SANDBOX {
+            home_env.push((name, ca.to_string()));
+        } else if let Some(port) = value.strip_prefix(&docker_proxy) {
+            env.push((name, format!("http://127.0.0.1:{port}")));
+        } else {
+            env.push((name, value));
+        }
+    }
+    SshEgress {
+        env,
+        home_env,
+        ports: [wiring.tunnel_port, wiring.tunnel_port.saturating_add(1)],
+    }
+}
+
 /// What a pass found on the remote host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SshObserved {
@@ -134,6 +179,46 @@ mod tests {
                 .unwrap();
         assert_eq!(t.to_string(), "u@h");
         assert_eq!(t.key, None);
+    }
+
+    #[test]
+    fn the_egress_wiring_points_at_the_forwarded_loopback_and_the_copied_ca() {
+        let wiring = EgressWiring {
+            gateway: "172.17.0.1".parse().unwrap(),
+            tunnel_port: 9090,
+            ca_host_path: "/h/proxy/ca.crt".into(),
+            ca_sha256: "ab".repeat(32),
+            tokens: vec![(
+                "OPENAI_API_KEY".into(),
+                "openai-0123456789abcdef0123456789abcdef".into(),
+            )],
+            network: None,
+        };
+        let ca = remote_ca("p", "t").unwrap();
+        assert_eq!(ca, ".hermes-sandbox/p/t/hermes-egress-ca.crt");
+        let e = ssh_egress(&wiring, &ca);
+        let get = |k: &str| e.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("HTTPS_PROXY"), Some("http://127.0.0.1:9090"));
+        assert_eq!(get("http_proxy"), Some("http://127.0.0.1:9091"));
+        assert_eq!(get("NO_PROXY"), Some("127.0.0.1,localhost,::1"));
+        assert_eq!(
+            get("OPENAI_API_KEY"),
+            Some("openai-0123456789abcdef0123456789abcdef")
+        );
+        assert_eq!(get("HERMES_EGRESS_PROXY"), Some("1"));
+        assert!(e.env.iter().all(|(_, v)| !v.contains(PROXY_HOST_NAME)));
+        let names: Vec<&str> = e.home_env.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "SSL_CERT_FILE",
+                "REQUESTS_CA_BUNDLE",
+                "CURL_CA_BUNDLE",
+                "NODE_EXTRA_CA_CERTS"
+            ]
+        );
+        assert!(e.home_env.iter().all(|(_, v)| v == &ca));
+        assert_eq!(e.ports, [9090, 9091]);
     }
 
     #[test]

@@ -8,7 +8,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hermes_backends::exec::{ExecIo, ExecRequest};
-use hermes_backends::ssh::{ConnectOptions, Connection, Destination, Identity, SshError};
+use hermes_backends::ssh::{
+    ConnectOptions, Connection, Destination, Identity, RemoteExec, SshError,
+};
 use hermes_tests::sshd::{Sshd, USER};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -26,6 +28,13 @@ fn options(sshd: &Sshd, known_hosts: &std::path::Path, learn: bool) -> ConnectOp
     }
 }
 
+fn remote(default_cwd: &str) -> RemoteExec {
+    RemoteExec {
+        default_cwd: default_cwd.to_string(),
+        ..RemoteExec::default()
+    }
+}
+
 /// Runs `cmd` in the remote home and returns its exit code and stdout.
 async fn run(c: &Connection, cmd: &[&str]) -> (i64, String) {
     let req = ExecRequest {
@@ -35,7 +44,7 @@ async fn run(c: &Connection, cmd: &[&str]) -> (i64, String) {
         timeout: Duration::from_secs(30),
     };
     let running = c
-        .start(&req, ".")
+        .start(&req, &remote("."))
         .await
         .unwrap_or_else(|e| panic!("start: {e}"));
     let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -138,7 +147,7 @@ async fn a_cancelled_command_leaves_nothing_running() {
         timeout: Duration::from_secs(300),
     };
     let running = c
-        .start(&req, "w")
+        .start(&req, &remote("w"))
         .await
         .unwrap_or_else(|e| panic!("start: {e}"));
     let (mut out, mut err) = (Vec::new(), Vec::new());

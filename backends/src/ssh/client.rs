@@ -13,8 +13,9 @@ use tokio::net::UnixStream;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::time::Instant;
 
+use super::RemoteExec;
 use super::error::SshError;
-use super::wire::{self, Done, Forward, Op, Request};
+use super::wire::{self, Done, Op, Request};
 use crate::exec::{ExecIo, ExecOutcome, ExecRequest, Executor};
 
 /// How long a freshly started holder may take to listen.
@@ -141,10 +142,9 @@ impl HolderClient {
                 cmd: req.cmd.clone(),
                 env: req.env.clone(),
                 cwd: req.cwd.clone(),
-                default_cwd: remote.default_cwd.clone(),
                 timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
                 stdin: io.stdin.is_some(),
-                forward: remote.forward,
+                remote: remote.clone(),
             },
         };
         let limit = req.timeout.saturating_add(GRACE);
@@ -279,19 +279,6 @@ fn is_absent(e: &std::io::Error) -> bool {
         e.kind(),
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
     )
-}
-
-/// What the remote side of an exec needs besides the request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteExec {
-    /// The directory used (and made) when the request names none, relative
-    /// to the remote home.
-    pub default_cwd: String,
-    /// Trust a host seen for the first time.
-    pub learn: bool,
-    /// A remote port forward the connection must have before the command
-    /// runs.
-    pub forward: Option<Forward>,
 }
 
 /// A remote host, reached through its holder, as an [`Executor`].

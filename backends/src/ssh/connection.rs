@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::error::SshError;
 use super::known_hosts::{self, Verdict};
 use super::script;
-use super::{Destination, Identity};
+use super::{Destination, Identity, RemoteExec};
 use crate::exec::{ExecIo, ExecOutcome, ExecRequest, TIMEOUT_EXIT_CODE, new_exec_id};
 
 /// How long the kill of a timed-out command may take.
@@ -285,9 +285,9 @@ impl Connection {
     /// Opens a channel and sends the command. Until this returns, nothing
     /// ran: an error here on a connection that broke can be retried on a
     /// new one ([`SshError::is_stale_connection`]).
-    pub async fn start(&self, req: &ExecRequest, default_cwd: &str) -> Result<Running, SshError> {
+    pub async fn start(&self, req: &ExecRequest, remote: &RemoteExec) -> Result<Running, SshError> {
         let marker = new_exec_id();
-        let header = script::header(req, &marker, default_cwd).map_err(|e| SshError::Protocol {
+        let header = script::header(req, &marker, remote).map_err(|e| SshError::Protocol {
             dest: self.dest.to_string(),
             reason: e.0,
         })?;

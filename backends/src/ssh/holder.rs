@@ -187,34 +187,34 @@ async fn handle(shared: &Shared, stream: UnixStream) -> std::io::Result<()> {
             Err(e) => wire::write_json(&mut writer, wire::FAILURE, &e).await,
         };
     };
-    let Op::Exec {
-        default_cwd,
-        stdin,
-        forward,
-        ..
-    } = &request.op
-    else {
+    let Op::Exec { stdin, remote, .. } = &request.op else {
         return Ok(());
     };
     // Open the channel; on a connection that turns out broken, once more
     // on a new one.
     let mut attempt = 0;
+    let learn = request.learn || remote.learn;
     let (connection, running) = loop {
         attempt += 1;
-        let c = match shared.connection(request.learn).await {
+        let c = match shared.connection(learn).await {
             Ok(c) => c,
             Err(e) => return wire::write_json(&mut writer, wire::FAILURE, &e).await,
         };
-        if let Some(forward) = forward {
-            if let Err(e) = shared.ensure_forward(&c, *forward).await {
-                if e.is_stale_connection() && attempt == 1 {
-                    shared.drop_connection(&c).await;
-                    continue;
-                }
-                return wire::write_json(&mut writer, wire::FAILURE, &e).await;
+        let mut forwarded = Ok(());
+        for forward in &remote.forwards {
+            forwarded = shared.ensure_forward(&c, *forward).await;
+            if forwarded.is_err() {
+                break;
             }
         }
-        match c.start(&exec, default_cwd).await {
+        if let Err(e) = forwarded {
+            if e.is_stale_connection() && attempt == 1 {
+                shared.drop_connection(&c).await;
+                continue;
+            }
+            return wire::write_json(&mut writer, wire::FAILURE, &e).await;
+        }
+        match c.start(&exec, remote).await {
             Ok(running) => break (c, running),
             Err(e) if e.is_stale_connection() && attempt == 1 => {
                 tracing::info!(error = %e, "the held connection is broken; reconnecting once");

@@ -23,9 +23,10 @@ mod wire;
 use std::fmt;
 use std::path::PathBuf;
 
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use client::{HolderClient, RemoteExec, SpawnHolder, SshHost};
+pub use client::{HolderClient, SpawnHolder, SshHost};
 pub use connection::{ConnectOptions, Connection, Running};
 pub use error::SshError;
 pub use holder::{HolderOptions, serve};
@@ -57,6 +58,34 @@ impl Destination {
         let digest = Sha256::digest(format!("{}\0{}\0{}", self.user, self.host, self.port));
         digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
     }
+}
+
+/// What the remote side of an exec needs besides the request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteExec {
+    /// The directory used (and made) when the request names none, relative
+    /// to the remote home.
+    pub default_cwd: String,
+    /// Trust a host seen for the first time, if this exec is the one that
+    /// connects.
+    pub learn: bool,
+    /// Remote port forwards the connection must have before the command
+    /// runs.
+    pub forwards: Vec<Forward>,
+    /// Environment values that are paths relative to the remote home: the
+    /// command gets them made absolute (`$HOME/…`).
+    pub home_env: Vec<(String, String)>,
+    /// Files written (atomically, when their content differs) before the
+    /// command runs.
+    pub files: Vec<RemoteFile>,
+}
+
+/// A text file on the remote host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteFile {
+    /// Relative to the remote home; its directory is made if missing.
+    pub path: String,
+    pub content: String,
 }
 
 /// What to log in with.

@@ -10,23 +10,37 @@
 //! escaped for `printf %b`. The shell's `read` takes a pipe one byte at a
 //! time, so the rest of the input is left, untouched, for the command.
 
+use super::RemoteExec;
 use crate::exec::{EXEC_ID_ENV, ExecRequest, KILL_SCRIPT};
 
 /// The first line of every header.
-const VERSION: &str = "hermes-exec-1";
+const VERSION: &str = "hermes-exec-2";
 
 /// The bootstrap. POSIX sh (dash, bash); no single quote, so it can be
 /// quoted for whatever the login shell is. Exit 125 when the header is
 /// broken or the directory cannot be made or entered.
 const BOOTSTRAP: &str = r#"_h_d() { _h_v=$(printf "%bx" "$1"); _h_v=${_h_v%x}; }
 IFS= read -r _h_e || exit 125
-[ "$_h_e" = "hermes-exec-1" ] || { echo "hermes: unexpected exec header" >&2; exit 125; }
+[ "$_h_e" = "hermes-exec-2" ] || { echo "hermes: unexpected exec header" >&2; exit 125; }
 IFS= read -r _h_n || exit 125
 while [ "$_h_n" -gt 0 ]; do
   IFS= read -r _h_k || exit 125
   IFS= read -r _h_e || exit 125
   _h_d "$_h_e"
+  case $_h_k in "~"*) _h_k=${_h_k#"~"}; _h_v=$HOME/$_h_v ;; esac
   export "$_h_k=$_h_v"
+  _h_n=$((_h_n - 1))
+done
+IFS= read -r _h_n || exit 125
+while [ "$_h_n" -gt 0 ]; do
+  IFS= read -r _h_e || exit 125
+  _h_d "$_h_e"; _h_p=$_h_v
+  IFS= read -r _h_e || exit 125
+  _h_d "$_h_e"
+  if ! { [ -f "$_h_p" ] && [ "$(cat -- "$_h_p"; echo x)" = "${_h_v}x" ]; }; then
+    case $_h_p in */*) mkdir -p -- "${_h_p%/*}" || exit 125 ;; esac
+    printf %s "$_h_v" > "$_h_p.$$" && mv -f -- "$_h_p.$$" "$_h_p" || exit 125
+  fi
   _h_n=$((_h_n - 1))
 done
 IFS= read -r _h_mk || exit 125
@@ -42,7 +56,7 @@ while [ "$_h_n" -gt 0 ]; do
 done
 if [ "$_h_mk" = 1 ]; then mkdir -p -- "$_h_cwd" || exit 125; fi
 cd -- "$_h_cwd" || exit 125
-unset _h_e _h_n _h_k _h_v _h_mk _h_cwd
+unset _h_e _h_n _h_k _h_v _h_p _h_mk _h_cwd
 unset -f _h_d
 exec "$@"
 "#;
@@ -65,13 +79,14 @@ pub(crate) fn kill_command(marker: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BadRequest(pub String);
 
-/// The header the bootstrap reads: the environment (with the marker), the
-/// directory (`default_cwd`, made if missing, when the request names
-/// none) and the arguments.
+/// The header the bootstrap reads: the environment (with the marker and
+/// the home-relative values of `remote`), the files to write, the
+/// directory (`remote.default_cwd`, made if missing, when the request
+/// names none) and the arguments.
 pub(crate) fn header(
     req: &ExecRequest,
     marker: &str,
-    default_cwd: &str,
+    remote: &RemoteExec,
 ) -> Result<Vec<u8>, BadRequest> {
     if req.cmd.is_empty() {
         return Err(BadRequest("no command given".to_string()));
@@ -79,15 +94,25 @@ pub(crate) fn header(
     let mut out = String::new();
     out.push_str(VERSION);
     out.push('\n');
-    let env: Vec<(&str, &str)> = req
+    // Later values win: the request's, then the home-relative ones, then
+    // the marker.
+    let home_relative = |name: &str| remote.home_env.iter().any(|(k, _)| k == name);
+    let env: Vec<(&str, &str, bool)> = req
         .env
         .iter()
-        .filter(|(k, _)| k != EXEC_ID_ENV)
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .chain([(EXEC_ID_ENV, marker)])
+        .filter(|(k, _)| k != EXEC_ID_ENV && !home_relative(k))
+        .map(|(k, v)| (k.as_str(), v.as_str(), false))
+        .chain(
+            remote
+                .home_env
+                .iter()
+                .filter(|(k, _)| k != EXEC_ID_ENV)
+                .map(|(k, v)| (k.as_str(), v.as_str(), true)),
+        )
+        .chain([(EXEC_ID_ENV, marker, false)])
         .collect();
     out.push_str(&format!("{}\n", env.len()));
-    for (name, value) in env {
+    for (name, value, relative) in env {
         if !is_env_name(name) {
             return Err(BadRequest(format!(
                 "{name:?} is not an environment variable name"
@@ -96,14 +121,30 @@ pub(crate) fn header(
         if value.contains('\0') {
             return Err(BadRequest(format!("the value of {name} holds a NUL byte")));
         }
+        if relative {
+            out.push('~');
+        }
         out.push_str(name);
         out.push('\n');
         out.push_str(&escape(value));
         out.push('\n');
     }
+    out.push_str(&format!("{}\n", remote.files.len()));
+    for file in &remote.files {
+        if file.path.is_empty() || file.path.contains('\0') || file.content.contains('\0') {
+            return Err(BadRequest(format!(
+                "the file {:?} cannot be written",
+                file.path
+            )));
+        }
+        out.push_str(&escape(&file.path));
+        out.push('\n');
+        out.push_str(&escape(&file.content));
+        out.push('\n');
+    }
     let (make, cwd) = match &req.cwd {
         Some(cwd) => ("0", cwd.as_str()),
-        None => ("1", default_cwd),
+        None => ("1", remote.default_cwd.as_str()),
     };
     out.push_str(make);
     out.push('\n');
@@ -152,6 +193,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::ssh::RemoteFile;
 
     fn request(cmd: &[&str], env: &[(&str, &str)], cwd: Option<&str>) -> ExecRequest {
         ExecRequest {
@@ -167,7 +209,18 @@ mod tests {
 
     /// Runs the command string through a local `sh -c`, as a login shell
     /// would, feeding it the header and then `input`.
+    fn remote(default_cwd: &str) -> RemoteExec {
+        RemoteExec {
+            default_cwd: default_cwd.to_string(),
+            ..RemoteExec::default()
+        }
+    }
+
     fn run_locally(req: &ExecRequest, default_cwd: &str, input: &[u8]) -> (i32, String) {
+        run_with(req, &remote(default_cwd), input)
+    }
+
+    fn run_with(req: &ExecRequest, remote: &RemoteExec, input: &[u8]) -> (i32, String) {
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(exec_command())
@@ -177,7 +230,7 @@ mod tests {
             .unwrap();
         let mut stdin = child.stdin.take().unwrap();
         stdin
-            .write_all(&header(req, "00ff", default_cwd).unwrap())
+            .write_all(&header(req, "00ff", remote).unwrap())
             .unwrap();
         stdin.write_all(input).unwrap();
         drop(stdin);
@@ -242,7 +295,7 @@ mod tests {
             Some("/s3cret-dir"),
         );
         let command = exec_command();
-        let head = String::from_utf8(header(&req, "00ff", "w").unwrap()).unwrap();
+        let head = String::from_utf8(header(&req, "00ff", &remote("w")).unwrap()).unwrap();
         assert!(head.contains("s3cret-env"));
         for secret in ["s3cret-arg", "s3cret-env", "s3cret-dir"] {
             assert!(!command.contains(secret));
@@ -251,10 +304,71 @@ mod tests {
     }
 
     #[test]
+    fn home_relative_values_are_made_absolute_and_files_are_written_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let content = "-----BEGIN CERTIFICATE-----\nMIIB+/=\n-----END CERTIFICATE-----\n";
+        let remote = RemoteExec {
+            default_cwd: "w".into(),
+            home_env: vec![("CA".into(), "d/ca.crt".into())],
+            files: vec![RemoteFile {
+                path: "d/ca.crt".into(),
+                content: content.into(),
+            }],
+            ..RemoteExec::default()
+        };
+        let req = request(
+            &["sh", "-c", "printf '%s\\n' \"$CA\"; cat \"$CA\""],
+            &[("CA", "overridden")],
+            None,
+        );
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(exec_command())
+            .env("HOME", dir.path())
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&header(&req, "00ff", &remote).unwrap())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let ca = dir.path().join("d/ca.crt");
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            format!("{}\n{content}", ca.display())
+        );
+        // The same content again leaves the file alone.
+        let before = std::fs::metadata(&ca).unwrap().modified().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut again = Command::new("sh")
+            .arg("-c")
+            .arg(exec_command())
+            .env("HOME", dir.path())
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        again
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&header(&request(&["true"], &[], None), "00ff", &remote).unwrap())
+            .unwrap();
+        assert!(again.wait().unwrap().success());
+        assert_eq!(std::fs::metadata(&ca).unwrap().modified().unwrap(), before);
+    }
+
+    #[test]
     fn bad_names_and_nul_bytes_are_refused() {
-        assert!(header(&request(&["x"], &[("1A", "v")], None), "0", "w").is_err());
-        assert!(header(&request(&["x"], &[("A", "a\0b")], None), "0", "w").is_err());
-        assert!(header(&request(&["a\0b"], &[], None), "0", "w").is_err());
-        assert!(header(&request(&[], &[], None), "0", "w").is_err());
+        assert!(header(&request(&["x"], &[("1A", "v")], None), "0", &remote("w")).is_err());
+        assert!(header(&request(&["x"], &[("A", "a\0b")], None), "0", &remote("w")).is_err());
+        assert!(header(&request(&["a\0b"], &[], None), "0", &remote("w")).is_err());
+        assert!(header(&request(&[], &[], None), "0", &remote("w")).is_err());
     }
 }

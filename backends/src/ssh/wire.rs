@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::RemoteExec;
 use crate::exec::{ExecOutcome, ExecRequest};
 
 pub(crate) const REQUEST: u8 = b'R';
@@ -52,13 +53,10 @@ pub(crate) enum Op {
         cmd: Vec<String>,
         env: Vec<(String, String)>,
         cwd: Option<String>,
-        /// Used (and made) when `cwd` is `None`; relative to the remote home.
-        default_cwd: String,
         timeout_ms: u64,
         /// Whether `I`/`E` frames follow; without, the input is empty.
         stdin: bool,
-        /// A remote port forward the connection must have first.
-        forward: Option<Forward>,
+        remote: RemoteExec,
     },
 }
 

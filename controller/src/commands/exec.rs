@@ -86,13 +86,29 @@ async fn run_ssh(
         !args.background,
         "--background is not available on the ssh backend"
     );
+    // Fail closed: no command runs on the SSH host while the egress proxy
+    // enforced there (`proxy.enforce_on_ssh`) is not ready.
+    let proxy = &desired.config.proxy;
+    if proxy.enabled && proxy.enforce_on_ssh {
+        let observed = crate::egress_state::observe(home);
+        if let Some(reason) = hermes_reconcilers::proxy::fail_closed_reason(desired, &observed) {
+            eprintln!(
+                "error: {reason}; `hermes reconcile` (or a running controller) brings it back"
+            );
+            return Ok(ExitCode::from(FAIL_CLOSED));
+        }
+    }
     let request = ExecRequest {
         cmd: args.command.clone(),
         env,
         cwd: args.cwd.clone(),
         timeout,
     };
-    let outcome = crate::ssh::exec(home, desired, &args.task, &request).await?;
+    let (mut out, mut err) = output_writers(home, desired);
+    let outcome = crate::ssh::exec(home, desired, &args.task, &request, &mut out, &mut err).await;
+    out.finish().await?;
+    err.finish().await?;
+    let outcome = outcome?;
     Ok(if outcome.timed_out {
         timed_out(timeout)
     } else {
