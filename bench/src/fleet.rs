@@ -1,7 +1,8 @@
-//! The labelled containers the reconcile benchmark needs present: other
-//! profiles' sandboxes, created through the engine exactly as hermes
-//! creates them (same labels, a spec hash), never started, all named with
-//! the run's unique prefix, and removed by that prefix at the end.
+//! The labelled containers the benchmarks need present, created through
+//! the engine exactly as hermes creates them (same labels, a spec hash),
+//! all named with the run's unique prefix, and removed by that prefix at
+//! the end: other profiles' warm sandboxes ([`specs`]) and session
+//! sandboxes ([`sessions`]), started and killed when they must be exited.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,7 +13,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use hermes_backends::docker::{CreateOutcome, Engine};
 use hermes_model::config::Config;
 use hermes_model::desired::{DEFAULT_TASK, Desired, HostEnv};
-use hermes_model::sandbox::{LABEL_AGENT, SandboxSpec};
+use hermes_model::sandbox::{LABEL_AGENT, SandboxKey, SandboxSpec};
 
 /// How many tasks each other profile has in the fleet.
 const TASKS_PER_PROFILE: usize = 5;
@@ -56,9 +57,41 @@ pub fn specs(
     Ok(out)
 }
 
+/// How many tasks the session sandboxes of [`sessions`] are spread over.
+const SESSION_TASKS: usize = 10;
+
+/// `count` session sandboxes of `profile`, as `hermes exec --session`
+/// makes them (labels `hermes-agent`, `hermes-profile`, `hermes-task-id`,
+/// `hermes-session`, `hermes-spec-hash`; tmpfs `/workspace` and `/root`):
+/// tasks `t0`…`t9`, sessions `s0000`, `s0001`, … Every name starts with
+/// `prefix`.
+pub fn sessions(
+    config: &Config,
+    home: &Path,
+    profile: &str,
+    prefix: &str,
+    count: usize,
+) -> anyhow::Result<Vec<SandboxSpec>> {
+    let desired = Desired::build(config.clone(), profile, home, &HostEnv::default())
+        .map_err(|e| anyhow::anyhow!("profile {profile}: {e}"))?;
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let task = format!("t{}", i % SESSION_TASKS);
+        let session = format!("s{i:04}");
+        let spec = desired.sandbox(SandboxKey::session(profile, &task, &session));
+        anyhow::ensure!(
+            spec.name.starts_with(prefix),
+            "container name {} does not start with the run's prefix {prefix}",
+            spec.name
+        );
+        out.push(spec);
+    }
+    Ok(out)
+}
+
 /// Creates every spec (not started), `concurrency` at a time, and returns
-/// their ids. A name that already exists is an error: the prefix is meant
-/// to be unique.
+/// their ids in the order of `specs`. A name that already exists is an
+/// error: the prefix is meant to be unique.
 pub async fn create(
     engine: &Engine,
     specs: &[SandboxSpec],
@@ -66,10 +99,10 @@ pub async fn create(
 ) -> anyhow::Result<Vec<String>> {
     let total = specs.len();
     let mut ids = Vec::with_capacity(total);
-    let mut creating = futures_util::stream::iter(specs)
-        .map(|spec| async move {
+    let mut creating = futures_util::stream::iter(specs.iter().enumerate())
+        .map(|(i, spec)| async move {
             match engine.create(spec).await {
-                Ok(CreateOutcome::Created { id }) => Ok(id),
+                Ok(CreateOutcome::Created { id }) => Ok((i, id)),
                 Ok(CreateOutcome::AlreadyExists) => {
                     anyhow::bail!("a container named {} already exists", spec.name)
                 }
@@ -84,11 +117,67 @@ pub async fn create(
             eprintln!("  created {done}/{total}");
         }
     }
-    Ok(ids)
+    ids.sort_unstable();
+    Ok(ids.into_iter().map(|(_, id)| id).collect())
 }
 
-/// The labelled containers whose name starts with `prefix`.
-pub async fn list(engine: &Engine, prefix: &str) -> anyhow::Result<Vec<String>> {
+/// Starts these containers, `concurrency` at a time.
+pub async fn start(engine: &Engine, ids: &[String], concurrency: usize) -> anyhow::Result<()> {
+    each(ids, concurrency, "started", |id| async move {
+        engine
+            .start(id)
+            .await
+            .with_context(|| format!("starting {id}"))
+    })
+    .await
+}
+
+/// Kills these running containers (SIGKILL), `concurrency` at a time, so
+/// that they are exited.
+pub async fn kill(engine: &Engine, ids: &[String], concurrency: usize) -> anyhow::Result<()> {
+    each(ids, concurrency, "killed", |id| async move {
+        engine
+            .docker()
+            .kill_container(id, None::<bollard::query_parameters::KillContainerOptions>)
+            .await
+            .with_context(|| format!("killing {id}"))
+    })
+    .await
+}
+
+/// Runs `op` on every id, `concurrency` at a time, saying every 100 how
+/// far it got.
+async fn each<'a, F, Fut>(
+    ids: &'a [String],
+    concurrency: usize,
+    done_verb: &str,
+    op: F,
+) -> anyhow::Result<()>
+where
+    F: Fn(&'a str) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let total = ids.len();
+    let mut running = futures_util::stream::iter(ids)
+        .map(|id| op(id.as_str()))
+        .buffer_unordered(concurrency.max(1));
+    let mut done = 0;
+    while let Some(result) = running.next().await {
+        result?;
+        done += 1;
+        if done % 100 == 0 || done == total {
+            eprintln!("  {done_verb} {done}/{total}");
+        }
+    }
+    Ok(())
+}
+
+/// The labelled containers whose name starts with `prefix`, as the list
+/// call shows them (id, names, labels, state).
+pub async fn summaries(
+    engine: &Engine,
+    prefix: &str,
+) -> anyhow::Result<Vec<bollard::models::ContainerSummary>> {
     let filters = HashMap::from([
         ("label", vec![format!("{LABEL_AGENT}=1")]),
         ("name", vec![prefix.to_string()]),
@@ -112,6 +201,14 @@ pub async fn list(engine: &Engine, prefix: &str) -> anyhow::Result<Vec<String>> 
                 .flatten()
                 .any(|n| n.trim_start_matches('/').starts_with(prefix))
         })
+        .collect())
+}
+
+/// The ids of the labelled containers whose name starts with `prefix`.
+pub async fn list(engine: &Engine, prefix: &str) -> anyhow::Result<Vec<String>> {
+    Ok(summaries(engine, prefix)
+        .await?
+        .into_iter()
         .filter_map(|s| s.id)
         .collect())
 }

@@ -27,22 +27,19 @@
 //! Ctrl-C. Exit code: 0 when every target is met, 2 when one is missed, 1
 //! on error.
 
-mod fleet;
-mod run;
-mod stats;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
-use hermes_backends::docker::{Engine, ExecRequest, is_not_found};
+use hermes_backends::docker::{Engine, ExecRequest};
+use hermes_bench::fleet;
+use hermes_bench::harness::{self, Check};
+use hermes_bench::run::Cmd;
+use hermes_bench::stats::{Ms, Samples, header, ratio, row};
 use hermes_model::config::Config;
 use hermes_model::sandbox::SandboxKey;
-
-use crate::run::Cmd;
-use crate::stats::{Ms, Samples, header, ratio, row, verdict};
 
 /// The exec target: hermes's p50 over the Docker CLI's.
 const EXEC_TARGET: f64 = 0.7;
@@ -50,8 +47,6 @@ const EXEC_TARGET: f64 = 0.7;
 const REATTACH_TARGET: Duration = Duration::from_millis(5);
 /// The reconcile target: hermes's p50 over the Docker CLI's.
 const RECONCILE_TARGET: f64 = 1.0;
-/// How long removing everything at the end may take.
-const CLEANUP_TIMEOUT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -104,14 +99,6 @@ impl Args {
     }
 }
 
-/// One target, checked.
-#[derive(Debug)]
-struct Check {
-    name: &'static str,
-    figure: String,
-    met: bool,
-}
-
 /// What every part shares.
 #[derive(Debug)]
 struct Bench {
@@ -145,156 +132,32 @@ impl Bench {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(bench(&args)) {
-        Ok(checks) if checks.iter().all(|c| c.met) => ExitCode::SUCCESS,
-        Ok(_) => ExitCode::from(2),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    harness::main(|| bench(&args))
 }
 
 async fn bench(args: &Args) -> anyhow::Result<Vec<Check>> {
     let bench = setup(args).await?;
-    let outcome = tokio::select! {
-        result = run_parts(&bench, args) => result,
-        signal = interrupted() => Err(anyhow::anyhow!("interrupted ({signal})")),
-    };
-    let failed = outcome.is_err();
-    let cleanup = async {
-        let mut removed =
-            fleet::remove_all(&bench.engine, &bench.prefix, args.concurrency()).await?;
-        if failed {
-            // A create cut short may still land in the engine: sweep again.
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            removed += fleet::remove_all(&bench.engine, &bench.prefix, args.concurrency()).await?;
-        }
-        anyhow::Ok(removed)
-    };
-    let manual = format!(
-        "docker ps -aq --filter label=hermes-agent=1 --filter name={} | xargs -r docker rm -f",
-        bench.prefix
-    );
-    eprintln!(
-        "cleaning up: removing the containers named {}* (Ctrl-C again to leave them)",
-        bench.prefix
-    );
-    tokio::select! {
-        removed = tokio::time::timeout(CLEANUP_TIMEOUT, cleanup) => match removed {
-            Ok(Ok(n)) => eprintln!("removed {n} containers"),
-            Ok(Err(e)) => eprintln!("error: cleanup failed: {e:#}; remove them with: {manual}"),
-            Err(_) => eprintln!("error: cleanup timed out; remove them with: {manual}"),
-        },
-        signal = interrupted() => eprintln!("cleanup interrupted ({signal}); remove them with: {manual}"),
-    }
-    let checks = outcome?;
-    println!();
-    println!("Targets:");
-    for c in &checks {
-        println!("  {:<52} {:<34} {}", c.name, c.figure, verdict(c.met));
-    }
-    Ok(checks)
-}
-
-/// Ctrl-C or SIGTERM.
-async fn interrupted() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return "Ctrl-C";
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "Ctrl-C",
-        _ = term.recv() => "SIGTERM",
-    }
+    harness::with_cleanup(
+        &bench.engine,
+        &bench.prefix,
+        args.concurrency(),
+        run_parts(&bench, args),
+    )
+    .await
 }
 
 /// Checks what the bench needs, says what is missing and how to get it,
 /// and makes the temporary home.
 async fn setup(args: &Args) -> anyhow::Result<Bench> {
-    let hermes = match &args.hermes {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()
-            .context("where is this binary?")?
-            .with_file_name("hermes"),
-    };
-    anyhow::ensure!(
-        hermes.is_file(),
-        "{} is missing: build it with `cargo build --release --bin hermes` (or pass --hermes PATH)",
-        hermes.display()
-    );
-    if !hermes.components().any(|c| c.as_os_str() == "release") {
-        eprintln!(
-            "warning: {} does not look like a release build; the figures would not mean much",
-            hermes.display()
-        );
-    }
-
-    let engine = Engine::connect().await.map_err(|e| {
-        anyhow::anyhow!(
-            "no Docker engine answers: {e}\n`bash scripts/test` installs docker.io, starts dockerd and builds the test image"
-        )
-    })?;
-    let docker = engine.docker();
-    let info = docker.info().await.context("docker info")?;
-    let version = docker.version().await.context("docker version")?;
-    println!(
-        "hermes Docker benchmark: engine {} (API {}), storage {}, {} CPUs, {}",
-        version.version.as_deref().unwrap_or("?"),
-        version.api_version.as_deref().unwrap_or("?"),
-        info.driver.as_deref().unwrap_or("?"),
-        info.ncpu.unwrap_or(0),
-        info.operating_system.as_deref().unwrap_or("?"),
-    );
-    let image = hermes_tests::test_image();
-    match docker.inspect_image(&image).await {
-        Ok(_) => {}
-        Err(e) if is_not_found(&e) => anyhow::bail!(
-            "the test image {image} is missing: `bash scripts/test` builds it (or set {} to another image)",
-            hermes_tests::TEST_IMAGE_ENV
-        ),
-        Err(e) => return Err(anyhow::Error::new(e).context(format!("inspecting image {image}"))),
-    }
-    let cli = Cmd::new("docker").args(["version", "--format", "{{.Server.APIVersion}}"]);
-    match cli.output().await {
-        Ok(ran) if ran.code == Some(0) => {}
-        Ok(ran) => anyhow::bail!(
-            "the Docker CLI cannot reach the engine: {}",
-            ran.stderr.trim()
-        ),
-        Err(e) => anyhow::bail!(
-            "the Docker CLI (`docker`) is needed for the baselines: {e:#}; `bash scripts/test` installs docker.io"
-        ),
-    }
+    let hermes = harness::hermes_binary(args.hermes.as_deref())?;
+    let engine = harness::connect("hermes Docker benchmark").await?;
+    let image = harness::test_image(&engine).await?;
+    harness::docker_cli().await?;
     println!("hermes: {}; image: {image}", hermes.display());
 
-    let home = tempfile::Builder::new()
-        .prefix("hermes-bench-")
-        .tempdir()
-        .context("creating a temporary HERMES_HOME")?;
     let text = format!("terminal:\n  backend: docker\n  docker_image: {image}\n");
-    std::fs::write(home.path().join("config.yaml"), &text).context("writing config.yaml")?;
-    let config = hermes_model::config::load(&text)
-        .map_err(|e| anyhow::anyhow!("{}", e.render("config.yaml")))?
-        .config;
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let profile = format!("hbench-{:x}{:04x}", std::process::id(), nanos & 0xffff);
+    let (home, config) = harness::temp_home(&text)?;
+    let profile = harness::unique_profile();
     let prefix = format!("hermes-{profile}-");
     Ok(Bench {
         engine,
@@ -449,11 +312,11 @@ async fn exec(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Check> {
         ratio(e.p50(), d.p50())
     );
     breakdown(bench, args).await?;
-    Ok(Check {
-        name: "warm exec: hermes / docker CLI, p50",
-        figure: format!("{r:.2} (≤ {EXEC_TARGET})"),
-        met: r <= EXEC_TARGET,
-    })
+    Ok(Check::new(
+        "warm exec: hermes / docker CLI, p50",
+        format!("{r:.2} (≤ {EXEC_TARGET})"),
+        r <= EXEC_TARGET,
+    ))
 }
 
 /// hermes's own steps around the exec, one by one, and the Docker CLI's
@@ -524,11 +387,11 @@ async fn reattach(bench: &Bench, args: &Args, id: &str) -> anyhow::Result<Check>
     println!("{}", header());
     println!("{}", row("Engine::find(&SandboxKey)", &s));
     println!("  p50 {} (target < {})", Ms(s.p50()), Ms(REATTACH_TARGET));
-    Ok(Check {
-        name: "reattach: Engine::find, p50",
-        figure: format!("{} (< {})", Ms(s.p50()), Ms(REATTACH_TARGET)),
-        met: s.p50() < REATTACH_TARGET,
-    })
+    Ok(Check::new(
+        "reattach: Engine::find, p50",
+        format!("{} (< {})", Ms(s.p50()), Ms(REATTACH_TARGET)),
+        s.p50() < REATTACH_TARGET,
+    ))
 }
 
 async fn reconcile(bench: &Bench, args: &Args) -> anyhow::Result<Check> {
@@ -588,9 +451,9 @@ async fn reconcile(bench: &Bench, args: &Args) -> anyhow::Result<Check> {
         "  removed {removed} containers in {:.1}s",
         t.elapsed().as_secs_f64()
     );
-    Ok(Check {
-        name: "no-op reconcile --dry-run / docker ps, p50",
-        figure: format!("{r:.2} (≤ {RECONCILE_TARGET})"),
-        met: r <= RECONCILE_TARGET,
-    })
+    Ok(Check::new(
+        "no-op reconcile --dry-run / docker ps, p50",
+        format!("{r:.2} (≤ {RECONCILE_TARGET})"),
+        r <= RECONCILE_TARGET,
+    ))
 }

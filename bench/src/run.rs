@@ -15,6 +15,8 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct Cmd {
     program: PathBuf,
     args: Vec<OsString>,
+    /// What the program reads on its standard input (nothing by default).
+    input: Option<Vec<u8>>,
 }
 
 /// How a run ended.
@@ -31,7 +33,14 @@ impl Cmd {
         Cmd {
             program: program.into(),
             args: Vec::new(),
+            input: None,
         }
+    }
+
+    /// Gives the program `input` on its standard input.
+    pub fn input(mut self, input: impl Into<Vec<u8>>) -> Cmd {
+        self.input = Some(input.into());
+        self
     }
 
     pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Cmd {
@@ -66,7 +75,11 @@ impl Cmd {
             .env_remove("HERMES_HOME")
             .env_remove("HERMES_PROFILE")
             .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
+            .stdin(if self.input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(if capture_stdout {
                 Stdio::piped()
             } else {
@@ -100,10 +113,18 @@ impl Cmd {
 
     async fn go(&self, capture_stdout: bool) -> anyhow::Result<Ran> {
         let started = Instant::now();
-        let child = self
+        let mut child = self
             .command(capture_stdout)
             .spawn()
             .with_context(|| format!("cannot run {}", self.program.display()))?;
+        if let (Some(input), Some(mut stdin)) = (self.input.clone(), child.stdin.take()) {
+            // Written beside the wait, so a large input cannot block it;
+            // dropping the pipe at the end is the program's end of input.
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let _ = stdin.write_all(&input).await;
+            });
+        }
         let out = tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output())
             .await
             .with_context(|| {

@@ -24,6 +24,10 @@ impl Samples {
         self.durations.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.durations.is_empty()
+    }
+
     /// The `p`-th percentile (nearest rank); zero without samples.
     pub fn percentile(&self, p: u32) -> Duration {
         let mut sorted = self.durations.clone();
@@ -48,6 +52,7 @@ impl Samples {
 }
 
 /// Milliseconds with two decimals.
+#[derive(Debug, Clone, Copy)]
 pub struct Ms(pub Duration);
 
 impl fmt::Display for Ms {

@@ -20,23 +20,15 @@
 //! it) and OpenSSH's client. Exit code: 0 when both targets are met, 2
 //! when one is missed, 1 on error.
 
-#[path = "../run.rs"]
-#[allow(dead_code)]
-mod run;
-#[path = "../stats.rs"]
-#[allow(dead_code)]
-mod stats;
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use hermes_bench::run::Cmd;
+use hermes_bench::stats::{Samples, header, ratio, row, verdict};
 use hermes_tests::sshd::{Sshd, USER};
-
-use crate::run::Cmd;
-use crate::stats::{Samples, header, ratio, row, verdict};
 
 /// hermes's p50 over a new OpenSSH connection's.
 const PLAIN_TARGET: f64 = 0.2;
