@@ -121,21 +121,15 @@ pub async fn create(
     Ok(ids.into_iter().map(|(_, id)| id).collect())
 }
 
-/// Starts these containers, `concurrency` at a time.
-pub async fn start(engine: &Engine, ids: &[String], concurrency: usize) -> anyhow::Result<()> {
-    each(ids, concurrency, "started", |id| async move {
+/// Starts each of these containers and kills it (SIGKILL) right after, so
+/// that it is exited, `concurrency` at a time: no more than that many run
+/// at once. The engine reports them exited a moment later.
+pub async fn run_once(engine: &Engine, ids: &[String], concurrency: usize) -> anyhow::Result<()> {
+    each(ids, concurrency, "started and killed", |id| async move {
         engine
             .start(id)
             .await
-            .with_context(|| format!("starting {id}"))
-    })
-    .await
-}
-
-/// Kills these running containers (SIGKILL), `concurrency` at a time, so
-/// that they are exited.
-pub async fn kill(engine: &Engine, ids: &[String], concurrency: usize) -> anyhow::Result<()> {
-    each(ids, concurrency, "killed", |id| async move {
+            .with_context(|| format!("starting {id}"))?;
         engine
             .docker()
             .kill_container(id, None::<bollard::query_parameters::KillContainerOptions>)
