@@ -534,7 +534,7 @@ async fn observe_profile(bench: &Bench, profile: &str) -> anyhow::Result<()> {
 
         let observed = hermes_model::observed::Observed {
             containers,
-            activity: Default::default(),
+            ..Default::default()
         };
         let t = Instant::now();
         let planned = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
