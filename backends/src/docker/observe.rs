@@ -30,7 +30,7 @@ impl Engine {
     /// failure fails the whole observation (a partial view must never look
     /// like "these containers are gone").
     pub async fn observe(&self) -> Result<Vec<ObservedContainer>, DockerError> {
-        let (mut seen, main_pids) = self.list_and_inspect().await?;
+        let (mut seen, main_pids) = self.list_and_inspect(None).await?;
         let running = seen
             .iter_mut()
             .filter(|c| c.state == ContainerState::Running);
@@ -48,13 +48,24 @@ impl Engine {
     /// As [`Engine::observe`], without the process counts (`processes` is
     /// `None`): no `top` call.
     pub async fn observe_states(&self) -> Result<Vec<ObservedContainer>, DockerError> {
-        Ok(self.list_and_inspect().await?.0)
+        Ok(self.list_and_inspect(None).await?.0)
+    }
+
+    /// As [`Engine::observe_states`], but only the containers of `profile`
+    /// are inspected: the others keep what the list says (state, labels,
+    /// creation time), which is all a pass of that profile reads of them.
+    pub async fn observe_profile(
+        &self,
+        profile: &str,
+    ) -> Result<Vec<ObservedContainer>, DockerError> {
+        Ok(self.list_and_inspect(Some(profile)).await?.0)
     }
 
     /// The labelled containers, and the host pid of the first process of
     /// each running one, by id.
     async fn list_and_inspect(
         &self,
+        profile: Option<&str>,
     ) -> Result<(Vec<ObservedContainer>, HashMap<String, i64>), DockerError> {
         let filters = HashMap::from([("label", vec![format!("{LABEL_AGENT}=1")])]);
         let options = ListContainersOptionsBuilder::default()
@@ -73,7 +84,8 @@ impl Engine {
             let Some(container) = from_summary(summary) else {
                 continue;
             };
-            if container.state == ContainerState::Created {
+            let other_profile = profile.is_some_and(|p| container.profile() != Some(p));
+            if container.state == ContainerState::Created || other_profile {
                 seen.push(container);
             } else {
                 to_complete.push(container);

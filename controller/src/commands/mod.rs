@@ -24,7 +24,8 @@ pub async fn observe(engine: &Engine, home: &Home) -> anyhow::Result<Observed> {
     with_activity(containers, home)
 }
 
-/// What a pass planning `desired` sees: as [`observe`], but the process
+/// What a pass planning `desired` sees: as [`observe`], but only its own
+/// profile's containers inspected, and the process
 /// counts (a `top` each, the engine's slowest read) only of the containers
 /// whose count the plan reads ([`hermes_reconcilers::processes_needed`]).
 pub async fn observe_for(
@@ -32,7 +33,9 @@ pub async fn observe_for(
     home: &Home,
     desired: &Desired,
 ) -> anyhow::Result<Observed> {
-    let containers = engine.observe_states().await?;
+    // A pass reads the times of its own profile's containers only.
+    let profile = hermes_model::sandbox::sanitize(&desired.profile);
+    let containers = engine.observe_profile(&profile).await?;
     let mut observed = with_activity(containers, home)?;
     let needed = hermes_reconcilers::processes_needed(desired, &observed);
     if !needed.is_empty() {
