@@ -7,7 +7,13 @@ use std::collections::HashMap;
 
 use bollard::query_parameters::EventsOptionsBuilder;
 use futures_util::{Stream, StreamExt};
-use hermes_model::sandbox::LABEL_AGENT;
+use hermes_model::sandbox::{LABEL_AGENT, LABEL_PROFILE};
+
+/// The container events that change what a pass sees.
+const LIFECYCLE_EVENTS: &[&str] = &[
+    "create", "start", "restart", "stop", "die", "kill", "oom", "pause", "unpause", "rename",
+    "update", "destroy",
+];
 
 use super::Engine;
 use super::error::DockerError;
@@ -21,14 +27,28 @@ pub struct ContainerEvent {
 }
 
 impl Engine {
-    /// The events of labelled containers from now on. The stream ends, or
-    /// yields an error, when the engine goes away: reconnect after a delay.
+    /// The events of `profile`'s labelled containers from now on that
+    /// change what a pass would see: created, started, stopped, died,
+    /// killed, out of memory, paused, renamed, removed (not the exec and
+    /// attach events every command makes). The stream ends, or yields an
+    /// error, when the engine goes away: reconnect after a delay.
     pub fn container_events(
         &self,
+        profile: &str,
     ) -> impl Stream<Item = Result<ContainerEvent, DockerError>> + use<> {
         let filters = HashMap::from([
             ("type", vec!["container".to_string()]),
-            ("label", vec![format!("{LABEL_AGENT}=1")]),
+            (
+                "label",
+                vec![
+                    format!("{LABEL_AGENT}=1"),
+                    format!("{LABEL_PROFILE}={profile}"),
+                ],
+            ),
+            (
+                "event",
+                LIFECYCLE_EVENTS.iter().map(|e| e.to_string()).collect(),
+            ),
         ]);
         let options = EventsOptionsBuilder::default().filters(&filters).build();
         self.docker.events(Some(options)).map(|item| match item {

@@ -308,7 +308,11 @@ impl Controller {
                 self.engine = Some(engine.clone());
                 if !self.events_started {
                     self.events_started = true;
-                    spawn_event_watch(engine.clone(), self.engine_tx.clone());
+                    spawn_event_watch(
+                        engine.clone(),
+                        hermes_model::sandbox::sanitize(&self.profile),
+                        self.engine_tx.clone(),
+                    );
                 }
                 Some(engine)
             }
@@ -343,14 +347,15 @@ impl Controller {
     }
 }
 
-/// Follows the engine's container events for as long as the controller
+/// Follows the engine's events of the profile's containers for as long as
+/// the controller
 /// runs, reconnecting with backoff when the stream ends (the engine
 /// restarted). Each event, and each reconnection, wakes the loop.
-fn spawn_event_watch(engine: Engine, wake: mpsc::Sender<()>) {
+fn spawn_event_watch(engine: Engine, profile: String, wake: mpsc::Sender<()>) {
     tokio::spawn(async move {
         let mut failures = 0u32;
         loop {
-            let mut events = Box::pin(engine.container_events());
+            let mut events = Box::pin(engine.container_events(&profile));
             let mut got_any = false;
             while let Some(event) = events.next().await {
                 match event {
