@@ -20,7 +20,7 @@ use hermes_backends::ssh::{
 };
 use hermes_model::action::Action;
 use hermes_model::desired::{DEFAULT_TASK, Desired, Egress};
-use hermes_model::plan::{Describe, Plan};
+use hermes_model::plan::{Describe, Plan, Target};
 use hermes_model::ssh::{SshObserved, SshTarget, remote_ca, remote_workspace, ssh_egress};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -352,6 +352,10 @@ pub async fn observe(home: &Home, desired: &Desired) -> Option<SshObserved> {
 pub struct Applied {
     pub done: usize,
     pub failed: usize,
+    /// The targets of the operations that succeeded, and of those that
+    /// failed with why: a controller backs off per target.
+    pub succeeded: Vec<Target>,
+    pub failures: Vec<(Target, String)>,
 }
 
 /// Carries out the plan's SSH operations: makes the workspace, trusting a
@@ -401,6 +405,7 @@ pub async fn apply(home: &Home, desired: &Desired, plan: &Plan<Action>, verbose:
         match result {
             Ok(()) => {
                 applied.done += 1;
+                applied.succeeded.push(op.target.clone());
                 if verbose {
                     println!(
                         "{} {}   {} done ({:.1}s)",
@@ -413,6 +418,7 @@ pub async fn apply(home: &Home, desired: &Desired, plan: &Plan<Action>, verbose:
             }
             Err(e) => {
                 applied.failed += 1;
+                applied.failures.push((op.target.clone(), format!("{e:#}")));
                 eprintln!("error: {} {}: {e:#}", op.target, op.action.verb());
             }
         }

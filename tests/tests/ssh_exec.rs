@@ -352,3 +352,18 @@ fn an_unreachable_host_is_an_error_that_names_it() {
         "{plan:?}"
     );
 }
+
+#[test]
+fn the_controller_prepares_the_workspace_too() {
+    let sshd = Sshd::start();
+    let home = home_for(&sshd, "");
+    let run = home.run(["controller", "--once"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    sshd.exec(&[
+        "test",
+        "-d",
+        "/home/hermes/.hermes-sandbox/default/default/workspace",
+    ]);
+    let plan = home.run(["reconcile", "--dry-run"]);
+    assert_eq!(plan.code, 0, "{plan:?}");
+}

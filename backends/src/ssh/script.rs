@@ -6,9 +6,12 @@
 //! requests are refused unless sshd's `AcceptEnv` allows the name. So the
 //! command string is always the same small bootstrap (no value in it), and
 //! the bootstrap reads a header from the channel's standard input: the
-//! environment, the working directory and the arguments, each value
-//! escaped for `printf %b`. The shell's `read` takes a pipe one byte at a
-//! time, so the rest of the input is left, untouched, for the command.
+//! environment, the working directory and the arguments, one value a line:
+//! as it is (`r…`) when it holds no line break, else escaped for
+//! `printf %b` (`e…`). The shell's `read` takes a pipe one byte at a time,
+//! so the rest of the input is left, untouched, for the command. A warm
+//! exec forks nothing before the command: plain values are read with
+//! builtins only, and the workspace is made only when it is missing.
 
 use super::RemoteExec;
 use crate::exec::{EXEC_ID_ENV, ExecRequest, KILL_SCRIPT};
@@ -19,7 +22,7 @@ const VERSION: &str = "hermes-exec-2";
 /// The bootstrap. POSIX sh (dash, bash); no single quote, so it can be
 /// quoted for whatever the login shell is. Exit 125 when the header is
 /// broken or the directory cannot be made or entered.
-const BOOTSTRAP: &str = r#"_h_d() { _h_v=$(printf "%bx" "$1"); _h_v=${_h_v%x}; }
+const BOOTSTRAP: &str = r#"_h_d() { case $1 in r*) _h_v=${1#r} ;; *) _h_v=$(printf "%bx" "${1#e}"); _h_v=${_h_v%x} ;; esac; }
 IFS= read -r _h_e || exit 125
 [ "$_h_e" = "hermes-exec-2" ] || { echo "hermes: unexpected exec header" >&2; exit 125; }
 IFS= read -r _h_n || exit 125
@@ -54,7 +57,7 @@ while [ "$_h_n" -gt 0 ]; do
   set -- "$@" "$_h_v"
   _h_n=$((_h_n - 1))
 done
-if [ "$_h_mk" = 1 ]; then mkdir -p -- "$_h_cwd" || exit 125; fi
+if [ "$_h_mk" = 1 ] && [ ! -d "$_h_cwd" ]; then mkdir -p -- "$_h_cwd" || exit 125; fi
 cd -- "$_h_cwd" || exit 125
 unset _h_e _h_n _h_k _h_v _h_p _h_mk _h_cwd
 unset -f _h_d
@@ -170,10 +173,15 @@ fn is_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// A value as `printf %b` reads it back: plain characters as they are,
-/// every other byte as `\0NNN` (octal). The result is one line.
+/// A value as one line of the header: `r` and the value when it holds no
+/// line break; else `e` and the value as `printf %b` reads it back, plain
+/// characters as they are and every other byte as `\0NNN` (octal).
 fn escape(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
+    if !value.contains(['\n', '\r']) {
+        return format!("r{value}");
+    }
+    let mut out = String::with_capacity(value.len() * 2);
+    out.push('e');
     for &b in value.as_bytes() {
         if b.is_ascii_alphanumeric() || b"_./=:,@+-".contains(&b) {
             out.push(char::from(b));
@@ -245,15 +253,17 @@ mod tests {
     fn values_arrive_byte_for_byte_and_the_rest_of_the_input_is_the_commands() {
         let dir = tempfile::tempdir().unwrap();
         let nasty = "a b\n'\"$(x)`y`\\0101 % \u{e9}\t\n\n";
+        // No line break: sent as it is.
+        let raw = " r\\0101 '\"$(x)`y`\\ %s \u{e9}\t ";
         let req = request(
             &[
                 "sh",
                 "-c",
-                "printf '%s|%s|%s|' \"$V\" \"$1\" \"$HERMES_EXEC_ID\"; pwd; cat",
+                "printf '%s|%s|%s|%s|' \"$V\" \"$RAW\" \"$1\" \"$HERMES_EXEC_ID\"; pwd; cat",
                 "arg0",
                 nasty,
             ],
-            &[("V", nasty), ("EMPTY", "")],
+            &[("V", nasty), ("RAW", raw), ("EMPTY", "")],
             Some(dir.path().to_str().unwrap()),
         );
         let (code, out) = run_locally(&req, "unused", b"the input\nstays\n");
@@ -261,7 +271,7 @@ mod tests {
         assert_eq!(
             out,
             format!(
-                "{nasty}|{nasty}|00ff|{}\nthe input\nstays\n",
+                "{nasty}|{raw}|{nasty}|00ff|{}\nthe input\nstays\n",
                 dir.path().canonicalize().unwrap().display()
             )
         );

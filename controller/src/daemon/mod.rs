@@ -229,7 +229,7 @@ impl Controller {
             self.finish(started, now, errors, Vec::new());
             return;
         };
-        let observed = match observe_for(&engine, &self.home, &desired).await {
+        let mut observed = match observe_for(&engine, &self.home, &desired).await {
             Ok(observed) => observed,
             Err(e) => {
                 self.engine_failed(&format!("{e:#}"));
@@ -239,6 +239,7 @@ impl Controller {
             }
         };
         self.engine_ok();
+        observed.ssh = crate::ssh::observe(&self.home, &desired).await;
         let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
         let blocked = hermes_reconcilers::blocked(&plan);
         let at = Instant::now();
@@ -256,7 +257,11 @@ impl Controller {
                 stop: Some(stop),
                 home: Some(&self.home),
             };
-            let applied = apply(Some(&engine), &plan, &Activity::new(&self.home), options).await;
+            let mut applied =
+                apply(Some(&engine), &plan, &Activity::new(&self.home), options).await;
+            let ssh = crate::ssh::apply(&self.home, &desired, &plan, false).await;
+            applied.succeeded.extend(ssh.succeeded);
+            applied.failures.extend(ssh.failures);
             for target in &applied.succeeded {
                 self.backoff.succeeded(target);
             }
