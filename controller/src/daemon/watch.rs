@@ -29,6 +29,8 @@ impl ConfigWatch {
         let seen_names = Arc::clone(&names);
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let relevant = match &event {
+                // Reading the file (as every pass does) is no change.
+                Ok(event) if matches!(event.kind, notify::EventKind::Access(_)) => false,
                 Ok(event) => {
                     let names = seen_names.lock().unwrap_or_else(|e| e.into_inner());
                     event.paths.iter().any(|p| {
@@ -135,6 +137,11 @@ mod tests {
         // An edit of the link's target wakes too.
         std::fs::write(&v1, "a: 4\n").unwrap();
         assert!(woken(&mut rx).await, "edit of the target");
+
+        // Reading the config, as every pass does, does not wake.
+        let _ = std::fs::read_to_string(&config).unwrap();
+        let quiet = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
+        assert!(quiet.is_err(), "woken by a read of the config");
 
         // Another file in the directory does not wake.
         std::fs::write(dir.path().join("unrelated"), "x").unwrap();
