@@ -51,7 +51,7 @@ impl Host {
             .map(|n| format!("    {n}: 127.0.0.1\n"))
             .collect();
         home.write_config(format!(
-            "terminal:\n  backend: docker\n  docker_image: {}\n{redaction}proxy:\n  enabled: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
+            "terminal:\n  backend: docker\n  docker_image: {}\n{redaction}reconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
             hermes_tests::test_image(),
             ca.display()
         ));
@@ -330,4 +330,52 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     files
+}
+
+#[test]
+fn a_running_controller_restarts_a_killed_proxy_within_seconds() {
+    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);
+    let host = Host::new("sc", &upstream, true);
+    let mut controller = host
+        .home
+        .command(["--profile", &host.profile, "controller"])
+        .env("OPENROUTER_API_KEY", OPENROUTER_KEY)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(host.home.path().join("controller.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let ready = |host: &Host| host.hermes(&["exec", "--", "true"]).code == 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready(&host) {
+        assert!(
+            Instant::now() < deadline,
+            "the controller did not bring the sandbox up"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let first = host.proxy_pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let killed = Instant::now();
+    // Long before the resync (300 s here): the proxy's health is a trigger.
+    loop {
+        let again = std::fs::read_to_string(host.home.path().join("proxy/proxy.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        if again.is_some_and(|p| p != first) && ready(&host) {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "the proxy was not restarted within 20 s; controller log:\n{}",
+            std::fs::read_to_string(host.home.path().join("controller.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = controller.kill();
+    let _ = controller.wait();
 }

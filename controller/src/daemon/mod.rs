@@ -1,7 +1,8 @@
 //! `hermes controller`: the loop of DESIGN.md, run continuously.
 //!
 //! Triggers only wake the loop — a change of config.yaml (debounced),
-//! an event of a labelled container, a retry coming due, the resync timer —
+//! an event of a labelled container, a change of the egress proxy's
+//! health, a retry coming due, the resync timer —
 //! and every pass observes everything and plans from scratch, so a missed
 //! or merged trigger costs latency, never correctness. One pass runs at a
 //! time, so no sandbox ever sees two operations at once; a failed operation
@@ -53,6 +54,7 @@ pub struct Options {
 enum Wake {
     Config,
     Engine,
+    Proxy,
     Timer,
     Stop,
 }
@@ -62,6 +64,7 @@ impl Wake {
         match self {
             Wake::Config => "config changed",
             Wake::Engine => "container event",
+            Wake::Proxy => "proxy health changed",
             Wake::Timer => "timer",
             Wake::Stop => "stop",
         }
@@ -80,6 +83,8 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
     let mut config_watch = ConfigWatch::new(&home.config(), config_tx)
         .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", home.config().display()))?;
     let (engine_tx, mut engine_rx) = mpsc::channel::<()>(64);
+    let (proxy_tx, mut proxy_rx) = mpsc::channel::<()>(4);
+    spawn_proxy_watch(home.clone(), proxy_tx);
 
     let metrics = Arc::new(crate::metrics::Metrics::default());
     if let Some(addr) = options.metrics_addr {
@@ -101,6 +106,7 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
             ..ControllerStatus::default()
         },
         metrics,
+        requeue: false,
     };
     let mut wake = Wake::Timer;
     loop {
@@ -110,6 +116,9 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
         }
         let resync = Duration::from_secs(controller.resync_seconds());
         let mut deadline = Instant::now() + resync;
+        if std::mem::take(&mut controller.requeue) {
+            deadline = Instant::now() + REQUEUE;
+        }
         for retry in [
             controller.backoff.next_retry(Instant::now()),
             controller.engine_retry_at,
@@ -135,6 +144,7 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
                 while engine_rx.try_recv().is_ok() {}
                 Wake::Engine
             }
+            Some(()) = proxy_rx.recv() => Wake::Proxy,
             () = tokio::time::sleep_until(deadline.into()) => Wake::Timer,
             () = stopped.notified() => Wake::Stop,
         };
@@ -144,6 +154,41 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
     }
     tracing::info!(passes = controller.status.passes, "controller stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// How soon a pass that changed the proxy is followed by the next.
+const REQUEUE: Duration = Duration::from_millis(100);
+
+/// How often the proxy's health is probed for changes.
+const PROXY_PROBE: Duration = Duration::from_secs(1);
+
+/// Wakes the loop when the egress proxy starts, stops, or turns healthy or
+/// unhealthy (a killed proxy is noticed within a second, not at the next
+/// resync). A proxy that never runs costs a pid-file read a second.
+fn spawn_proxy_watch(home: Home, wake: mpsc::Sender<()>) {
+    tokio::spawn(async move {
+        let mut last: Option<(bool, bool)> = None;
+        loop {
+            tokio::time::sleep(PROXY_PROBE).await;
+            let probe_home = home.clone();
+            let Ok(proxy) =
+                tokio::task::spawn_blocking(move || crate::egress_state::observe(&probe_home))
+                    .await
+            else {
+                continue;
+            };
+            let now = (proxy.running, proxy.healthy);
+            if last.is_some_and(|l| l != now) {
+                tracing::info!(
+                    running = now.0,
+                    healthy = now.1,
+                    "the proxy's health changed"
+                );
+                let _ = wake.try_send(());
+            }
+            last = Some(now);
+        }
+    });
 }
 
 /// First SIGTERM/SIGINT: ask the loop to stop after the operation in
@@ -186,6 +231,9 @@ struct Controller {
     engine_retry_at: Option<Instant>,
     status: ControllerStatus,
     metrics: Arc<crate::metrics::Metrics>,
+    /// Set by a pass that changed the proxy: what waited on it (sandboxes
+    /// blocked while it was down) is planned again at once.
+    requeue: bool,
 }
 
 impl Controller {
@@ -265,6 +313,9 @@ impl Controller {
             for target in &applied.succeeded {
                 self.backoff.succeeded(target);
             }
+            self.requeue = applied
+                .succeeded
+                .contains(&hermes_model::plan::Target::Proxy);
             for (target, error) in &applied.failures {
                 let delay = self.backoff.failed(target, Instant::now());
                 tracing::warn!(%target, error = %error, failures = self.backoff.failures(target), retry_in_ms = delay.as_millis() as u64, "operation failed");
