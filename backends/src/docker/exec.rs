@@ -46,30 +46,7 @@ impl Engine {
         mut stderr: impl AsyncWrite + Unpin,
     ) -> Result<ExecOutcome, DockerError> {
         let deadline = Instant::now() + req.timeout;
-        let marker = new_exec_id();
-        let mut env: Vec<String> = req
-            .env
-            .iter()
-            .filter(|(k, _)| k != EXEC_ID_ENV)
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        env.push(format!("{EXEC_ID_ENV}={marker}"));
-        let options = CreateExecOptions::<String> {
-            cmd: Some(req.cmd.clone()),
-            env: Some(env),
-            working_dir: req.cwd.clone(),
-            attach_stdin: Some(false),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
-            ..Default::default()
-        };
-        let exec_id = self
-            .docker
-            .create_exec(container, options)
-            .await
-            .map_err(|e| exec_error(container, "create exec in", e))?
-            .id;
+        let (exec_id, marker) = self.create_marked_exec(container, req, true).await?;
         let start = StartExecOptions {
             detach: false,
             tty: false,
@@ -151,15 +128,15 @@ impl Engine {
         }
     }
 
-    /// Starts `req` in `container` detached and returns at once with the
-    /// marker its processes carry ([`EXEC_ID_ENV`]). Its output is not
-    /// kept; it runs until it ends or the container stops, and while it
-    /// runs the sandbox counts as busy. `req.timeout` does not apply.
-    pub async fn exec_background(
+    /// Creates the engine exec of `req`, its environment in the body and
+    /// marked with a fresh [`EXEC_ID_ENV`]; `attach`: whether its output is
+    /// read. Returns the exec id and the marker.
+    async fn create_marked_exec(
         &self,
         container: &str,
         req: &ExecRequest,
-    ) -> Result<String, DockerError> {
+        attach: bool,
+    ) -> Result<(String, String), DockerError> {
         let marker = new_exec_id();
         let mut env: Vec<String> = req
             .env
@@ -173,8 +150,8 @@ impl Engine {
             env: Some(env),
             working_dir: req.cwd.clone(),
             attach_stdin: Some(false),
-            attach_stdout: Some(false),
-            attach_stderr: Some(false),
+            attach_stdout: Some(attach),
+            attach_stderr: Some(attach),
             tty: Some(false),
             ..Default::default()
         };
@@ -184,6 +161,19 @@ impl Engine {
             .await
             .map_err(|e| exec_error(container, "create exec in", e))?
             .id;
+        Ok((exec_id, marker))
+    }
+
+    /// Starts `req` in `container` detached and returns at once with the
+    /// marker its processes carry ([`EXEC_ID_ENV`]). Its output is not
+    /// kept; it runs until it ends or the container stops, and while it
+    /// runs the sandbox counts as busy. `req.timeout` does not apply.
+    pub async fn exec_background(
+        &self,
+        container: &str,
+        req: &ExecRequest,
+    ) -> Result<String, DockerError> {
+        let (exec_id, marker) = self.create_marked_exec(container, req, false).await?;
         let start = StartExecOptions {
             detach: true,
             tty: false,
