@@ -16,7 +16,11 @@
 //!   OpenSSH `known_hosts`, exec with live output and remote tree kill, a
 //!   remote port forward, and the holder that keeps one connection open for
 //!   every hermes process.
+//! - [`cloud`]: the life cycle the remote sandbox services share (create,
+//!   resume, suspend to a snapshot, destroy, exec, files) and their retry
+//!   rule.
 
+pub mod cloud;
 pub mod docker;
 pub mod exec;
 pub mod ssh;
