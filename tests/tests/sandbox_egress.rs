@@ -51,7 +51,7 @@ impl Host {
             .map(|n| format!("    {n}: 127.0.0.1\n"))
             .collect();
         home.write_config(format!(
-            "terminal:\n  backend: docker\n  docker_image: {}\n{redaction}reconcile:\n  resync_seconds: 5\nproxy:\n  enabled: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
+            "terminal:\n  backend: docker\n  docker_image: {}\n{redaction}reconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
             hermes_tests::test_image(),
             ca.display()
         ));
@@ -361,8 +361,8 @@ fn a_running_controller_restarts_a_killed_proxy() {
     )
     .unwrap();
     let killed = Instant::now();
-    // The proxy's health wakes the controller; the resync (5 s here)
-    // bounds the wait in any case.
+    // Only the proxy's health can wake the controller in time: the resync
+    // is 300 s here.
     loop {
         let again = std::fs::read_to_string(host.home.path().join("proxy/proxy.pid"))
             .ok()
