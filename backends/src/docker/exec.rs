@@ -217,7 +217,7 @@ impl Engine {
 
     /// Stops and kills, as root, every process of `container` that carries
     /// `marker`, and their descendants. Best effort: failures are logged.
-    async fn kill_marked(&self, container: &str, marker: &str) {
+    pub(super) async fn kill_marked(&self, container: &str, marker: &str) {
         let options = CreateExecOptions::<String> {
             cmd: Some(vec![
                 "sh".to_string(),

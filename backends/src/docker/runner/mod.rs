@@ -1,0 +1,663 @@
+//! The fast exec path: a runner inside the sandbox, so that a command is
+//! not an engine exec.
+//!
+//! An engine exec costs ~55 ms here (containerd and runc set up a process
+//! in the container's namespaces), however little the command does. The
+//! runner is a small POSIX `sh` script ([`script`]) that runs in the
+//! container and starts commands itself: a `fork` and an `exec` there.
+//!
+//! - **Where they meet.** Each sandbox made by hermes has a host directory
+//!   of its own, `$HERMES_HOME/run/sandboxes/<container>/`, mounted at
+//!   `/run/hermes` (label `hermes-runner=1`; neither is in the spec hash,
+//!   so older sandboxes are not recreated for it: theirs is the engine's
+//!   exec). Persistent and session sandboxes alike; it holds no data and
+//!   goes when hermes removes the container.
+//! - **Start.** The first command that finds no runner makes a request pipe
+//!   `ctl.<random>` and starts the runner with one attached engine exec
+//!   (under a lock on the directory: one at a time), which checks what it
+//!   needs (`setsid`), detaches the runner and says `ok`; or why not, which
+//!   is recorded (`unsupported.<container id>`) so that the engine's exec
+//!   runs that container's commands without asking again. A restarted
+//!   container has no runner: its pipe has no reader, and the next command
+//!   starts one.
+//! - **A command.** hermes makes `x.<pid>.<random>/` with the pipes `out`,
+//!   `err` and `status`, the file `cmd` (mode, cwd, the arguments quoted
+//!   for sh) and the file `env` (0600: the values are never on a command
+//!   line, inside or outside the container), opens the pipes for reading,
+//!   and writes the directory's name on the request pipe. The runner starts
+//!   a handler (`setsid setsid`: a session of its own, default signal
+//!   dispositions), which claims the request (`claim`, `O_EXCL`), opens the
+//!   pipes, answers `s`, loads the request (`e`: hermes removes `env`),
+//!   and runs the command through `setsid`, so that, as under the engine,
+//!   the command leads its own session; then answers `x <code>`. stdout and
+//!   stderr stream through their pipes live and apart; the exec ends when
+//!   both are closed and the exit code is in, as an engine exec does.
+//! - **Timeout.** The command carries the exec's marker ([`EXEC_ID_ENV`])
+//!   in its environment, so a timeout kills its whole tree as the engine
+//!   path does (one engine exec, as root).
+//! - **Fallback.** Anything short of a claimed request goes to the engine's
+//!   exec, with what is left of the timeout: no directory, a request that
+//!   sh cannot take, no runner and none can start, no answer in
+//!   [`ACK_TIMEOUT`] (hermes then withdraws the request by creating
+//!   `claim` itself: whoever creates it first has it, so a command never
+//!   runs twice, and asks that runner to stop). A claimed request is
+//!   reported as it ends, an error included, never run again.
+//! - **Idleness.** The runner's processes show as `sh -c # hermes-runner …`
+//!   ([`is_runner_process`]) and do not make a sandbox busy; the commands
+//!   they start do.
+//! - **Security.** The container can write the directory: hermes handles
+//!   it through descriptors, never following a link, never opening what it
+//!   did not make ([`files`]). Through the runner the container can only
+//!   run commands in itself, as it can anyway.
+
+mod files;
+mod script;
+
+use std::path::Path;
+use std::time::Duration;
+
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use futures_util::StreamExt;
+use hermes_model::observed::ObservedContainer;
+use hermes_model::sandbox::{LABEL_RUNNER, RUNNER_MOUNT, SandboxSpec};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::time::Instant;
+
+pub use script::is_runner_process;
+
+use self::files::{Pipe, Readers, Refused, Request, RunnerDir};
+use self::script::{Mode, Status, Unwritable};
+use super::Engine;
+use super::error::{DockerError, exec_error};
+use crate::exec::{EXEC_ID_ENV, ExecOutcome, ExecRequest, TIMEOUT_EXIT_CODE, new_exec_id};
+
+/// How long the runner has to claim a request before hermes withdraws it
+/// and runs the command through the engine's exec.
+const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the engine exec that starts a runner may take.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long a started runner has to open its pipe.
+const READY_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a command waits for another hermes process starting a runner.
+const LOCK_WAIT: Duration = Duration::from_secs(25);
+
+/// How long a background command may take to start.
+const BACKGROUND_WAIT: Duration = Duration::from_secs(30);
+
+/// The most a status pipe or a start answer may say, in bytes.
+const ANSWER_LIMIT: usize = 4096;
+
+/// The most of a failed background start's message that is kept.
+const MESSAGE_LIMIT: usize = 64 * 1024;
+
+/// The runner's directory of a sandbox, when its container was made with
+/// it (label `hermes-runner=1`): the fast path's `runner` argument.
+pub fn runner_dir<'a>(container: &ObservedContainer, spec: &'a SandboxSpec) -> Option<&'a Path> {
+    if container.label(LABEL_RUNNER) == Some("1") {
+        spec.runner_dir.as_deref()
+    } else {
+        None
+    }
+}
+
+/// Why the fast path did not give the result.
+#[derive(Debug)]
+enum Failure {
+    /// The runner cannot take the command, and nothing of it ran.
+    Unavailable(String),
+    /// The runner took the command: this is how it ended.
+    Failed(DockerError),
+}
+
+impl From<Refused> for Failure {
+    fn from(r: Refused) -> Failure {
+        Failure::Unavailable(r.0)
+    }
+}
+
+impl From<Unwritable> for Failure {
+    fn from(u: Unwritable) -> Failure {
+        Failure::Unavailable(u.0.to_string())
+    }
+}
+
+/// Why streaming a claimed request stopped early.
+#[derive(Debug)]
+enum RunError {
+    /// The caller's writer failed.
+    Output(std::io::Error),
+    /// The runner misbehaved or its pipes failed.
+    Runner(String),
+}
+
+/// How waiting for the runner's claim ended.
+enum Claim {
+    Started,
+    /// The deadline passed; `ran` when the runner had claimed it.
+    TimedOut {
+        ran: bool,
+    },
+}
+
+impl Engine {
+    /// Runs `req` in `container` as [`Engine::exec`] does (same output,
+    /// exit code, timeout and errors), through the sandbox's runner when
+    /// `runner` (its host directory, [`runner_dir`]) is given and the
+    /// runner can take it, through [`Engine::exec`] otherwise.
+    pub async fn exec_with_runner(
+        &self,
+        container: &str,
+        runner: Option<&Path>,
+        req: &ExecRequest,
+        mut stdout: impl AsyncWrite + Unpin,
+        mut stderr: impl AsyncWrite + Unpin,
+    ) -> Result<ExecOutcome, DockerError> {
+        let Some(dir) = runner else {
+            return self.exec(container, req, stdout, stderr).await;
+        };
+        let started = Instant::now();
+        match self
+            .run_through(container, dir, req, &mut stdout, &mut stderr)
+            .await
+        {
+            Ok(outcome) => return Ok(outcome),
+            Err(Failure::Failed(e)) => return Err(e),
+            Err(Failure::Unavailable(why)) => {
+                tracing::debug!(container, %why, "the runner cannot take the command; the engine's exec runs it");
+            }
+        }
+        let left = req.timeout.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Ok(ExecOutcome {
+                exit_code: TIMEOUT_EXIT_CODE,
+                timed_out: true,
+            });
+        }
+        let req = ExecRequest {
+            timeout: left,
+            ..req.clone()
+        };
+        self.exec(container, &req, stdout, stderr).await
+    }
+
+    /// Starts `req` in `container` detached, as [`Engine::exec_background`]
+    /// does, through the sandbox's runner when it can take it. Returns the
+    /// marker the command's processes carry.
+    pub async fn exec_background_with_runner(
+        &self,
+        container: &str,
+        runner: Option<&Path>,
+        req: &ExecRequest,
+    ) -> Result<String, DockerError> {
+        if let Some(dir) = runner {
+            match self.start_through(container, dir, req).await {
+                Ok(marker) => return Ok(marker),
+                Err(Failure::Failed(e)) => return Err(e),
+                Err(Failure::Unavailable(why)) => {
+                    tracing::debug!(container, %why, "the runner cannot take the command; the engine's exec starts it");
+                }
+            }
+        }
+        self.exec_background(container, req).await
+    }
+
+    async fn run_through(
+        &self,
+        container: &str,
+        dir: &Path,
+        req: &ExecRequest,
+        stdout: &mut (impl AsyncWrite + Unpin),
+        stderr: &mut (impl AsyncWrite + Unpin),
+    ) -> Result<ExecOutcome, Failure> {
+        let deadline = Instant::now() + req.timeout;
+        let marker = new_exec_id();
+        let cmd = script::command_file(Mode::Run, req.cwd.as_deref(), &req.cmd)?;
+        let env = script::env_file(&marked(&req.env, &marker))?;
+        let root = RunnerDir::open(dir)?;
+        let pipe = self.runner_pipe(container, &root).await?;
+        let (request, readers) = root.new_request(&cmd, &env)?;
+        let Readers {
+            mut out,
+            mut err,
+            status,
+        } = readers;
+        let mut status = StatusReader::new(status);
+        match self
+            .claimed(container, &root, pipe, &request, &mut status, deadline)
+            .await?
+        {
+            Claim::Started => {}
+            Claim::TimedOut { ran } => {
+                if ran {
+                    self.kill_marked(container, &marker).await;
+                }
+                return Ok(timed_out());
+            }
+        }
+        let finish = async {
+            let mut code = None;
+            while let Some(line) = status.next().await.map_err(RunError::Runner)? {
+                match line {
+                    Status::EnvRead => request.remove_env(),
+                    Status::Exit(c) if code.is_none() => code = Some(c),
+                    other => {
+                        return Err(RunError::Runner(format!(
+                            "the runner answered {other:?} out of turn"
+                        )));
+                    }
+                }
+            }
+            Ok(code)
+        };
+        let all =
+            async { tokio::try_join!(pump(&mut out, stdout), pump(&mut err, stderr), finish) };
+        let result = tokio::time::timeout_at(deadline, all).await;
+        let error = match result {
+            Ok(Ok((_, _, Some(exit_code)))) => {
+                return Ok(ExecOutcome {
+                    exit_code,
+                    timed_out: false,
+                });
+            }
+            Ok(Ok((_, _, None))) => {
+                return Err(Failure::Failed(DockerError::Interrupted {
+                    container: container.to_string(),
+                    reason: "the runner ended without an exit code (the container stopped?)"
+                        .to_string(),
+                }));
+            }
+            Err(_elapsed) => {
+                self.kill_marked(container, &marker).await;
+                return Ok(timed_out());
+            }
+            Ok(Err(error)) => error,
+        };
+        self.kill_marked(container, &marker).await;
+        Err(Failure::Failed(match error {
+            RunError::Output(source) => DockerError::Output {
+                container: container.to_string(),
+                source,
+            },
+            RunError::Runner(reason) => DockerError::Interrupted {
+                container: container.to_string(),
+                reason,
+            },
+        }))
+    }
+
+    async fn start_through(
+        &self,
+        container: &str,
+        dir: &Path,
+        req: &ExecRequest,
+    ) -> Result<String, Failure> {
+        let deadline = Instant::now() + BACKGROUND_WAIT;
+        let marker = new_exec_id();
+        let cmd = script::command_file(Mode::Background, req.cwd.as_deref(), &req.cmd)?;
+        let env = script::env_file(&marked(&req.env, &marker))?;
+        let root = RunnerDir::open(dir)?;
+        let pipe = self.runner_pipe(container, &root).await?;
+        let (request, readers) = root.new_request(&cmd, &env)?;
+        let Readers {
+            mut out,
+            mut err,
+            status,
+        } = readers;
+        let mut status = StatusReader::new(status);
+        let interrupted = |reason: &str| {
+            Failure::Failed(DockerError::Interrupted {
+                container: container.to_string(),
+                reason: reason.to_string(),
+            })
+        };
+        match self
+            .claimed(container, &root, pipe, &request, &mut status, deadline)
+            .await?
+        {
+            Claim::Started => {}
+            Claim::TimedOut { .. } => {
+                return Err(interrupted("the runner did not start the command in time"));
+            }
+        }
+        let mut message = Vec::new();
+        let mut ignored = Vec::new();
+        let finish = async {
+            let mut code = None;
+            while let Some(line) = status.next().await? {
+                match line {
+                    Status::EnvRead => request.remove_env(),
+                    Status::Exit(c) if code.is_none() => code = Some(c),
+                    other => return Err(format!("the runner answered {other:?} out of turn")),
+                }
+            }
+            Ok(code)
+        };
+        let all = async {
+            tokio::try_join!(
+                read_some(&mut out, &mut message, MESSAGE_LIMIT),
+                read_some(&mut err, &mut ignored, 0),
+                finish
+            )
+        };
+        let result = tokio::time::timeout_at(deadline, all).await;
+        match result {
+            Ok(Ok((_, _, Some(0)))) => Ok(marker),
+            Ok(Ok((_, _, Some(code)))) => {
+                let text = String::from_utf8_lossy(&message).trim().to_string();
+                Err(Failure::Failed(DockerError::NotStarted {
+                    container: container.to_string(),
+                    message: if text.is_empty() {
+                        format!("exit code {code}")
+                    } else {
+                        text
+                    },
+                }))
+            }
+            Ok(Ok((_, _, None))) => Err(interrupted(
+                "the runner ended without saying whether the command started",
+            )),
+            Ok(Err(reason)) => Err(interrupted(&reason)),
+            Err(_) => Err(interrupted("the runner did not start the command in time")),
+        }
+    }
+
+    /// Hands `request` to the runner of `pipe` and waits until the runner
+    /// claims it. Not claimed in [`ACK_TIMEOUT`] (or by the deadline): the
+    /// request is withdrawn if it still can be.
+    async fn claimed(
+        &self,
+        container: &str,
+        root: &RunnerDir,
+        pipe: Pipe,
+        request: &Request<'_>,
+        status: &mut StatusReader,
+        deadline: Instant,
+    ) -> Result<Claim, Failure> {
+        pipe.ring(request.name())
+            .map_err(|e| Failure::Unavailable(format!("cannot hand the runner a request: {e}")))?;
+        let interrupted = |reason: String| {
+            Failure::Failed(DockerError::Interrupted {
+                container: container.to_string(),
+                reason,
+            })
+        };
+        let mut wait_until = deadline.min(Instant::now() + ACK_TIMEOUT);
+        loop {
+            let why = match tokio::time::timeout_at(wait_until, status.next()).await {
+                Ok(Ok(Some(Status::Started))) => return Ok(Claim::Started),
+                Ok(Ok(Some(other))) => format!("the runner answered {other:?} out of turn"),
+                Ok(Ok(None)) => "the runner stopped before it started the command".to_string(),
+                Ok(Err(e)) => e,
+                Err(_elapsed) => {
+                    let waited = if wait_until >= deadline {
+                        "the deadline passed"
+                    } else {
+                        "the runner did not answer"
+                    };
+                    match request.withdraw() {
+                        Ok(true) if wait_until >= deadline => {
+                            return Ok(Claim::TimedOut { ran: false });
+                        }
+                        Ok(true) => {
+                            tracing::warn!(
+                                container,
+                                pipe = pipe.name(),
+                                "the runner did not answer in {}s; asking it to stop",
+                                ACK_TIMEOUT.as_secs()
+                            );
+                            root.retire(pipe);
+                            return Err(Failure::Unavailable(format!(
+                                "{waited} in {}s",
+                                ACK_TIMEOUT.as_secs()
+                            )));
+                        }
+                        // Claimed meanwhile: it is the runner's now.
+                        Ok(false) if wait_until >= deadline => {
+                            return Ok(Claim::TimedOut { ran: true });
+                        }
+                        Ok(false) => {
+                            wait_until = deadline;
+                            continue;
+                        }
+                        Err(e) => {
+                            return Err(interrupted(format!(
+                                "{waited}, and the request could not be withdrawn: {e}"
+                            )));
+                        }
+                    }
+                }
+            };
+            // An answer that is not a claim: withdrawn, it never ran;
+            // otherwise its fate is unknown, which is an error.
+            return match request.withdraw() {
+                Ok(true) => {
+                    root.retire(pipe);
+                    Err(Failure::Unavailable(why))
+                }
+                _ => Err(interrupted(why)),
+            };
+        }
+    }
+
+    /// The request pipe of a running runner in `root`; starts one if there
+    /// is none.
+    async fn runner_pipe(&self, container: &str, root: &RunnerDir) -> Result<Pipe, Failure> {
+        if let Some(pipe) = root.live_pipe(false)? {
+            return Ok(pipe);
+        }
+        if root.is_unsupported(container) {
+            return Err(Failure::Unavailable(
+                "the runner does not work in this container".to_string(),
+            ));
+        }
+        let _lock = root.lock(LOCK_WAIT).await?;
+        // Another process may have started one meanwhile; pipes no runner
+        // reads are left over from a runner that is gone.
+        if let Some(pipe) = root.live_pipe(true)? {
+            return Ok(pipe);
+        }
+        if root.is_unsupported(container) {
+            return Err(Failure::Unavailable(
+                "the runner does not work in this container".to_string(),
+            ));
+        }
+        root.forget_others(container);
+        let name = root.new_pipe()?;
+        let answer = tokio::time::timeout(START_TIMEOUT, self.start_runner(container, &name)).await;
+        let answer = match answer {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => {
+                root.remove(&name);
+                return Err(if e.is_gone() {
+                    Failure::Failed(e)
+                } else {
+                    Failure::Unavailable(format!("cannot start the runner: {e}"))
+                });
+            }
+            Err(_) => {
+                root.remove(&name);
+                return Err(Failure::Unavailable(format!(
+                    "the runner did not start in {}s",
+                    START_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        if answer.trim_end() != "ok" {
+            let why: String = answer.trim().chars().take(500).collect();
+            let why = if why.is_empty() {
+                "the runner's start said nothing".to_string()
+            } else {
+                why
+            };
+            tracing::info!(container, %why, "the runner does not work in this sandbox; its commands run through the engine's exec");
+            root.mark_unsupported(container, &why);
+            root.remove(&name);
+            return Err(Failure::Unavailable(why));
+        }
+        let ready_by = Instant::now() + READY_WAIT;
+        loop {
+            if let Some(pipe) = root.open_pipe(&name)? {
+                tracing::debug!(container, pipe = %name, "runner started");
+                return Ok(pipe);
+            }
+            if Instant::now() >= ready_by {
+                return Err(Failure::Unavailable(
+                    "the runner did not open its pipe in time".to_string(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Starts the runner for the pipe `name` with one attached engine exec;
+    /// returns what it said (`ok`, or why not).
+    async fn start_runner(&self, container: &str, name: &str) -> Result<String, DockerError> {
+        let options = CreateExecOptions::<String> {
+            cmd: Some(script::start_command(RUNNER_MOUNT, name)),
+            attach_stdin: Some(false),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            ..Default::default()
+        };
+        let id = self
+            .docker
+            .create_exec(container, options)
+            .await
+            .map_err(|e| exec_error(container, "create exec in", e))?
+            .id;
+        let started = self
+            .docker
+            .start_exec(&id, None)
+            .await
+            .map_err(|e| exec_error(container, "start exec in", e))?;
+        let StartExecResults::Attached { mut output, .. } = started else {
+            return Ok(String::new());
+        };
+        let mut said = Vec::new();
+        while let Some(item) = output.next().await {
+            let bytes = item
+                .map_err(|e| DockerError::engine("read the runner's start in", container, e))?
+                .into_bytes();
+            let room = ANSWER_LIMIT.saturating_sub(said.len());
+            said.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        }
+        Ok(String::from_utf8_lossy(&said).into_owned())
+    }
+}
+
+/// The request's environment: the caller's, and the exec's marker.
+fn marked(env: &[(String, String)], marker: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = env
+        .iter()
+        .filter(|(k, _)| k != EXEC_ID_ENV)
+        .cloned()
+        .collect();
+    out.push((EXEC_ID_ENV.to_string(), marker.to_string()));
+    out
+}
+
+fn timed_out() -> ExecOutcome {
+    ExecOutcome {
+        exit_code: TIMEOUT_EXIT_CODE,
+        timed_out: true,
+    }
+}
+
+/// Copies a pipe to a writer as it comes, flushing each piece (live).
+async fn pump(
+    from: &mut pipe::Receiver,
+    to: &mut (impl AsyncWrite + Unpin),
+) -> Result<(), RunError> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = from
+            .read(&mut buf)
+            .await
+            .map_err(|e| RunError::Runner(format!("cannot read the command's output: {e}")))?;
+        if n == 0 {
+            return Ok(());
+        }
+        to.write_all(&buf[..n]).await.map_err(RunError::Output)?;
+        to.flush().await.map_err(RunError::Output)?;
+    }
+}
+
+/// Reads a pipe to its end, keeping the first `limit` bytes.
+async fn read_some(
+    from: &mut (impl AsyncRead + Unpin),
+    into: &mut Vec<u8>,
+    limit: usize,
+) -> Result<(), String> {
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = from
+            .read(&mut buf)
+            .await
+            .map_err(|e| format!("cannot read the runner's answer: {e}"))?;
+        if n == 0 {
+            return Ok(());
+        }
+        let room = limit.saturating_sub(into.len());
+        into.extend_from_slice(&buf[..n.min(room)]);
+    }
+}
+
+/// The lines of a status pipe, read strictly and within bounds.
+struct StatusReader {
+    pipe: pipe::Receiver,
+    buf: Vec<u8>,
+    read: usize,
+}
+
+impl StatusReader {
+    fn new(pipe: pipe::Receiver) -> StatusReader {
+        StatusReader {
+            pipe,
+            buf: Vec::new(),
+            read: 0,
+        }
+    }
+
+    /// The next line; `None` at the end. Anything but a status line, or
+    /// more than [`ANSWER_LIMIT`] bytes in all, is an error.
+    async fn next(&mut self) -> Result<Option<Status>, String> {
+        loop {
+            if let Some(at) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=at).collect();
+                let line = &line[..line.len() - 1];
+                return Status::parse(line).map(Some).ok_or_else(|| {
+                    format!(
+                        "the runner answered {:?}",
+                        String::from_utf8_lossy(line)
+                            .chars()
+                            .take(80)
+                            .collect::<String>()
+                    )
+                });
+            }
+            let mut chunk = [0u8; 256];
+            let n = self
+                .pipe
+                .read(&mut chunk)
+                .await
+                .map_err(|e| format!("cannot read the runner's status: {e}"))?;
+            if n == 0 {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err("the runner's status ended in the middle of a line".to_string())
+                };
+            }
+            self.read += n;
+            if self.read > ANSWER_LIMIT {
+                return Err("the runner said too much on its status pipe".to_string());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
