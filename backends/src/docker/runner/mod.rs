@@ -219,62 +219,30 @@ impl Engine {
         let env = script::env_file(&marked(&req.env, &marker))?;
         let root = RunnerDir::open(dir)?;
         let pipe = self.runner_pipe(container, &root).await?;
-        let (request, readers) = root.new_request(&cmd, &env)?;
-        let Readers {
-            mut out,
-            mut err,
-            status,
-        } = readers;
-        let mut status = StatusReader::new(status);
-        match self
-            .claimed(container, &root, pipe, &request, &mut status, deadline)
-            .await?
-        {
-            Claim::Started => {}
-            Claim::TimedOut { ran } => {
-                if ran {
-                    self.kill_marked(container, &marker).await;
-                }
-                return Ok(timed_out());
-            }
-        }
-        let finish = async {
-            let mut code = None;
-            while let Some(line) = status.next().await.map_err(RunError::Runner)? {
-                match line {
-                    Status::EnvRead => request.remove_env(),
-                    Status::Exit(c) if code.is_none() => code = Some(c),
-                    other => {
-                        return Err(RunError::Runner(format!(
-                            "the runner answered {other:?} out of turn"
-                        )));
-                    }
-                }
-            }
-            Ok(code)
-        };
-        let all =
-            async { tokio::try_join!(pump(&mut out, stdout), pump(&mut err, stderr), finish) };
-        let result = tokio::time::timeout_at(deadline, all).await;
-        let error = match result {
-            Ok(Ok((_, _, Some(exit_code)))) => {
+        let ended = run(
+            container,
+            &root,
+            pipe,
+            (&cmd, &env),
+            (stdout, stderr),
+            deadline,
+            ACK_TIMEOUT,
+        )
+        .await?;
+        let error = match ended {
+            Ended::Exit(exit_code) => {
                 return Ok(ExecOutcome {
                     exit_code,
                     timed_out: false,
                 });
             }
-            Ok(Ok((_, _, None))) => {
-                return Err(Failure::Failed(DockerError::Interrupted {
-                    container: container.to_string(),
-                    reason: "the runner ended without an exit code (the container stopped?)"
-                        .to_string(),
-                }));
-            }
-            Err(_elapsed) => {
-                self.kill_marked(container, &marker).await;
+            Ended::TimedOut { ran } => {
+                if ran {
+                    self.kill_marked(container, &marker).await;
+                }
                 return Ok(timed_out());
             }
-            Ok(Err(error)) => error,
+            Ended::Broken(error) => error,
         };
         self.kill_marked(container, &marker).await;
         Err(Failure::Failed(match error {
@@ -301,146 +269,8 @@ impl Engine {
         let env = script::env_file(&marked(&req.env, &marker))?;
         let root = RunnerDir::open(dir)?;
         let pipe = self.runner_pipe(container, &root).await?;
-        let (request, readers) = root.new_request(&cmd, &env)?;
-        let Readers {
-            mut out,
-            mut err,
-            status,
-        } = readers;
-        let mut status = StatusReader::new(status);
-        let interrupted = |reason: &str| {
-            Failure::Failed(DockerError::Interrupted {
-                container: container.to_string(),
-                reason: reason.to_string(),
-            })
-        };
-        match self
-            .claimed(container, &root, pipe, &request, &mut status, deadline)
-            .await?
-        {
-            Claim::Started => {}
-            Claim::TimedOut { .. } => {
-                return Err(interrupted("the runner did not start the command in time"));
-            }
-        }
-        let mut message = Vec::new();
-        let mut ignored = Vec::new();
-        let finish = async {
-            let mut code = None;
-            while let Some(line) = status.next().await? {
-                match line {
-                    Status::EnvRead => request.remove_env(),
-                    Status::Exit(c) if code.is_none() => code = Some(c),
-                    other => return Err(format!("the runner answered {other:?} out of turn")),
-                }
-            }
-            Ok(code)
-        };
-        let all = async {
-            tokio::try_join!(
-                read_some(&mut out, &mut message, MESSAGE_LIMIT),
-                read_some(&mut err, &mut ignored, 0),
-                finish
-            )
-        };
-        let result = tokio::time::timeout_at(deadline, all).await;
-        match result {
-            Ok(Ok((_, _, Some(0)))) => Ok(marker),
-            Ok(Ok((_, _, Some(code)))) => {
-                let text = String::from_utf8_lossy(&message).trim().to_string();
-                Err(Failure::Failed(DockerError::NotStarted {
-                    container: container.to_string(),
-                    message: if text.is_empty() {
-                        format!("exit code {code}")
-                    } else {
-                        text
-                    },
-                }))
-            }
-            Ok(Ok((_, _, None))) => Err(interrupted(
-                "the runner ended without saying whether the command started",
-            )),
-            Ok(Err(reason)) => Err(interrupted(&reason)),
-            Err(_) => Err(interrupted("the runner did not start the command in time")),
-        }
-    }
-
-    /// Hands `request` to the runner of `pipe` and waits until the runner
-    /// claims it. Not claimed in [`ACK_TIMEOUT`] (or by the deadline): the
-    /// request is withdrawn if it still can be.
-    async fn claimed(
-        &self,
-        container: &str,
-        root: &RunnerDir,
-        pipe: Pipe,
-        request: &Request<'_>,
-        status: &mut StatusReader,
-        deadline: Instant,
-    ) -> Result<Claim, Failure> {
-        pipe.ring(request.name())
-            .map_err(|e| Failure::Unavailable(format!("cannot hand the runner a request: {e}")))?;
-        let interrupted = |reason: String| {
-            Failure::Failed(DockerError::Interrupted {
-                container: container.to_string(),
-                reason,
-            })
-        };
-        let mut wait_until = deadline.min(Instant::now() + ACK_TIMEOUT);
-        loop {
-            let why = match tokio::time::timeout_at(wait_until, status.next()).await {
-                Ok(Ok(Some(Status::Started))) => return Ok(Claim::Started),
-                Ok(Ok(Some(other))) => format!("the runner answered {other:?} out of turn"),
-                Ok(Ok(None)) => "the runner stopped before it started the command".to_string(),
-                Ok(Err(e)) => e,
-                Err(_elapsed) => {
-                    let waited = if wait_until >= deadline {
-                        "the deadline passed"
-                    } else {
-                        "the runner did not answer"
-                    };
-                    match request.withdraw() {
-                        Ok(true) if wait_until >= deadline => {
-                            return Ok(Claim::TimedOut { ran: false });
-                        }
-                        Ok(true) => {
-                            tracing::warn!(
-                                container,
-                                pipe = pipe.name(),
-                                "the runner did not answer in {}s; asking it to stop",
-                                ACK_TIMEOUT.as_secs()
-                            );
-                            root.retire(pipe);
-                            return Err(Failure::Unavailable(format!(
-                                "{waited} in {}s",
-                                ACK_TIMEOUT.as_secs()
-                            )));
-                        }
-                        // Claimed meanwhile: it is the runner's now.
-                        Ok(false) if wait_until >= deadline => {
-                            return Ok(Claim::TimedOut { ran: true });
-                        }
-                        Ok(false) => {
-                            wait_until = deadline;
-                            continue;
-                        }
-                        Err(e) => {
-                            return Err(interrupted(format!(
-                                "{waited}, and the request could not be withdrawn: {e}"
-                            )));
-                        }
-                    }
-                }
-            };
-            // An answer that is not a claim: withdrawn, it never ran;
-            // otherwise its fate is unknown, which is an error.
-            return match request.withdraw() {
-                Ok(true) => {
-                    root.retire(pipe);
-                    Err(Failure::Unavailable(why))
-                }
-                _ => Err(interrupted(why)),
-            };
-        }
+        start(container, &root, pipe, (&cmd, &env), deadline, ACK_TIMEOUT).await?;
+        Ok(marker)
     }
 
     /// The request pipe of a running runner in `root`; starts one if there
@@ -547,6 +377,217 @@ impl Engine {
             said.extend_from_slice(&bytes[..bytes.len().min(room)]);
         }
         Ok(String::from_utf8_lossy(&said).into_owned())
+    }
+}
+
+/// How a request the runner took ended.
+#[derive(Debug)]
+enum Ended {
+    Exit(i64),
+    /// The deadline passed; `ran` when the runner had claimed the request
+    /// (its processes are to be killed).
+    TimedOut {
+        ran: bool,
+    },
+    /// Streaming failed after the command started: it is to be killed.
+    Broken(RunError),
+}
+
+/// Runs a request (its `cmd` and `env` files) through the runner of
+/// `pipe`, streaming its output to the two writers.
+async fn run(
+    container: &str,
+    root: &RunnerDir,
+    pipe: Pipe,
+    (cmd, env): (&str, &str),
+    (stdout, stderr): (
+        &mut (impl AsyncWrite + Unpin),
+        &mut (impl AsyncWrite + Unpin),
+    ),
+    deadline: Instant,
+    ack: Duration,
+) -> Result<Ended, Failure> {
+    let (request, readers) = root.new_request(cmd, env)?;
+    let Readers {
+        mut out,
+        mut err,
+        status,
+    } = readers;
+    let mut status = StatusReader::new(status);
+    match claimed(container, root, pipe, &request, &mut status, deadline, ack).await? {
+        Claim::Started => {}
+        Claim::TimedOut { ran } => return Ok(Ended::TimedOut { ran }),
+    }
+    let finish = async {
+        let mut code = None;
+        while let Some(line) = status.next().await.map_err(RunError::Runner)? {
+            match line {
+                Status::EnvRead => request.remove_env(),
+                Status::Exit(c) if code.is_none() => code = Some(c),
+                other => {
+                    return Err(RunError::Runner(format!(
+                        "the runner answered {other:?} out of turn"
+                    )));
+                }
+            }
+        }
+        Ok(code)
+    };
+    let all = async { tokio::try_join!(pump(&mut out, stdout), pump(&mut err, stderr), finish) };
+    let result = tokio::time::timeout_at(deadline, all).await;
+    match result {
+        Ok(Ok((_, _, Some(code)))) => Ok(Ended::Exit(code)),
+        Ok(Ok((_, _, None))) => Err(Failure::Failed(DockerError::Interrupted {
+            container: container.to_string(),
+            reason: "the runner ended without an exit code (the container stopped?)".to_string(),
+        })),
+        Ok(Err(error)) => Ok(Ended::Broken(error)),
+        Err(_elapsed) => Ok(Ended::TimedOut { ran: true }),
+    }
+}
+
+/// Starts a request detached through the runner of `pipe`; returns once
+/// the runner says it started.
+async fn start(
+    container: &str,
+    root: &RunnerDir,
+    pipe: Pipe,
+    (cmd, env): (&str, &str),
+    deadline: Instant,
+    ack: Duration,
+) -> Result<(), Failure> {
+    let (request, readers) = root.new_request(cmd, env)?;
+    let Readers {
+        mut out,
+        mut err,
+        status,
+    } = readers;
+    let mut status = StatusReader::new(status);
+    let interrupted = |reason: &str| {
+        Failure::Failed(DockerError::Interrupted {
+            container: container.to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    match claimed(container, root, pipe, &request, &mut status, deadline, ack).await? {
+        Claim::Started => {}
+        Claim::TimedOut { .. } => {
+            return Err(interrupted("the runner did not start the command in time"));
+        }
+    }
+    let mut message = Vec::new();
+    let mut ignored = Vec::new();
+    let finish = async {
+        let mut code = None;
+        while let Some(line) = status.next().await? {
+            match line {
+                Status::EnvRead => request.remove_env(),
+                Status::Exit(c) if code.is_none() => code = Some(c),
+                other => return Err(format!("the runner answered {other:?} out of turn")),
+            }
+        }
+        Ok(code)
+    };
+    let all = async {
+        tokio::try_join!(
+            read_some(&mut out, &mut message, MESSAGE_LIMIT),
+            read_some(&mut err, &mut ignored, 0),
+            finish
+        )
+    };
+    let result = tokio::time::timeout_at(deadline, all).await;
+    match result {
+        Ok(Ok((_, _, Some(0)))) => Ok(()),
+        Ok(Ok((_, _, Some(code)))) => {
+            let text = String::from_utf8_lossy(&message).trim().to_string();
+            Err(Failure::Failed(DockerError::NotStarted {
+                container: container.to_string(),
+                message: if text.is_empty() {
+                    format!("exit code {code}")
+                } else {
+                    text
+                },
+            }))
+        }
+        Ok(Ok((_, _, None))) => Err(interrupted(
+            "the runner ended without saying whether the command started",
+        )),
+        Ok(Err(reason)) => Err(interrupted(&reason)),
+        Err(_) => Err(interrupted("the runner did not start the command in time")),
+    }
+}
+
+/// Hands `request` to the runner of `pipe` and waits until the runner
+/// claims it. Not claimed in [`ACK_TIMEOUT`] (or by the deadline): the
+/// request is withdrawn if it still can be.
+async fn claimed(
+    container: &str,
+    root: &RunnerDir,
+    pipe: Pipe,
+    request: &Request<'_>,
+    status: &mut StatusReader,
+    deadline: Instant,
+    ack: Duration,
+) -> Result<Claim, Failure> {
+    pipe.ring(request.name())
+        .map_err(|e| Failure::Unavailable(format!("cannot hand the runner a request: {e}")))?;
+    let interrupted = |reason: String| {
+        Failure::Failed(DockerError::Interrupted {
+            container: container.to_string(),
+            reason,
+        })
+    };
+    let mut wait_until = deadline.min(Instant::now() + ack);
+    loop {
+        let why = match tokio::time::timeout_at(wait_until, status.next()).await {
+            Ok(Ok(Some(Status::Started))) => return Ok(Claim::Started),
+            Ok(Ok(Some(other))) => format!("the runner answered {other:?} out of turn"),
+            Ok(Ok(None)) => "the runner stopped before it started the command".to_string(),
+            Ok(Err(e)) => e,
+            Err(_elapsed) => {
+                let waited = if wait_until >= deadline {
+                    "the deadline passed"
+                } else {
+                    "the runner did not answer"
+                };
+                match request.withdraw() {
+                    Ok(true) if wait_until >= deadline => {
+                        return Ok(Claim::TimedOut { ran: false });
+                    }
+                    Ok(true) => {
+                        tracing::warn!(
+                            container,
+                            pipe = pipe.name(),
+                            "the runner did not answer in {ack:?}; asking it to stop"
+                        );
+                        root.retire(pipe);
+                        return Err(Failure::Unavailable(format!("{waited} in {ack:?}")));
+                    }
+                    // Claimed meanwhile: it is the runner's now.
+                    Ok(false) if wait_until >= deadline => {
+                        return Ok(Claim::TimedOut { ran: true });
+                    }
+                    Ok(false) => {
+                        wait_until = deadline;
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(interrupted(format!(
+                            "{waited}, and the request could not be withdrawn: {e}"
+                        )));
+                    }
+                }
+            }
+        };
+        // An answer that is not a claim: withdrawn, it never ran;
+        // otherwise its fate is unknown, which is an error.
+        return match request.withdraw() {
+            Ok(true) => {
+                root.retire(pipe);
+                Err(Failure::Unavailable(why))
+            }
+            _ => Err(interrupted(why)),
+        };
     }
 }
 
@@ -658,6 +699,461 @@ impl StatusReader {
                 return Err("the runner said too much on its status pipe".to_string());
             }
             self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The exchange with a real runner, run on the host against a
+    //! directory of the test's own (the engine is not needed: the runner
+    //! is sh; `tests/tests/` runs it in real sandboxes).
+
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::os::unix::fs::DirBuilderExt;
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// A runner on the host, asked to stop when dropped.
+    struct LocalRunner {
+        _base: tempfile::TempDir,
+        dir: PathBuf,
+        root: RunnerDir,
+        pipe: String,
+    }
+
+    impl LocalRunner {
+        fn start() -> LocalRunner {
+            let base = tempfile::tempdir().unwrap();
+            let dir = base.path().join("r");
+            std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+            let root = RunnerDir::open(&dir).unwrap();
+            let pipe = root.new_pipe().unwrap();
+            let out = std::process::Command::new("sh")
+                .args(
+                    script::start_command(dir.to_str().unwrap(), &pipe)
+                        .iter()
+                        .skip(1),
+                )
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{out:?}");
+            let runner = LocalRunner {
+                _base: base,
+                dir,
+                root,
+                pipe,
+            };
+            for _ in 0..1000 {
+                if runner.root.open_pipe(&runner.pipe).unwrap().is_some() {
+                    return runner;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            panic!("the runner did not open its pipe");
+        }
+
+        fn pipe(&self) -> Pipe {
+            self.root.open_pipe(&self.pipe).unwrap().unwrap()
+        }
+
+        /// Runs `argv` with `env` in `cwd`: the result, stdout, stderr.
+        async fn run(
+            &self,
+            argv: &[&str],
+            env: &[(&str, &str)],
+            cwd: Option<&str>,
+        ) -> (Result<Ended, Failure>, String, String) {
+            let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+            let env: Vec<(String, String)> = env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let cmd = script::command_file(Mode::Run, cwd, &argv).unwrap();
+            let env = script::env_file(&marked(&env, "m")).unwrap();
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let ended = run(
+                "c",
+                &self.root,
+                self.pipe(),
+                (&cmd, &env),
+                (&mut out, &mut err),
+                Instant::now() + Duration::from_secs(30),
+                Duration::from_secs(10),
+            )
+            .await;
+            (
+                ended,
+                String::from_utf8(out).unwrap(),
+                String::from_utf8(err).unwrap(),
+            )
+        }
+
+        /// The names in the runner's directory besides its pipe.
+        fn leftovers(&self) -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(&self.dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| *n != self.pipe)
+                .collect();
+            names.sort();
+            names
+        }
+    }
+
+    impl Drop for LocalRunner {
+        fn drop(&mut self) {
+            if let Ok(Some(pipe)) = self.root.open_pipe(&self.pipe) {
+                self.root.retire(pipe);
+            }
+        }
+    }
+
+    fn exit(ended: &Result<Ended, Failure>) -> Option<i64> {
+        match ended {
+            Ok(Ended::Exit(code)) => Some(*code),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn output_streams_apart_with_the_exit_code_environment_and_directory() {
+        let runner = LocalRunner::start();
+        let (ended, out, err) = runner
+            .run(
+                &[
+                    "sh",
+                    "-c",
+                    "echo out; echo err >&2; printf '%s|%s|' \"$SECRET\" \"$1\"; pwd; exit 7",
+                    "zero",
+                    "it's \"one\" $HOME",
+                ],
+                &[("SECRET", "s3cr3t 'quoted'\nvalue")],
+                Some("/tmp"),
+            )
+            .await;
+        assert_eq!(exit(&ended), Some(7), "{ended:?}");
+        assert_eq!(out, "out\ns3cr3t 'quoted'\nvalue|it's \"one\" $HOME|/tmp\n");
+        assert_eq!(err, "err\n");
+        assert!(runner.leftovers().is_empty(), "{:?}", runner.leftovers());
+    }
+
+    #[tokio::test]
+    async fn the_environment_is_the_runners_plus_the_request_and_no_more() {
+        let runner = LocalRunner::start();
+        let (ended, out, _) = runner
+            .run(&["env"], &[("HERMES_EXEC_ID", "forged"), ("A", "1")], None)
+            .await;
+        assert_eq!(exit(&ended), Some(0), "{ended:?}");
+        assert!(out.contains("\nA=1\n"), "{out}");
+        assert!(out.contains("HERMES_EXEC_ID=m\n"), "{out}");
+        assert!(!out.contains("forged"), "{out}");
+        assert!(!out.contains("hermes_"), "{out}");
+        for added in ["OLDPWD=", "SHLVL="] {
+            assert_eq!(
+                out.lines().any(|l| l.starts_with(added)),
+                std::env::var_os(added.trim_end_matches('=')).is_some(),
+                "{added} in {out}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_or_directory_is_126_in_the_engines_words() {
+        let runner = LocalRunner::start();
+        let (ended, out, _) = runner.run(&["no-such-program"], &[], None).await;
+        assert_eq!(exit(&ended), Some(126));
+        assert_eq!(
+            out,
+            "exec failed: unable to start container process: exec: \"no-such-program\": executable file not found in $PATH\n"
+        );
+        let (ended, out, _) = runner.run(&["/no/such"], &[], None).await;
+        assert_eq!(exit(&ended), Some(126));
+        assert!(
+            out.contains("stat /no/such: no such file or directory"),
+            "{out}"
+        );
+        let (ended, out, _) = runner.run(&["true"], &[], Some("/no/such/dir")).await;
+        assert_eq!(exit(&ended), Some(126));
+        assert_eq!(
+            out,
+            "exec failed: unable to start container process: chdir to cwd (\"/no/such/dir\") failed: no such file or directory\n"
+        );
+        let (ended, out, _) = runner.run(&["true"], &[], Some("relative")).await;
+        assert_eq!(exit(&ended), Some(126));
+        assert_eq!(out, "exec failed: Cwd must be an absolute path\n");
+        // The command's own PATH is searched.
+        let (ended, out, _) = runner
+            .run(&["ls", "/"], &[("PATH", "/nowhere")], None)
+            .await;
+        assert_eq!(exit(&ended), Some(126), "{out}");
+    }
+
+    #[tokio::test]
+    async fn the_command_leads_its_own_session_with_default_signals() {
+        let runner = LocalRunner::start();
+        let (ended, out, _) = runner
+            .run(
+                &[
+                    "sh",
+                    "-c",
+                    "read -r s < /proc/$$/stat; echo \"$s\"; \
+                     while read -r k v; do [ \"$k\" = SigIgn: ] && echo \"$v\"; done < /proc/$$/status; \
+                     for f in /proc/$$/fd/*; do echo \"${f##*/} $(readlink $f)\"; done",
+                ],
+                &[],
+                None,
+            )
+            .await;
+        assert_eq!(exit(&ended), Some(0), "{ended:?}");
+        let mut lines = out.lines();
+        let stat = lines.next().unwrap();
+        let fields: Vec<&str> = stat.rsplit(") ").next().unwrap().split(' ').collect();
+        let pid = stat.split(' ').next().unwrap();
+        assert_eq!(
+            (fields[2], fields[3]),
+            (pid, pid),
+            "pgrp and session of {stat}"
+        );
+        let ignored = u64::from_str_radix(lines.next().unwrap(), 16).unwrap();
+        assert_eq!(ignored & 0b110, 0, "SIGINT or SIGQUIT ignored: {ignored:x}");
+        // stdin from /dev/null, stdout and stderr the request's pipes, and
+        // nothing else of the runner's.
+        let fds: Vec<&str> = lines.collect();
+        let dir = runner.dir.display().to_string();
+        assert!(fds.contains(&"0 /dev/null"), "{fds:?}");
+        assert!(
+            fds.iter()
+                .any(|f| f.starts_with("1 ") && f.ends_with("/out")),
+            "{fds:?}"
+        );
+        assert!(
+            fds.iter()
+                .any(|f| f.starts_with("2 ") && f.ends_with("/err")),
+            "{fds:?}"
+        );
+        assert_eq!(
+            fds.iter().filter(|f| f.contains(&dir)).count(),
+            2,
+            "{fds:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_command_killing_its_process_group_leaves_the_runner_serving() {
+        let runner = LocalRunner::start();
+        let (ended, out, err) = runner
+            .run(&["sh", "-c", "echo a; kill 0; echo b"], &[], None)
+            .await;
+        assert_eq!(exit(&ended), Some(143), "{ended:?}");
+        assert_eq!((out.as_str(), err.as_str()), ("a\n", ""));
+        let (ended, out, _) = runner.run(&["echo", "still here"], &[], None).await;
+        assert_eq!((exit(&ended), out.as_str()), (Some(0), "still here\n"));
+    }
+
+    #[tokio::test]
+    async fn ten_megabytes_pass_intact() {
+        let runner = LocalRunner::start();
+        let (ended, out, err) = runner
+            .run(
+                &[
+                    "sh",
+                    "-c",
+                    "seq 1 1500000 | head -c 10485760; echo done >&2",
+                ],
+                &[],
+                None,
+            )
+            .await;
+        assert_eq!(exit(&ended), Some(0), "{ended:?}");
+        assert_eq!(out.len(), 10 * 1024 * 1024);
+        for (i, line) in out.lines().take(1_000_000).enumerate() {
+            assert_eq!(line, (i + 1).to_string());
+        }
+        assert_eq!(err, "done\n");
+    }
+
+    #[tokio::test]
+    async fn concurrent_requests_through_one_runner_get_their_own_output() {
+        let runner = LocalRunner::start();
+        let runs = (0..16).map(|i| {
+            let runner = &runner;
+            async move {
+                let n = i.to_string();
+                let (ended, out, err) = runner
+                    .run(
+                        &[
+                            "sh",
+                            "-c",
+                            "sleep 0.$1; echo out $1; echo err $1 >&2; exit $1",
+                            "-",
+                            &n,
+                        ],
+                        &[],
+                        None,
+                    )
+                    .await;
+                assert_eq!(exit(&ended), Some(i), "{ended:?}");
+                assert_eq!(out, format!("out {i}\n"));
+                assert_eq!(err, format!("err {i}\n"));
+            }
+        });
+        futures_util::future::join_all(runs).await;
+        assert!(runner.leftovers().is_empty(), "{:?}", runner.leftovers());
+    }
+
+    #[tokio::test]
+    async fn a_timeout_before_the_end_says_the_command_ran() {
+        let runner = LocalRunner::start();
+        let cmd = script::command_file(Mode::Run, None, &["sleep".into(), "5".into()]).unwrap();
+        let env = script::env_file(&marked(&[], "m")).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let started = Instant::now();
+        let ended = run(
+            "c",
+            &runner.root,
+            runner.pipe(),
+            (&cmd, &env),
+            (&mut out, &mut err),
+            Instant::now() + Duration::from_millis(500),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert!(
+            matches!(ended, Ok(Ended::TimedOut { ran: true })),
+            "{ended:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+
+    /// A "runner" that is only a reader of the pipe: it takes lines, and
+    /// claims requests when told to.
+    fn fake_runner() -> (tempfile::TempDir, PathBuf, RunnerDir, String, File) {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("r");
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+        let root = RunnerDir::open(&dir).unwrap();
+        let pipe = root.new_pipe().unwrap();
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.join(&pipe))
+            .unwrap();
+        (base, dir, root, pipe, reader)
+    }
+
+    use std::fs::File;
+    use std::io::Read;
+
+    #[tokio::test]
+    async fn a_request_nobody_claims_is_withdrawn_and_its_pipe_retired() {
+        let (_base, dir, root, pipe, mut reader) = fake_runner();
+        let cmd = script::command_file(Mode::Run, None, &["true".into()]).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let ended = run(
+            "c",
+            &root,
+            root.open_pipe(&pipe).unwrap().unwrap(),
+            (&cmd, "export SECRET='x'\n"),
+            (&mut out, &mut err),
+            Instant::now() + Duration::from_secs(30),
+            Duration::from_millis(200),
+        )
+        .await;
+        assert!(matches!(ended, Err(Failure::Unavailable(_))), "{ended:?}");
+        let mut said = [0u8; 256];
+        let n = reader.read(&mut said).unwrap();
+        let said = String::from_utf8_lossy(&said[..n]).into_owned();
+        assert!(
+            said.starts_with("x.") && said.ends_with("\nq\n"),
+            "{said:?}"
+        );
+        // Nothing left: no request (and no secret), no pipe.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_claimed_late_is_never_withdrawn() {
+        let (_base, dir, root, pipe, mut reader) = fake_runner();
+        let claim = std::thread::spawn(move || {
+            let mut line = [0u8; 128];
+            let n = reader.read(&mut line).unwrap();
+            let name = String::from_utf8_lossy(&line[..n]).trim().to_string();
+            std::thread::sleep(Duration::from_millis(100));
+            std::fs::write(dir.join(name).join("claim"), "").unwrap();
+        });
+        let cmd = script::command_file(Mode::Run, None, &["true".into()]).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let ended = run(
+            "c",
+            &root,
+            root.open_pipe(&pipe).unwrap().unwrap(),
+            (&cmd, ""),
+            (&mut out, &mut err),
+            Instant::now() + Duration::from_millis(800),
+            Duration::from_millis(300),
+        )
+        .await;
+        claim.join().unwrap();
+        // Claimed, never started: at the deadline it counts as run (its
+        // processes get killed), and it is not handed to the engine.
+        assert!(
+            matches!(ended, Ok(Ended::TimedOut { ran: true })),
+            "{ended:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn background_commands_start_detached_or_say_why_not() {
+        let runner = LocalRunner::start();
+        let marker = runner.dir.join("started");
+        let argv: Vec<String> = ["sh", "-c", "sleep 0.2; echo $$ > \"$1\"", "-"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([marker.display().to_string()])
+            .collect();
+        let cmd = script::command_file(Mode::Background, None, &argv).unwrap();
+        let began = Instant::now();
+        start(
+            "c",
+            &runner.root,
+            runner.pipe(),
+            (&cmd, ""),
+            Instant::now() + Duration::from_secs(10),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert!(began.elapsed() < Duration::from_millis(200) || !marker.exists());
+        for _ in 0..200 {
+            if marker.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(marker.exists());
+
+        let cmd =
+            script::command_file(Mode::Background, None, &["no-such-program".into()]).unwrap();
+        let failed = start(
+            "c",
+            &runner.root,
+            runner.pipe(),
+            (&cmd, ""),
+            Instant::now() + Duration::from_secs(10),
+            Duration::from_secs(5),
+        )
+        .await;
+        match failed {
+            Err(Failure::Failed(DockerError::NotStarted { message, .. })) => {
+                assert!(
+                    message.contains("\"no-such-program\": executable file not found"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
         }
     }
 }
