@@ -6,7 +6,9 @@
 //! sandbox is created or started first, through the same planner as
 //! `reconcile`; a container that vanished between lookup and exec is
 //! recreated and the command retried once. On timeout the whole process
-//! tree inside the container is killed, and the exit code is 124.
+//! tree inside the container is killed, and the exit code is 124. Commands
+//! go through the sandbox's runner (no engine exec each); the engine's exec
+//! is the fallback (`hermes_backends::docker::runner`).
 //! `--background` starts the command detached and returns; it keeps the
 //! sandbox busy while it runs. Every exec records the sandbox's activity
 //! (for the idle reaper) when it starts and when it ends.
