@@ -442,7 +442,13 @@ fn a_runner_that_does_not_answer_is_withdrawn_and_the_engine_runs_the_command() 
     assert_eq!(host.hermes(&["exec", "--", "true"]).code, 0);
     let pid = host.runner_pids().pop().unwrap();
     // Stopped: it holds its pipe but takes nothing.
-    docker(&["exec", &host.name(), "sh", "-c", &format!("kill -STOP {pid}")]);
+    docker(&[
+        "exec",
+        &host.name(),
+        "sh",
+        "-c",
+        &format!("kill -STOP {pid}"),
+    ]);
     let started = Instant::now();
     let run = host.hermes(&[
         "exec",
@@ -466,7 +472,13 @@ fn a_runner_that_does_not_answer_is_withdrawn_and_the_engine_runs_the_command() 
     // The stopped runner's pipe is retired: the next command starts a new
     // runner and goes through it.
     assert!(host.through_runner());
-    docker(&["exec", &host.name(), "sh", "-c", &format!("kill -CONT {pid}")]);
+    docker(&[
+        "exec",
+        &host.name(),
+        "sh",
+        "-c",
+        &format!("kill -CONT {pid}"),
+    ]);
     // The old runner reads its request to stop and goes.
     let deadline = Instant::now() + Duration::from_secs(10);
     while host.runner_pids().len() > 1 {
