@@ -257,7 +257,7 @@ pub struct SandboxSpec {
     pub cmd: Vec<String>,
     pub working_dir: String,
     /// The host directory of the sandbox's runner ([`runner_dir`]), mounted
-    /// at [`RUNNER_MOUNT`] (the last of `binds`). It and [`LABEL_RUNNER`]
+    /// at [`RUNNER_MOUNT`] (one of `binds`). It and [`LABEL_RUNNER`]
     /// are plumbing, not settings: the spec hash leaves them out, so a
     /// sandbox made before they existed is not recreated for them (its
     /// commands run through the engine's exec).
