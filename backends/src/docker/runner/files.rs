@@ -16,8 +16,9 @@
 //!
 //! - `ctl.<hex>`: a request pipe, read by one runner; a line a request;
 //! - `x.<pid>.<hex>/`: one request of the hermes process `<pid>`: `cmd`
-//!   and `env` (0600, `env` removed once read), the pipes `out`, `err` and
-//!   `status`, and `claim`, created by whichever side has the request;
+//!   and `env` (0600; the runner empties both once read, hermes then
+//!   removes them), the pipes `out`, `err` and `status`, and `claim`,
+//!   created by whichever side has the request;
 //! - `unsupported.<container id>`: the runner cannot run in that container.
 
 use std::ffi::CStr;
@@ -397,9 +398,11 @@ impl Request<'_> {
         }
     }
 
-    /// Removes the environment file once the runner has read it.
-    pub(crate) fn remove_env(&self) {
-        let _ = unlinkat(&self.fd, "env", UnlinkatFlags::NoRemoveDir);
+    /// Removes the request's files once the runner has read them.
+    pub(crate) fn remove_files(&self) {
+        for name in ["env", "cmd"] {
+            let _ = unlinkat(&self.fd, name, UnlinkatFlags::NoRemoveDir);
+        }
     }
 
     /// Makes the pipe `name` and opens it for reading, checking that what
@@ -565,8 +568,9 @@ mod tests {
         assert_eq!(mode(&at.join("env")), 0o600);
         assert_eq!(mode(&at.join("cmd")), 0o600);
         assert_eq!(mode(&at.join("out")), 0o600);
-        request.remove_env();
+        request.remove_files();
         assert!(!at.join("env").exists());
+        assert!(!at.join("cmd").exists());
         assert!(request.withdraw().unwrap());
         assert!(!request.withdraw().unwrap());
         drop(request);

@@ -27,8 +27,9 @@
 //!   and writes the directory's name on the request pipe. The runner starts
 //!   a handler (`setsid setsid`: a session of its own, default signal
 //!   dispositions), which claims the request (`claim`, `O_EXCL`), opens the
-//!   pipes, answers `s`, loads the request (`e`: hermes removes `env`),
-//!   and runs the command through `setsid`, so that, as under the engine,
+//!   pipes, answers `s`, loads the request and empties its files before
+//!   the command starts (`e`: hermes removes them), and runs the command
+//!   through `setsid`, so that, as under the engine,
 //!   the command leads its own session; then answers `x <code>`. stdout and
 //!   stderr stream through their pipes live and apart; the exec ends when
 //!   both are closed and the exit code is in, as an engine exec does.
@@ -422,7 +423,7 @@ async fn run(
         let mut code = None;
         while let Some(line) = status.next().await.map_err(RunError::Runner)? {
             match line {
-                Status::EnvRead => request.remove_env(),
+                Status::EnvRead => request.remove_files(),
                 Status::Exit(c) if code.is_none() => code = Some(c),
                 other => {
                     return Err(RunError::Runner(format!(
@@ -481,7 +482,7 @@ async fn start(
         let mut code = None;
         while let Some(line) = status.next().await? {
             match line {
-                Status::EnvRead => request.remove_env(),
+                Status::EnvRead => request.remove_files(),
                 Status::Exit(c) if code.is_none() => code = Some(c),
                 other => return Err(format!("the runner answered {other:?} out of turn")),
             }
@@ -858,6 +859,28 @@ mod tests {
                 "{added} in {out}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn the_request_files_are_empty_or_gone_before_the_command_starts() {
+        let runner = LocalRunner::start();
+        let (ended, out, _) = runner
+            .run(
+                &[
+                    "sh",
+                    "-c",
+                    "d=$(dirname \"$(readlink /proc/$$/fd/1)\"); \
+                     for f in cmd env; do if [ -e \"$d/$f\" ]; then wc -c < \"$d/$f\"; else echo gone; fi; done",
+                ],
+                &[("SECRET", "s3cr3t")],
+                None,
+            )
+            .await;
+        assert_eq!(exit(&ended), Some(0), "{ended:?}");
+        for line in out.lines() {
+            assert!(line == "0" || line == "gone", "{out}");
+        }
+        assert_eq!(out.lines().count(), 2, "{out}");
     }
 
     #[tokio::test]

@@ -67,7 +67,10 @@ handle)
 	# gone, the command's first write fails instead.
 	exec 4<>"$hermes_x/status" 7<>"$hermes_x/out" 5>"$hermes_x/out" 7<&- 7<>"$hermes_x/err" 6>"$hermes_x/err" 7<&-
 	printf 's\n' >&4
+	# Each request file is emptied once read, before the command starts
+	# (hermes removes them when it reads `e`).
 	. "$hermes_x/cmd"
+	{ : >"$hermes_x/cmd"; } 2>/dev/null
 	if [ -n "$hermes_cwd" ]; then
 		case $hermes_cwd in
 		/*) ;;
@@ -129,6 +132,7 @@ handle)
 		set -- "$hermes_x/env" "$hermes_s" -- "$hermes_s" -- "$@"
 		unset hermes_x hermes_s hermes_drop hermes_v hermes_why hermes_mode hermes_cwd hermes_boot hermes_env hermes_n
 		. "$1"
+		{ : >"$1"; } 2>/dev/null
 		shift
 		printf 'e\n' >&4
 		hermes_check 4 "$@" || {
@@ -143,6 +147,7 @@ handle)
 		set -- "$hermes_x/env" "$hermes_s" -- "$@"
 		unset hermes_x hermes_s hermes_drop hermes_v hermes_why hermes_mode hermes_cwd hermes_boot hermes_env hermes_n
 		. "$1"
+		{ : >"$1"; } 2>/dev/null
 		shift
 		printf 'e\n' >&4
 		hermes_check 2 "$@" || {

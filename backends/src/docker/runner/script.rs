@@ -137,7 +137,7 @@ fn is_name(name: &str) -> bool {
 pub(crate) enum Status {
     /// `s`: the runner claimed the request and its output pipes are open.
     Started,
-    /// `e`: the environment file is read; hermes removes it.
+    /// `e`: the request's files are read (and emptied); hermes removes them.
     EnvRead,
     /// `x N`: the command ended with exit code N (126: it could not start).
     Exit(i64),
