@@ -46,6 +46,12 @@
 //! - **Idleness.** The runner's processes show as `sh -c # hermes-runner …`
 //!   ([`is_runner_process`]) and do not make a sandbox busy; the commands
 //!   they start do.
+//! - **What differs.** The command's stdout and stderr are named pipes
+//!   under `/run/hermes` (visible in `/proc/self/fd`), and an executable
+//!   without `#!` runs as a shell script (`setsid` uses `execvp`) where
+//!   the engine's exec refuses it. The runner needs `setsid` (util-linux
+//!   or busybox) and a user that can reach the mount (root, as the
+//!   sandboxes run); otherwise the engine's exec runs everything.
 //! - **Security.** The container can write the directory: hermes handles
 //!   it through descriptors, never following a link, never opening what it
 //!   did not make ([`files`]). Through the runner the container can only
