@@ -18,12 +18,14 @@ use crate::home::Home;
 #[derive(Debug, Clone)]
 pub struct Activity {
     dir: PathBuf,
+    home: PathBuf,
 }
 
 impl Activity {
     pub fn new(home: &Home) -> Activity {
         Activity {
             dir: home.root().join("state").join("activity"),
+            home: home.root().to_path_buf(),
         }
     }
 
@@ -74,10 +76,19 @@ impl Activity {
         Ok(records)
     }
 
-    /// Drops the record of a container that no longer exists.
+    /// Drops the record of a container that no longer exists, and its
+    /// runner's directory (`run/sandboxes/<name>`, which the container could
+    /// write: removed without following any link in it).
     pub fn forget(&self, container: &str) -> io::Result<()> {
         if !is_plain_name(container) {
             return Ok(());
+        }
+        let runner = hermes_model::sandbox::runner_dir(&self.home, container);
+        match fs::remove_dir_all(&runner) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                tracing::debug!(dir = %runner.display(), error = %e, "cannot remove a runner's directory");
+            }
+            _ => {}
         }
         match fs::remove_file(self.dir.join(container)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
@@ -115,6 +126,27 @@ mod tests {
         activity.forget("hermes-default-default").unwrap();
         activity.forget("hermes-default-default").unwrap();
         assert!(activity.read_all().unwrap().is_empty());
+    }
+
+    #[test]
+    fn forgetting_a_container_removes_its_runner_directory_and_nothing_it_links_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::resolve(Some(dir.path().to_path_buf())).unwrap();
+        let activity = Activity::new(&home);
+        let runner = dir.path().join("run/sandboxes/hermes-p-t");
+        std::fs::create_dir_all(runner.join("x.1.ab")).unwrap();
+        let kept = dir.path().join("kept");
+        std::fs::create_dir(&kept).unwrap();
+        std::fs::write(kept.join("file"), "keep").unwrap();
+        std::os::unix::fs::symlink(&kept, runner.join("link")).unwrap();
+        std::os::unix::fs::symlink(&kept, runner.join("x.1.ab/link")).unwrap();
+        activity.forget("hermes-p-t").unwrap();
+        assert!(!runner.exists());
+        assert_eq!(std::fs::read_to_string(kept.join("file")).unwrap(), "keep");
+        let other = dir.path().join("run/sandboxes/hermes-p-u");
+        std::fs::create_dir_all(&other).unwrap();
+        activity.forget("hermes-p-t").unwrap();
+        assert!(other.exists());
     }
 
     #[test]

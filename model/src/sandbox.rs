@@ -21,6 +21,13 @@ pub const LABEL_TASK: &str = "hermes-task-id";
 pub const LABEL_SESSION: &str = "hermes-session";
 pub const LABEL_EGRESS: &str = "hermes-egress";
 pub const LABEL_SPEC_HASH: &str = "hermes-spec-hash";
+/// `hermes-runner=1`: the container has the runner's directory mounted at
+/// [`RUNNER_MOUNT`], so commands can run through the runner instead of an
+/// engine exec each. Not part of the spec hash (see [`SandboxSpec::runner_dir`]).
+pub const LABEL_RUNNER: &str = "hermes-runner";
+
+/// Where a sandbox sees its runner's directory.
+pub const RUNNER_MOUNT: &str = "/run/hermes";
 
 /// The capabilities a sandbox keeps after dropping all.
 pub const CAP_ADD: &[&str] = &["DAC_OVERRIDE", "CHOWN", "FOWNER", "SETUID", "SETGID"];
@@ -249,6 +256,19 @@ pub struct SandboxSpec {
     pub ulimits: Vec<(String, i64, i64)>,
     pub cmd: Vec<String>,
     pub working_dir: String,
+    /// The host directory of the sandbox's runner ([`runner_dir`]), mounted
+    /// at [`RUNNER_MOUNT`] (one of `binds`). It and [`LABEL_RUNNER`]
+    /// are plumbing, not settings: the spec hash leaves them out, so a
+    /// sandbox made before they existed is not recreated for them (its
+    /// commands run through the engine's exec).
+    pub runner_dir: Option<PathBuf>,
+}
+
+/// The host directory of a sandbox's runner: runtime state, not data, so
+/// it lives under `run/`, by container name, for persistent and session
+/// sandboxes alike.
+pub fn runner_dir(home: &Path, container_name: &str) -> PathBuf {
+    home.join("run").join("sandboxes").join(container_name)
 }
 
 /// Where a persistent sandbox keeps its data on the host.
@@ -344,9 +364,18 @@ impl SandboxSpec {
             labels.insert(LABEL_SESSION.to_string(), sanitize(session));
         }
         labels.insert(LABEL_EGRESS.to_string(), "off".to_string());
+        labels.insert(LABEL_RUNNER.to_string(), "1".to_string());
+        let name = key.container_name();
+        let runner = runner_dir(home, &name);
+        binds.push(Bind {
+            host: runner.display().to_string(),
+            container: RUNNER_MOUNT.to_string(),
+            options: None,
+        });
+        host_dirs.push(runner.clone());
         let shm = extra.shm_size_bytes.unwrap_or(t.docker_shm_size_bytes);
         let mut spec = SandboxSpec {
-            name: key.container_name(),
+            name,
             key,
             image: t.docker_image.clone(),
             labels,
@@ -369,6 +398,7 @@ impl SandboxSpec {
             ulimits: extra.ulimits.clone(),
             cmd: vec!["sleep".to_string(), "infinity".to_string()],
             working_dir: "/workspace".to_string(),
+            runner_dir: Some(runner),
         };
         let hash = spec.compute_hash();
         spec.labels.insert(LABEL_SPEC_HASH.to_string(), hash);
@@ -382,13 +412,18 @@ impl SandboxSpec {
         let mut field = |name: &str, value: &str| h.field(name, value);
         field("name", &self.name);
         field("image", &self.image);
-        for (k, v) in self.labels.iter().filter(|(k, _)| *k != LABEL_SPEC_HASH) {
+        for (k, v) in self
+            .labels
+            .iter()
+            .filter(|(k, _)| *k != LABEL_SPEC_HASH && *k != LABEL_RUNNER)
+        {
             field("label", &format!("{k}={v}"));
         }
         for (k, v) in &self.env {
             field("env", &format!("{k}={v}"));
         }
-        for b in &self.binds {
+        let runner = self.runner_bind();
+        for b in self.binds.iter().filter(|b| runner.as_ref() != Some(*b)) {
             field("bind", &b.to_engine());
         }
         for (k, v) in &self.tmpfs {
@@ -431,6 +466,15 @@ impl SandboxSpec {
     pub fn rehash(&mut self) {
         let hash = self.compute_hash();
         self.labels.insert(LABEL_SPEC_HASH.to_string(), hash);
+    }
+
+    /// The bind of the runner's directory, when the spec has one.
+    pub fn runner_bind(&self) -> Option<Bind> {
+        self.runner_dir.as_ref().map(|dir| Bind {
+            host: dir.display().to_string(),
+            container: RUNNER_MOUNT.to_string(),
+            options: None,
+        })
     }
 
     pub fn hash(&self) -> &str {
@@ -483,6 +527,32 @@ mod tests {
         assert_eq!(s.labels[LABEL_AGENT], "1");
         assert_eq!(s.labels[LABEL_EGRESS], "off");
         assert_eq!(s.hash().len(), 12);
+        assert_eq!(
+            s.binds[2].to_engine(),
+            "/h/run/sandboxes/hermes-default-default:/run/hermes"
+        );
+        assert_eq!(s.labels[LABEL_RUNNER], "1");
+    }
+
+    #[test]
+    fn the_runner_leaves_the_hash_as_it_was() {
+        // A sandbox made before the runner existed keeps its hash, so it is
+        // not recreated for it.
+        let with = spec("");
+        let mut without = with.clone();
+        without.binds.retain(|b| b.container != RUNNER_MOUNT);
+        without.labels.remove(LABEL_RUNNER);
+        without.runner_dir = None;
+        assert_eq!(without.compute_hash(), with.hash());
+        assert_eq!(with.compute_hash(), with.hash());
+        // A volume of the user's at the same place is not the runner's.
+        let mut other = without.clone();
+        other.binds.push(Bind {
+            host: "/elsewhere".into(),
+            container: RUNNER_MOUNT.into(),
+            options: None,
+        });
+        assert_ne!(other.compute_hash(), with.hash());
     }
 
     #[test]
@@ -497,8 +567,12 @@ mod tests {
         );
         assert_eq!(s.name, "hermes-default-default-s-1");
         assert_eq!(s.labels[LABEL_SESSION], "s-1");
-        assert!(s.binds.is_empty(), "{:?}", s.binds);
-        assert!(s.host_dirs.is_empty());
+        // Only the runner's directory, which holds no data.
+        assert_eq!(s.binds, [s.runner_bind().unwrap()]);
+        assert_eq!(
+            s.host_dirs,
+            [PathBuf::from("/h/run/sandboxes/hermes-default-default-s-1")]
+        );
         assert_eq!(s.tmpfs["/workspace"], "rw,exec,nosuid,size=10g");
         assert_eq!(s.tmpfs["/root"], "rw,exec,nosuid,size=1g");
         assert_eq!(s.cap_drop, ["ALL"]);

@@ -382,7 +382,9 @@ mod tests {
         assert_eq!(host.nano_cpus, Some(spec.nano_cpus));
         assert_eq!(host.shm_size, Some(spec.shm_size_bytes));
         assert_eq!(host.tmpfs.unwrap()["/tmp"], "rw,nosuid,size=512m");
-        assert_eq!(host.binds.unwrap().len(), 2);
+        // /workspace, /root and the runner's directory.
+        assert_eq!(host.binds.unwrap().len(), 3);
+        assert_eq!(body.labels.as_ref().unwrap()["hermes-runner"], "1");
         assert_eq!(
             host.extra_hosts.as_deref(),
             Some(&["db:10.0.0.5".to_string()][..])

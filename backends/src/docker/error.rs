@@ -48,6 +48,11 @@ pub enum DockerError {
     #[error("exec in container {container} was interrupted: {reason}")]
     Interrupted { container: String, reason: String },
 
+    /// A command could not be started (no such program, no such working
+    /// directory): nothing ran.
+    #[error("cannot start the command in container {container}: {message}")]
+    NotStarted { container: String, message: String },
+
     /// The image is not there and pulling it failed.
     #[error("cannot pull image {image}: {message}")]
     Pull { image: String, message: String },

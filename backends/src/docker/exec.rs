@@ -207,7 +207,7 @@ impl Engine {
 
     /// Stops and kills, as root, every process of `container` that carries
     /// `marker`, and their descendants. Best effort: failures are logged.
-    async fn kill_marked(&self, container: &str, marker: &str) {
+    pub(super) async fn kill_marked(&self, container: &str, marker: &str) {
         let options = CreateExecOptions::<String> {
             cmd: Some(vec![
                 "sh".to_string(),
@@ -268,19 +268,25 @@ enum RunError {
     Engine(bollard::errors::Error),
 }
 
-/// One container as an [`Executor`]: commands run in it through
-/// [`Engine::exec`]. The command's standard input is not attached.
+/// One container as an [`Executor`]: commands run in it through its
+/// runner when `runner` is given ([`Engine::exec_with_runner`]), through
+/// [`Engine::exec`] otherwise. The command's standard input is not
+/// attached.
 #[derive(Debug, Clone)]
 pub struct Container {
     pub engine: Engine,
     /// The container's id or name.
     pub id: String,
+    /// The host directory of its runner ([`super::runner_dir`]).
+    pub runner: Option<std::path::PathBuf>,
 }
 
 impl Executor for Container {
     type Error = DockerError;
 
     async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, DockerError> {
-        self.engine.exec(&self.id, req, io.stdout, io.stderr).await
+        self.engine
+            .exec_with_runner(&self.id, self.runner.as_deref(), req, io.stdout, io.stderr)
+            .await
     }
 }

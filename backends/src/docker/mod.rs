@@ -18,6 +18,7 @@ mod error;
 mod events;
 mod exec;
 mod observe;
+mod runner;
 mod version;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ pub use error::{
 pub use events::ContainerEvent;
 pub use exec::Container;
 pub use observe::parse_engine_time;
+pub use runner::{is_runner_process, runner_dir};
 
 /// Where `connect_with_defaults` looks when `DOCKER_HOST` is not set.
 const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";

@@ -237,8 +237,9 @@ fn from_inspect(info: ContainerInspectResponse, fallback_name: &str) -> Observed
     }
 }
 
-/// The processes of a running sandbox besides its init and the
-/// `sleep infinity` that keeps it up. `main_pid` is the host pid of the
+/// The processes of a running sandbox besides its init, the
+/// `sleep infinity` that keeps it up and the runner's own processes (not
+/// the commands it runs). `main_pid` is the host pid of the
 /// container's first process (the init, with `init: true`). `None` when the
 /// answer has no PID column.
 fn count_processes(top: &ContainerTopResponse, main_pid: Option<i64>) -> Option<u32> {
@@ -268,6 +269,9 @@ fn count_processes(top: &ContainerTopResponse, main_pid: Option<i64>) -> Option<
         };
         if !keeper_seen && child_of_main && cmd == Some("sleep infinity") {
             keeper_seen = true;
+            continue;
+        }
+        if cmd.is_some_and(super::runner::is_runner_process) {
             continue;
         }
         count += 1;
@@ -410,6 +414,23 @@ mod tests {
         ]);
         assert_eq!(count_processes(&busy, Some(100)), Some(2));
         assert_eq!(count_processes(&busy, None), Some(2));
+        // The runner and its handler are not busy; the command they run is.
+        let runner = top(&[
+            ["100", "90", "/sbin/docker-init -- sleep infinity"],
+            ["101", "100", "sleep infinity"],
+            [
+                "130",
+                "100",
+                "sh -c # hermes-runner eval \"$1\" hermes-runner # The runner",
+            ],
+            [
+                "131",
+                "100",
+                "sh -c # hermes-runner eval \"$1\" hermes-runner # The runner",
+            ],
+            ["132", "131", "python3 train.py"],
+        ]);
+        assert_eq!(count_processes(&runner, Some(100)), Some(1));
         let no_pid = ContainerTopResponse {
             titles: Some(vec!["CMD".into()]),
             processes: Some(vec![]),

@@ -6,7 +6,9 @@
 //! sandbox is created or started first, through the same planner as
 //! `reconcile`; a container that vanished between lookup and exec is
 //! recreated and the command retried once. On timeout the whole process
-//! tree inside the container is killed, and the exit code is 124.
+//! tree inside the container is killed, and the exit code is 124. Commands
+//! go through the sandbox's runner (no engine exec each); the engine's exec
+//! is the fallback (`hermes_backends::docker::runner`).
 //! `--background` starts the command detached and returns; it keeps the
 //! sandbox busy while it runs. Every exec records the sandbox's activity
 //! (for the idle reaper) when it starts and when it ends.
@@ -28,7 +30,7 @@ use anyhow::Context;
 use hermes_backends::docker::{DockerError, Engine, ExecRequest};
 use hermes_model::config::{self, Backend};
 use hermes_model::desired::Desired;
-use hermes_model::observed::Observed;
+use hermes_model::observed::{Observed, ObservedContainer};
 use hermes_model::plan::{Describe, Kind, Plan, Target};
 use hermes_model::redact::Redactor;
 
@@ -226,13 +228,20 @@ async fn run_docker(
         timeout,
     };
     for attempt in 0..2 {
-        let id = ensure_sandbox(&engine, desired, &spec).await?;
+        let container = ensure_sandbox(&engine, desired, &spec).await?;
+        let id = container.id.as_str();
+        // The sandbox's runner, when its container has one: no engine exec
+        // per command (the engine's exec is the fallback).
+        let runner = hermes_backends::docker::runner_dir(&container, &spec);
         // Activity is recorded when the exec starts and when it ends, so an
         // exec cut short by a crash still counts as use.
         let activity = Activity::new(home);
         record(&activity, &spec.name);
         if args.background {
-            match engine.exec_background(&id, &request).await {
+            match engine
+                .exec_background_with_runner(id, runner, &request)
+                .await
+            {
                 Ok(marker) => {
                     eprintln!(
                         "started in the background in {} ({}={marker})",
@@ -249,7 +258,9 @@ async fn run_docker(
             }
         }
         let (mut out, mut err) = output_writers(home, desired);
-        let outcome = engine.exec(&id, &request, &mut out, &mut err).await;
+        let outcome = engine
+            .exec_with_runner(id, runner, &request, &mut out, &mut err)
+            .await;
         out.finish().await?;
         err.finish().await?;
         record(&activity, &spec.name);
@@ -302,19 +313,18 @@ fn record(activity: &Activity, container: &str) {
 }
 
 /// Finds the sandbox by its name; creates or starts it through the
-/// persistence planner when needed. Returns the container id.
+/// persistence planner when needed. Returns the container.
 async fn ensure_sandbox(
     engine: &Engine,
     desired: &Desired,
     spec: &hermes_model::sandbox::SandboxSpec,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<ObservedContainer> {
     let found = engine.find(&spec.key).await?;
-    if let Some(c) = &found {
-        if c.state == hermes_model::observed::ContainerState::Running
+    if let Some(c) = found.as_ref().filter(|c| {
+        c.state == hermes_model::observed::ContainerState::Running
             && c.spec_hash() == Some(spec.hash())
-        {
-            return Ok(c.id.clone());
-        }
+    }) {
+        return Ok(c.clone());
     }
     let mut only = desired.clone();
     only.sandboxes = vec![spec.clone()];
@@ -340,7 +350,7 @@ async fn ensure_sandbox(
         apply_one(engine, op).await?;
     }
     match engine.find(&spec.key).await? {
-        Some(c) => Ok(c.id),
+        Some(c) => Ok(c),
         None => anyhow::bail!("sandbox {} was not created", spec.name),
     }
 }
