@@ -336,15 +336,16 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 fn a_running_controller_restarts_a_killed_proxy() {
     let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);
     let host = Host::new("sc", &upstream, true);
-    let mut controller = host
-        .home
-        .command(["--profile", &host.profile, "controller"])
-        .env("OPENROUTER_API_KEY", OPENROUTER_KEY)
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(host.home.path().join("controller.log")).unwrap())
-        .spawn()
-        .unwrap();
+    let _controller = KillOnDrop(
+        host.home
+            .command(["--profile", &host.profile, "controller"])
+            .env("OPENROUTER_API_KEY", OPENROUTER_KEY)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(host.home.path().join("controller.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let ready = |host: &Host| host.hermes(&["exec", "--", "true"]).code == 0;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !ready(&host) {
@@ -377,6 +378,14 @@ fn a_running_controller_restarts_a_killed_proxy() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = controller.kill();
-    let _ = controller.wait();
+}
+
+/// A child process killed when the test ends, failed or not.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -84,7 +84,8 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
         .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", home.config().display()))?;
     let (engine_tx, mut engine_rx) = mpsc::channel::<()>(64);
     let (proxy_tx, mut proxy_rx) = mpsc::channel::<()>(4);
-    spawn_proxy_watch(home.clone(), proxy_tx);
+    let seen_proxy = SeenProxy::default();
+    spawn_proxy_watch(home.clone(), Arc::clone(&seen_proxy), proxy_tx);
 
     let metrics = Arc::new(crate::metrics::Metrics::default());
     if let Some(addr) = options.metrics_addr {
@@ -107,6 +108,7 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
         },
         metrics,
         requeue: false,
+        seen_proxy,
     };
     let mut wake = Wake::Timer;
     loop {
@@ -162,12 +164,20 @@ const REQUEUE: Duration = Duration::from_millis(100);
 /// How often the proxy's health is probed for changes.
 const PROXY_PROBE: Duration = Duration::from_secs(1);
 
-/// Wakes the loop when the egress proxy starts, stops, or turns healthy or
-/// unhealthy (a killed proxy is noticed within a second, not at the next
-/// resync). A proxy that never runs costs a pid-file read a second.
-fn spawn_proxy_watch(home: Home, wake: mpsc::Sender<()>) {
+/// The proxy's (running, healthy) as the last pass saw it; `None` before
+/// the first pass.
+type SeenProxy = Arc<std::sync::Mutex<Option<(bool, bool)>>>;
+
+/// Wakes the loop when the egress proxy's (running, healthy) differs from
+/// what the last pass saw: a killed proxy is noticed within a second, not
+/// at the next resync, however soon after a pass it died (a probe compared
+/// only with the previous probe misses a proxy that started and died
+/// between two probes). Once a pass has seen the new state, probes agree
+/// with it and stop waking the loop. A proxy that never runs costs a
+/// pid-file read a second.
+fn spawn_proxy_watch(home: Home, seen: SeenProxy, wake: mpsc::Sender<()>) {
     tokio::spawn(async move {
-        let mut last: Option<(bool, bool)> = None;
+        let mut woke_for: Option<(bool, bool)> = None;
         loop {
             tokio::time::sleep(PROXY_PROBE).await;
             let probe_home = home.clone();
@@ -178,15 +188,24 @@ fn spawn_proxy_watch(home: Home, wake: mpsc::Sender<()>) {
                 continue;
             };
             let now = (proxy.running, proxy.healthy);
-            if last.is_some_and(|l| l != now) {
-                tracing::info!(
-                    running = now.0,
-                    healthy = now.1,
-                    "the proxy's health changed"
-                );
-                let _ = wake.try_send(());
+            let last_pass = *seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match last_pass {
+                Some(last) if last != now => {
+                    // One wake per change: the pass it causes records `now`.
+                    if woke_for != Some(now) {
+                        tracing::info!(
+                            running = now.0,
+                            healthy = now.1,
+                            "the proxy's health changed"
+                        );
+                        let _ = wake.try_send(());
+                        woke_for = Some(now);
+                    }
+                }
+                _ => woke_for = None,
             }
-            last = Some(now);
         }
     });
 }
@@ -234,6 +253,8 @@ struct Controller {
     /// Set by a pass that changed the proxy: what waited on it (sandboxes
     /// blocked while it was down) is planned again at once.
     requeue: bool,
+    /// The proxy as the last pass observed it, for the health watch.
+    seen_proxy: SeenProxy,
 }
 
 impl Controller {
@@ -287,6 +308,11 @@ impl Controller {
             }
         };
         self.engine_ok();
+        *self
+            .seen_proxy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((observed.proxy.running, observed.proxy.healthy));
         observed.ssh = crate::ssh::observe(&self.home, &desired).await;
         let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
         let blocked = hermes_reconcilers::blocked(&plan);
