@@ -17,18 +17,31 @@ use hermes_model::observed::ProxyObserved;
 use sha2::{Digest, Sha256};
 
 use crate::commands::egress::{Paths, default_listen, health, read_file, read_state, running_pid};
+use crate::egress_network::ProxyNetwork;
 use crate::home::Home;
 
-/// The fingerprint of the files the daemon loads; `None` while one is
+/// The fingerprint of the files the daemon loads, and, with
+/// `proxy.enforce_network`, of the proxy-only network's gateway it listens
+/// on (a network made anew restarts the proxy); `None` while a file is
 /// missing.
-pub fn settings_fingerprint(paths: &Paths) -> Option<String> {
+pub fn settings_fingerprint(home: &Home, paths: &Paths) -> Option<String> {
     let mut h = Sha256::new();
+    let mut enforce_network = false;
     for path in [paths.config(), paths.tokens(), paths.mappings()] {
         let bytes = read_file(&path).ok().flatten()?;
+        if path == paths.config() {
+            enforce_network = ProxyConfigFile::parse(&bytes).is_ok_and(|f| f.enforce_network);
+        }
         h.update((bytes.len() as u64).to_le_bytes());
         h.update(&bytes);
     }
-    Some(hex(&h.finalize()[..6]))
+    let fingerprint = hex(&h.finalize()[..6]);
+    if enforce_network {
+        let gateway = ProxyNetwork::for_home(home).gateway();
+        let gateway = gateway.map_or_else(|| "none".to_string(), |g| g.to_string());
+        return Some(format!("{fingerprint}@{gateway}"));
+    }
+    Some(fingerprint)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -72,8 +85,16 @@ pub fn desired(home: &Home, config: &Config) -> Egress {
             missing: "config.json is older than config.yaml's proxy section".to_string(),
         };
     }
+    let network = match enforced_network(home, config) {
+        Ok(network) => network,
+        Err(missing) => return Egress::NotSetUp { missing },
+    };
     let listen = config.proxy.listen.clone().unwrap_or_else(default_listen);
-    let Some(gateway) = listen.into_iter().find(|ip| !ip.is_loopback()) else {
+    let gateway = match &network {
+        Some((_, gateway)) => Some(std::net::IpAddr::V4(*gateway)),
+        None => listen.into_iter().find(|ip| !ip.is_loopback()),
+    };
+    let Some(gateway) = gateway else {
         return Egress::NotSetUp {
             missing: "an address sandboxes can reach (no docker0 bridge, and proxy.listen names only loopback)"
                 .to_string(),
@@ -89,7 +110,7 @@ pub fn desired(home: &Home, config: &Config) -> Egress {
     }
     token_env.sort();
     token_env.dedup_by(|a, b| a.0 == b.0);
-    let Some(settings) = settings_fingerprint(&paths) else {
+    let Some(settings) = settings_fingerprint(home, &paths) else {
         return Egress::NotSetUp {
             missing: "a proxy file changed while it was read".to_string(),
         };
@@ -101,9 +122,36 @@ pub fn desired(home: &Home, config: &Config) -> Egress {
             ca_host_path: paths.ca_cert(),
             ca_sha256: hex(&Sha256::digest(&ca)),
             tokens: token_env,
-            network: None,
+            network: network.map(|(name, _)| name),
         },
         settings,
+    }
+}
+
+/// With `proxy.enforce_network`: the proxy-only network's name and
+/// gateway, once the network and its firewall are in place; otherwise
+/// what is missing. `Ok(None)` without `enforce_network`.
+fn enforced_network(
+    home: &Home,
+    config: &Config,
+) -> Result<Option<(String, std::net::Ipv4Addr)>, String> {
+    if !config.proxy.enforce_network {
+        return Ok(None);
+    }
+    let network = ProxyNetwork::for_home(home);
+    let Some(gateway) = network.gateway() else {
+        return Err(format!(
+            "the proxy-only network {} (proxy.enforce_network)",
+            network.name
+        ));
+    };
+    match network.firewall_in_place(config.proxy.tunnel_port) {
+        Ok(true) => Ok(Some((network.name, gateway))),
+        Ok(false) => Err(format!(
+            "the firewall chain {} that admits only the proxy from {}",
+            network.chain, network.bridge
+        )),
+        Err(e) => Err(format!("the firewall of {}: {e:#}", network.bridge)),
     }
 }
 

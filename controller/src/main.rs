@@ -8,6 +8,7 @@ mod apply;
 mod cli;
 mod commands;
 mod daemon;
+mod egress_network;
 mod egress_state;
 mod fsio;
 mod home;

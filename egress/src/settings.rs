@@ -32,6 +32,10 @@ pub struct ProxyConfigFile {
     pub upstream_ca_file: Option<String>,
     pub upstream_header_timeout_seconds: u64,
     pub credential_source: String,
+    /// Also listen on the gateway of the proxy-only network
+    /// (`proxy.enforce_network`).
+    #[serde(default)]
+    pub enforce_network: bool,
     /// The bearer token of the management endpoint.
     pub mgmt_token: String,
 }
@@ -49,6 +53,7 @@ impl ProxyConfigFile {
             upstream_ca_file: proxy.upstream_ca_file.clone(),
             upstream_header_timeout_seconds: proxy.upstream_header_timeout_seconds,
             credential_source: proxy.credential_source.clone(),
+            enforce_network: proxy.enforce_network,
             mgmt_token,
         }
     }

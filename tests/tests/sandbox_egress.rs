@@ -4,7 +4,8 @@
 //! by `proxy.resolve` to a local TLS upstream of the test's own) and the
 //! upstream receives the real key, while the sandbox, its files, `docker
 //! inspect`, the host's process list and hermes's logs never hold one. A
-//! proxy killed with SIGKILL fails closed.
+//! proxy killed with SIGKILL fails closed. With `proxy.enforce_network`
+//! the proxy is the only thing a sandbox reaches.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -37,6 +38,12 @@ impl Host {
     /// upstream's echo shows the real key arrived, and the absence of keys
     /// elsewhere owes nothing to masking.
     fn new(tag: &str, upstream: &Upstream, redact: bool) -> Host {
+        Host::with_proxy(tag, upstream, redact, "")
+    }
+
+    /// As [`Host::new`], with `proxy_extra` (indented lines) added to the
+    /// proxy section.
+    fn with_proxy(tag: &str, upstream: &Upstream, redact: bool, proxy_extra: &str) -> Host {
         let redaction = if redact {
             String::new()
         } else {
@@ -51,7 +58,7 @@ impl Host {
             .map(|n| format!("    {n}: 127.0.0.1\n"))
             .collect();
         home.write_config(format!(
-            "terminal:\n  backend: docker\n  docker_image: {}\n{redaction}reconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
+            "terminal:\n  backend: docker\n  docker_image: {}\n{redaction}reconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n{proxy_extra}  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
             hermes_tests::test_image(),
             ca.display()
         ));
@@ -388,4 +395,152 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The proxy-only network of one test: the sandbox's container, the
+/// network, and the firewall chain go when the test ends.
+struct NetworkCleanup {
+    container: String,
+    network: String,
+}
+
+impl Drop for NetworkCleanup {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.container])
+            .output();
+        let _ = std::process::Command::new("docker")
+            .args(["network", "rm", &self.network])
+            .output();
+        let suffix = self.network.trim_start_matches("hermes-egress-");
+        let (bridge, chain) = (format!("hermes-{suffix}"), format!("HERMES-{suffix}"));
+        for args in [
+            vec!["-w", "-D", "INPUT", "-i", &bridge, "-j", &chain],
+            vec!["-w", "-F", &chain],
+            vec!["-w", "-X", &chain],
+        ] {
+            let _ = std::process::Command::new("iptables").args(args).output();
+        }
+    }
+}
+
+#[test]
+fn with_enforce_network_the_proxy_is_the_only_way_out() {
+    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);
+    let host = Host::with_proxy("en", &upstream, false, "  enforce_network: true\n");
+    // A service of the host on every address: a sandbox on the default
+    // bridge reaches it, a sandbox on the proxy-only network must not.
+    let service = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let service_port = service.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in service.incoming().flatten() {
+            use std::io::Write;
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\ncontent-length: 13\r\n\r\nHOST-SERVICE\n");
+        }
+    });
+
+    let dry = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    let apply = host.hermes(&["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    let network = docker(&[
+        "inspect",
+        "--format",
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{$v.Gateway}}{{end}}",
+        &host.name(),
+    ]);
+    let (network, gateway) = network.trim().split_once(' ').unwrap();
+    let _cleanup = NetworkCleanup {
+        container: host.name(),
+        network: network.to_string(),
+    };
+    assert!(network.starts_with("hermes-egress-"), "{network}");
+    assert_eq!(
+        docker(&["network", "inspect", "--format", "{{.Internal}}", network]).trim(),
+        "true"
+    );
+    let again = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(again.code, 0, "converged: {again:?}");
+
+    let port = upstream.addr.port();
+    let docker0 = bridge_gateway();
+    let script = format!(
+        r#"echo "== proxy"
+curl -sS --max-time 20 "https://openrouter.ai:{port}/echo" -H "Authorization: Bearer $OPENROUTER_API_KEY"
+echo
+echo "== gateway service"
+curl -sS --noproxy '*' --max-time 5 "http://{gateway}:{service_port}/" && echo REACHED
+echo "== bridge service"
+curl -sS --noproxy '*' --max-time 5 "http://{docker0}:{service_port}/" && echo REACHED
+exit 0
+"#
+    );
+    let run = host.hermes(&["exec", "--", "sh", "-c", &script]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let (proxied, rest) = run.stdout.split_once("== gateway service").unwrap();
+    let echo: serde_json::Value =
+        serde_json::from_str(proxied.trim_start_matches("== proxy").trim()).unwrap();
+    assert_eq!(
+        echo["headers"]["authorization"],
+        format!("Bearer {OPENROUTER_KEY}"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        !rest.contains("REACHED") && !rest.contains("HOST-SERVICE"),
+        "a sandbox on the proxy-only network reached something directly:\n{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+
+    // The control: the same service is reachable from the default bridge.
+    let control = docker(&[
+        "run",
+        "--rm",
+        &hermes_tests::test_image(),
+        "curl",
+        "-sS",
+        "--max-time",
+        "5",
+        &format!("http://{docker0}:{service_port}/"),
+    ]);
+    assert_eq!(control.trim(), "HOST-SERVICE");
+
+    // Off again: the sandbox moves back to the default bridge (its files
+    // kept), the chain goes, and the network once nothing is attached.
+    std::fs::write(host.workspace().join("marker"), "kept").unwrap();
+    host.home.write_config(
+        host.home
+            .read_config()
+            .replace("  enforce_network: true\n", ""),
+    );
+    let off = host.hermes(&["reconcile"]);
+    assert_eq!(off.code, 0, "{off:?}");
+    let networks = docker(&[
+        "inspect",
+        "--format",
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}",
+        &host.name(),
+    ]);
+    assert_eq!(networks.trim(), "bridge");
+    assert_eq!(
+        std::fs::read_to_string(host.workspace().join("marker")).unwrap(),
+        "kept"
+    );
+    let chain = format!("HERMES-{}", network.trim_start_matches("hermes-egress-"));
+    let rules = std::process::Command::new("iptables-save")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&rules.stdout).contains(&chain));
+    let setup = host.hermes(&["egress", "setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    assert!(setup.stdout.contains("removed"), "{}", setup.stdout);
+    let left = docker(&[
+        "network",
+        "ls",
+        "--quiet",
+        "--filter",
+        &format!("name={network}"),
+    ]);
+    assert_eq!(left.trim(), "", "the network is still there");
 }

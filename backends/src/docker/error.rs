@@ -79,6 +79,11 @@ pub enum DockerError {
         source: std::io::Error,
     },
 
+    /// A network has the name of the proxy's internal network but is not
+    /// one hermes made: hermes does not touch it.
+    #[error("network {network} exists but {reason}; remove it or turn proxy.enforce_network off")]
+    ForeignNetwork { network: String, reason: String },
+
     /// Any other answer of the engine: `action` on `target` failed.
     #[error("{action} {target}: {source}")]
     Engine {

@@ -17,6 +17,7 @@ mod apply;
 mod error;
 mod events;
 mod exec;
+mod network;
 mod observe;
 mod runner;
 mod version;
@@ -33,6 +34,7 @@ pub use error::{
 };
 pub use events::ContainerEvent;
 pub use exec::Container;
+pub use network::InternalNetwork;
 pub use observe::parse_engine_time;
 pub use runner::{is_runner_process, runner_dir};
 

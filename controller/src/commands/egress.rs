@@ -212,8 +212,9 @@ fn setup(home: &Home, paths: &Paths, rotate: bool) -> anyhow::Result<ExitCode> {
     );
     println!("Mappings: {}", paths.mappings().display());
     println!("Config:   {}", paths.config().display());
+    let network_changed = setup_network(home, &config)?;
     if let Some(pid) = running_pid(paths)? {
-        if config_changed || ca_state == "created" {
+        if config_changed || network_changed || ca_state == "created" {
             println!("The running proxy is restarted to load the new configuration.");
             stop(paths)?;
             return start(home, paths);
@@ -224,6 +225,60 @@ fn setup(home: &Home, paths: &Paths, rotate: bool) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// With `proxy.enforce_network`: makes the proxy-only network and its
+/// firewall chain; without: removes them when they exist and the network
+/// is unused. Returns whether the network's gateway changed (the running
+/// proxy must then listen anew).
+fn setup_network(home: &Home, config: &hermes_model::config::Config) -> anyhow::Result<bool> {
+    let network = crate::egress_network::ProxyNetwork::for_home(home);
+    let before = network.gateway();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    if config.proxy.enforce_network {
+        let gateway = runtime.block_on(async {
+            let engine = hermes_backends::docker::Engine::connect().await?;
+            network.ensure_network(&engine).await
+        })?;
+        network.install_firewall(config.proxy.tunnel_port)?;
+        println!(
+            "Network:  {} (internal; gateway {gateway}; only ports {} and {} of the host reachable)",
+            network.name,
+            config.proxy.tunnel_port,
+            config.proxy.tunnel_port.saturating_add(1)
+        );
+        return Ok(before.map(IpAddr::V4) != Some(gateway));
+    }
+    if before.is_some() {
+        network.remove_firewall()?;
+        let removed = runtime.block_on(async {
+            let engine = hermes_backends::docker::Engine::connect().await?;
+            let net = engine
+                .inspect_internal_network(&network.name, &network.bridge)
+                .await?;
+            match net {
+                Some(net) if net.containers > 0 => anyhow::Ok(false),
+                _ => {
+                    engine.remove_network(&network.name).await?;
+                    anyhow::Ok(true)
+                }
+            }
+        })?;
+        if removed {
+            println!(
+                "Network:  {} removed (proxy.enforce_network is off)",
+                network.name
+            );
+        } else {
+            println!(
+                "Network:  {} kept while sandboxes are attached (proxy.enforce_network is off)",
+                network.name
+            );
+        }
+    }
+    Ok(false)
 }
 
 /// Asks the running proxy to reload its tokens (SIGHUP) and waits until
@@ -381,13 +436,25 @@ fn load_settings(home: &Home, paths: &Paths) -> anyhow::Result<Settings> {
         ),
         None => None,
     };
-    Ok(Settings::new(
-        &file,
-        default_listen(),
-        credentials,
-        ca,
-        upstream_ca,
-    ))
+    let mut file = file;
+    let mut listen = default_listen();
+    if file.enforce_network {
+        let network = crate::egress_network::ProxyNetwork::for_home(home);
+        let gateway = IpAddr::V4(network.gateway().ok_or_else(|| {
+            anyhow::anyhow!(
+                "proxy.enforce_network: the network {} (bridge {}) does not exist; run `hermes egress setup`",
+                network.name,
+                network.bridge
+            )
+        })?);
+        // Where that network's sandboxes reach the proxy: listened on
+        // whatever proxy.listen names.
+        listen.push(gateway);
+        if let Some(explicit) = file.listen.as_mut().filter(|l| !l.contains(&gateway)) {
+            explicit.push(gateway);
+        }
+    }
+    Ok(Settings::new(&file, listen, credentials, ca, upstream_ca))
 }
 
 /// Lets the proxy hold many tunnels: the soft open-files limit up to the hard one.
@@ -402,7 +469,7 @@ fn raise_open_files_limit() {
 
 fn serve(home: &Home, paths: &Paths) -> anyhow::Result<ExitCode> {
     ensure_proxy_dir(home, paths)?;
-    let fingerprint = crate::egress_state::settings_fingerprint(paths);
+    let fingerprint = crate::egress_state::settings_fingerprint(home, paths);
     let settings = load_settings(home, paths)?;
     create_pid_file(paths)?;
     let result = serve_with_pid_file(home, paths, settings, fingerprint);
@@ -464,7 +531,7 @@ fn serve_with_pid_file(
                     _ = hup.recv() => match load_credentials(home, paths) {
                         Ok(credentials) => {
                             reloader.reload(credentials);
-                            if let Err(e) = write_state(crate::egress_state::settings_fingerprint(paths)) {
+                            if let Err(e) = write_state(crate::egress_state::settings_fingerprint(home, paths)) {
                                 eprintln!("hermes egress proxy: cannot update its state file: {e:#}");
                             }
                             eprintln!("hermes egress proxy reloaded its tokens");

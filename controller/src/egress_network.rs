@@ -1,0 +1,292 @@
+//! The proxy-only network of `proxy.enforce_network`.
+//!
+//! Sandboxes join an internal Docker network (no route out): the only
+//! address they can reach outside themselves is the network's gateway,
+//! the host end of its bridge. The proxy listens there, and a firewall
+//! chain on the host admits only the proxy's two ports from that bridge,
+//! so that no other host service (sshd, a database on 0.0.0.0) is reachable
+//! either. A sandbox that ignores `HTTPS_PROXY` reaches nothing.
+//!
+//! Every name derives from the hermes home, so that two homes on one host
+//! (two users, or tests) have networks and chains of their own:
+//! network `hermes-egress-<h>`, bridge `hermes-<h>` (an interface name has
+//! at most 15 bytes), chain `HERMES-<h>`, with `<h>` 8 hex digits.
+//!
+//! The chain is written with `iptables-restore --noflush` (one atomic
+//! commit that replaces the chain's rules) and checked with
+//! `iptables-save` (one process, no rule ever half-written).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::{Command, Stdio};
+
+use anyhow::Context;
+use hermes_backends::docker::Engine;
+use sha2::{Digest, Sha256};
+
+use crate::home::Home;
+
+/// The names of one home's proxy-only network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyNetwork {
+    /// The Docker network.
+    pub name: String,
+    /// Its bridge interface on the host.
+    pub bridge: String,
+    /// The host firewall chain that admits only the proxy's ports.
+    pub chain: String,
+}
+
+impl ProxyNetwork {
+    pub fn for_home(home: &Home) -> ProxyNetwork {
+        let root = std::fs::canonicalize(home.root()).unwrap_or_else(|_| home.root().to_path_buf());
+        let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
+        let h: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        ProxyNetwork {
+            name: format!("hermes-egress-{h}"),
+            bridge: format!("hermes-{h}"),
+            chain: format!("HERMES-{h}"),
+        }
+    }
+
+    /// The bridge's IPv4 address on the host, when the network exists.
+    pub fn gateway(&self) -> Option<Ipv4Addr> {
+        nix::ifaddrs::getifaddrs().ok()?.find_map(|ifa| {
+            if ifa.interface_name != self.bridge {
+                return None;
+            }
+            ifa.address
+                .as_ref()
+                .and_then(|a| a.as_sockaddr_in())
+                .map(|v4| v4.ip())
+        })
+    }
+
+    /// The rules, in `iptables-save`'s own spelling: the jump from INPUT
+    /// for traffic that comes in on the bridge, then the chain admitting
+    /// the CONNECT port and the plain HTTP port and rejecting the rest.
+    pub fn firewall_rules(&self, tunnel_port: u16) -> Vec<String> {
+        let (chain, bridge) = (&self.chain, &self.bridge);
+        let http = tunnel_port.saturating_add(1);
+        vec![
+            format!("-A INPUT -i {bridge} -j {chain}"),
+            format!("-A {chain} -p tcp -m tcp --dport {tunnel_port} -j ACCEPT"),
+            format!("-A {chain} -p tcp -m tcp --dport {http} -j ACCEPT"),
+            format!("-A {chain} -j REJECT --reject-with icmp-port-unreachable"),
+        ]
+    }
+
+    /// Whether the host firewall holds exactly this network's rules.
+    pub fn firewall_in_place(&self, tunnel_port: u16) -> anyhow::Result<bool> {
+        let saved = iptables_save()?;
+        Ok(chain_matches(
+            &saved,
+            &self.chain,
+            &self.firewall_rules(tunnel_port),
+        ))
+    }
+
+    /// Writes the chain (replacing whatever it held) and the jump to it.
+    pub fn install_firewall(&self, tunnel_port: u16) -> anyhow::Result<()> {
+        let rules = self.firewall_rules(tunnel_port);
+        let (jump, chain_rules) = rules.split_first().context("no rules")?;
+        let mut script = format!("*filter\n:{} - [0:0]\n", self.chain);
+        for rule in chain_rules {
+            script.push_str(rule);
+            script.push('\n');
+        }
+        script.push_str("COMMIT\n");
+        iptables_restore(&script)?;
+        let saved = iptables_save()?;
+        if !saved.lines().any(|l| l == jump) {
+            let args: Vec<&str> = jump
+                .trim_start_matches("-A INPUT ")
+                .split_whitespace()
+                .collect();
+            let mut cmd = Command::new("iptables");
+            cmd.args(["-w", "-I", "INPUT", "1"]).args(&args);
+            run(cmd, "iptables -I INPUT")?;
+        }
+        Ok(())
+    }
+
+    /// Removes the jump and the chain; what is not there is skipped.
+    pub fn remove_firewall(&self) -> anyhow::Result<()> {
+        let saved = iptables_save()?;
+        let jump = format!("-A INPUT -i {} -j {}", self.bridge, self.chain);
+        for _ in saved.lines().filter(|l| *l == jump) {
+            let mut cmd = Command::new("iptables");
+            cmd.args(["-w", "-D", "INPUT", "-i", &self.bridge, "-j", &self.chain]);
+            run(cmd, "iptables -D INPUT")?;
+        }
+        if saved
+            .lines()
+            .any(|l| l == format!(":{} - [0:0]", self.chain))
+        {
+            let mut flush = Command::new("iptables");
+            flush.args(["-w", "-F", &self.chain]);
+            run(flush, "iptables -F")?;
+            let mut delete = Command::new("iptables");
+            delete.args(["-w", "-X", &self.chain]);
+            run(delete, "iptables -X")?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure the network exists; returns its gateway.
+    pub async fn ensure_network(&self, engine: &Engine) -> anyhow::Result<IpAddr> {
+        let labels = HashMap::from([
+            (
+                hermes_model::sandbox::LABEL_AGENT.to_string(),
+                "1".to_string(),
+            ),
+            ("hermes-egress-network".to_string(), "1".to_string()),
+        ]);
+        let net = engine
+            .ensure_internal_network(&self.name, &self.bridge, &labels)
+            .await?;
+        net.gateway
+            .or_else(|| self.gateway().map(IpAddr::V4))
+            .with_context(|| format!("the network {} has no gateway address", self.name))
+    }
+}
+
+/// Whether `saved` (iptables-save's output) holds the jump and exactly the
+/// chain's rules, in order.
+fn chain_matches(saved: &str, chain: &str, rules: &[String]) -> bool {
+    let Some((jump, chain_rules)) = rules.split_first() else {
+        return false;
+    };
+    let prefix = format!("-A {chain} ");
+    let found: Vec<&str> = saved.lines().filter(|l| l.starts_with(&prefix)).collect();
+    saved.lines().any(|l| l == jump)
+        && found.len() == chain_rules.len()
+        && found.iter().zip(chain_rules).all(|(a, b)| a == b)
+}
+
+fn iptables_save() -> anyhow::Result<String> {
+    let out = Command::new("iptables-save")
+        .args(["-t", "filter"])
+        .stderr(Stdio::piped())
+        .output()
+        .context("cannot run iptables-save (proxy.enforce_network needs iptables)")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "iptables-save failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn iptables_restore(script: &str) -> anyhow::Result<()> {
+    let mut child = Command::new("iptables-restore")
+        .args(["-w", "--noflush"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run iptables-restore (proxy.enforce_network needs iptables)")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(script.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "iptables-restore failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+fn run(mut cmd: Command, what: &str) -> anyhow::Result<()> {
+    let out = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("cannot run {what}"))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn home(path: &str) -> Home {
+        Home::resolve(Some(path.into())).unwrap()
+    }
+
+    fn net() -> ProxyNetwork {
+        ProxyNetwork {
+            name: "hermes-egress-0a1b2c3d".to_string(),
+            bridge: "hermes-0a1b2c3d".to_string(),
+            chain: "HERMES-0a1b2c3d".to_string(),
+        }
+    }
+
+    #[test]
+    fn names_fit_their_limits_and_differ_between_homes() {
+        let a = ProxyNetwork::for_home(&home("/tmp/one"));
+        let b = ProxyNetwork::for_home(&home("/tmp/two"));
+        assert_ne!(a, b);
+        assert!(a.bridge.len() <= 15, "{}", a.bridge);
+        assert!(a.chain.len() <= 28, "{}", a.chain);
+        assert_eq!(a, ProxyNetwork::for_home(&home("/tmp/one")));
+    }
+
+    #[test]
+    fn the_chain_admits_only_the_proxy_ports() {
+        assert_eq!(
+            net().firewall_rules(9090),
+            [
+                "-A INPUT -i hermes-0a1b2c3d -j HERMES-0a1b2c3d",
+                "-A HERMES-0a1b2c3d -p tcp -m tcp --dport 9090 -j ACCEPT",
+                "-A HERMES-0a1b2c3d -p tcp -m tcp --dport 9091 -j ACCEPT",
+                "-A HERMES-0a1b2c3d -j REJECT --reject-with icmp-port-unreachable",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_chain_with_a_rule_more_less_or_other_does_not_match() {
+        let rules = net().firewall_rules(9090);
+        let saved = |lines: &[&str]| {
+            format!(
+                "*filter\n:INPUT ACCEPT [0:0]\n{}\nCOMMIT\n",
+                lines.join("\n")
+            )
+        };
+        let all: Vec<&str> = rules.iter().map(String::as_str).collect();
+        assert!(chain_matches(&saved(&all), &net().chain, &rules));
+        assert!(
+            !chain_matches(&saved(&all[1..]), &net().chain, &rules),
+            "no jump"
+        );
+        assert!(
+            !chain_matches(&saved(&all[..3]), &net().chain, &rules),
+            "no reject"
+        );
+        let mut more = all.clone();
+        more.push("-A HERMES-0a1b2c3d -p tcp -m tcp --dport 22 -j ACCEPT");
+        assert!(
+            !chain_matches(&saved(&more), &net().chain, &rules),
+            "a rule more"
+        );
+        let old = net().firewall_rules(8080);
+        let old: Vec<&str> = old.iter().map(String::as_str).collect();
+        assert!(
+            !chain_matches(&saved(&old), &net().chain, &rules),
+            "other ports"
+        );
+    }
+}
