@@ -66,6 +66,7 @@ async fn fixture() -> Fixture {
         upstream_ca_file: None,
         upstream_header_timeout_seconds: 10,
         credential_source: "env".into(),
+        enforce_network: false,
         mgmt_token: "m".repeat(32),
     };
     let mut settings = Settings::new(
