@@ -19,8 +19,14 @@
 //! - [`cloud`]: the life cycle the remote sandbox services share (create,
 //!   resume, suspend to a snapshot, destroy, exec, files) and their retry
 //!   rule.
+//! - [`daytona`] (feature `daytona`): Daytona's REST API and sandbox
+//!   toolbox, behind [`cloud::CloudDriver`].
 
 pub mod cloud;
+#[cfg(feature = "daytona")]
+pub mod cloud_http;
+#[cfg(feature = "daytona")]
+pub mod daytona;
 pub mod docker;
 pub mod exec;
 pub mod ssh;
