@@ -210,18 +210,6 @@ pub(crate) async fn error_text(response: Response, secret: &Secret) -> String {
     }
 }
 
-/// `'value'` for a POSIX shell.
-pub(crate) fn shell_quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', r"'\''"))
-}
-
-/// Whether `name` can be an environment variable exported by a shell.
-pub(crate) fn valid_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -276,14 +264,5 @@ mod tests {
         assert!(!Retry::Idempotent.status(400));
         assert!(Retry::Once.status(429));
         assert!(!Retry::Once.status(503));
-    }
-
-    #[test]
-    fn quoting_and_names() {
-        assert_eq!(shell_quote("a'b"), r"'a'\''b'");
-        assert!(valid_env_name("_A1"));
-        assert!(!valid_env_name("1A"));
-        assert!(!valid_env_name("A-B"));
-        assert!(!valid_env_name(""));
     }
 }

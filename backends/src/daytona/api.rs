@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::cloud::{CloudSpec, CloudState};
-use crate::cloud_http::shell_quote;
 use crate::model::sandbox::{LABEL_AGENT, LABEL_PROFILE, sanitize};
 
 /// The label naming the task a sandbox serves.
@@ -212,7 +211,7 @@ pub fn session_command(env_file: &str, cwd: Option<&str>, argv: &[String]) -> St
 }
 
 /// The environment file: `NAME='value'` lines for `set -a; .`. Names must
-/// have been checked ([`crate::cloud_http::valid_env_name`]).
+/// have been checked ([`valid_env_name`]).
 pub fn env_file(env: &[(String, String)]) -> String {
     let mut out = String::new();
     for (name, value) in env {
@@ -222,6 +221,18 @@ pub fn env_file(env: &[(String, String)]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `'value'` for a POSIX shell.
+pub fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+/// Whether `name` can be an environment variable exported by a shell.
+pub fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]
@@ -313,5 +324,14 @@ mod tests {
         assert!(!SESSION_SCRIPT.contains('\''));
         let file = env_file(&[("K".to_owned(), "v'1\nx".to_owned())]);
         assert_eq!(file, "K='v'\\''1\nx'\n");
+    }
+
+    #[test]
+    fn quoting_and_names() {
+        assert_eq!(shell_quote("a'b"), r"'a'\''b'");
+        assert!(valid_env_name("_A1"));
+        assert!(!valid_env_name("1A"));
+        assert!(!valid_env_name("A-B"));
+        assert!(!valid_env_name(""));
     }
 }

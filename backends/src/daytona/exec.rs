@@ -21,9 +21,10 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
+use super::api::valid_env_name;
 use super::demux::{Demux, Stream};
 use super::{DaytonaDriver, DaytonaError, api, path_segment};
-use crate::cloud_http::{Retry, valid_env_name};
+use crate::cloud_http::Retry;
 use crate::exec::{
     EXEC_ID_ENV, ExecIo, ExecOutcome, ExecRequest, KILL_SCRIPT, TIMEOUT_EXIT_CODE, new_exec_id,
 };
@@ -127,7 +128,7 @@ async fn run_in_session(
     };
     let ExecIo { stdout, stderr, .. } = io;
     let work = async {
-        follow(d, toolbox, session, &cmd_id, stdout, stderr).await?;
+        follow(d, toolbox, session, &cmd_id, req.timeout, stdout, stderr).await?;
         exit_code(d, toolbox, session, &cmd_id).await
     };
     match tokio::time::timeout_at(deadline, work).await {
@@ -143,6 +144,7 @@ async fn follow(
     toolbox: &str,
     session: &str,
     cmd_id: &str,
+    timeout: std::time::Duration,
     stdout: Out<'_>,
     stderr: Out<'_>,
 ) -> Result<(), DaytonaError> {
@@ -161,6 +163,8 @@ async fn follow(
                 .header(UPGRADE, "websocket")
                 .header("Sec-WebSocket-Version", "13")
                 .header(SEC_WEBSOCKET_KEY, &key)
+                // The log lasts as long as the command may.
+                .timeout(timeout + KILL_TIMEOUT)
         })
         .await?;
     let mut demux = Demux::default();
