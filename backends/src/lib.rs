@@ -21,15 +21,19 @@
 //!   rule.
 //! - [`daytona`] (feature `daytona`): Daytona's REST API and sandbox
 //!   toolbox, behind [`cloud::CloudDriver`].
+//! - [`vercel`] (feature `vercel`): the Vercel Sandbox REST API, behind
+//!   [`cloud::CloudDriver`].
 
 pub mod cloud;
-#[cfg(feature = "daytona")]
+#[cfg(any(feature = "daytona", feature = "vercel"))]
 pub mod cloud_http;
 #[cfg(feature = "daytona")]
 pub mod daytona;
 pub mod docker;
 pub mod exec;
 pub mod ssh;
+#[cfg(feature = "vercel")]
+pub mod vercel;
 
 /// The model crate this crate's API speaks ([`model::sandbox::SandboxSpec`],
 /// [`model::observed::ObservedContainer`], …), re-exported so users of the
