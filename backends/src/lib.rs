@@ -19,11 +19,21 @@
 //! - [`cloud`]: the life cycle the remote sandbox services share (create,
 //!   resume, suspend to a snapshot, destroy, exec, files) and their retry
 //!   rule.
+//! - [`daytona`] (feature `daytona`): Daytona's REST API and sandbox
+//!   toolbox, behind [`cloud::CloudDriver`].
+//! - [`vercel`] (feature `vercel`): the Vercel Sandbox REST API, behind
+//!   [`cloud::CloudDriver`].
 
 pub mod cloud;
+#[cfg(any(feature = "daytona", feature = "vercel"))]
+pub mod cloud_http;
+#[cfg(feature = "daytona")]
+pub mod daytona;
 pub mod docker;
 pub mod exec;
 pub mod ssh;
+#[cfg(feature = "vercel")]
+pub mod vercel;
 
 /// The model crate this crate's API speaks ([`model::sandbox::SandboxSpec`],
 /// [`model::observed::ObservedContainer`], …), re-exported so users of the
