@@ -19,10 +19,14 @@
 //! - [`cloud`]: the life cycle the remote sandbox services share (create,
 //!   resume, suspend to a snapshot, destroy, exec, files) and their retry
 //!   rule.
+//! - [`modal`] (feature `modal`, on by default): Modal's sandboxes through
+//!   its gRPC API, a [`cloud::CloudDriver`].
 
 pub mod cloud;
 pub mod docker;
 pub mod exec;
+#[cfg(feature = "modal")]
+pub mod modal;
 pub mod ssh;
 
 /// The model crate this crate's API speaks ([`model::sandbox::SandboxSpec`],
