@@ -13,6 +13,7 @@ use bollard::Docker;
 pub mod cli;
 pub mod docker_cli;
 pub mod egress;
+pub mod fakes;
 pub mod sshd;
 pub mod upstream;
 

@@ -1,0 +1,3 @@
+//! Contract fakes of remote sandbox services that cannot run here.
+
+pub mod modal;
