@@ -674,7 +674,35 @@ fn unreachable_result<T>() -> Result<T, ModalError> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
+
+    fn lookup(id: &'static str, secret: &'static str) -> impl Fn(&str) -> Option<String> {
+        move |name| match name {
+            "MODAL_TOKEN_ID" => Some(id.to_string()),
+            "MODAL_TOKEN_SECRET" => Some(secret.to_string()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_driver_is_made_outside_a_runtime_and_its_debug_hides_the_token() {
+        let driver = ModalDriver::from_env(&lookup("ak-unit-id", "as-unit-secret"), None).unwrap();
+        assert_eq!(driver.server_url(), DEFAULT_SERVER_URL);
+        let shown = format!("{driver:?}");
+        assert!(
+            !shown.contains("ak-unit-id") && !shown.contains("as-unit-secret"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_token_a_header_cannot_carry_is_refused_without_echoing_it() {
+        let err = ModalDriver::from_env(&lookup("ak-ok", "as-bad\nsecret"), None).unwrap_err();
+        assert!(matches!(err, ModalError::Config(_)), "{err:?}");
+        assert!(!err.to_string().contains("as-bad"), "{err}");
+    }
 
     fn spec() -> CloudSpec {
         CloudSpec {
