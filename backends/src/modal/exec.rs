@@ -140,9 +140,12 @@ pub(crate) async fn run(
     match tokio::time::timeout(req.timeout, streamed).await {
         Ok(codes) => {
             let (out_code, err_code) = codes?;
-            let exit_code = out_code.or(err_code).map_or(-1, i64::from);
+            let exit_code = match out_code.or(err_code) {
+                Some(code) => code,
+                None => wait(rpc, &exec_id).await?,
+            };
             Ok(ExecOutcome {
-                exit_code,
+                exit_code: i64::from(exit_code),
                 timed_out: false,
             })
         }
@@ -402,6 +405,32 @@ async fn output(
     }
 }
 
+/// The exit code of a finished exec, from `ContainerExecWait`.
+async fn wait(rpc: &Rpc, exec_id: &str) -> Result<i32, ModalError> {
+    for _ in 0..3 {
+        let msg = pb::ContainerExecWaitRequest {
+            exec_id: exec_id.to_string(),
+            timeout: 20.0,
+        };
+        let resp = rpc
+            .call(
+                "ContainerExecWait",
+                Retry::Yes,
+                POLL_DEADLINE,
+                msg,
+                |mut c, r| async move { c.container_exec_wait(r).await },
+            )
+            .await?;
+        if resp.completed {
+            return Ok(resp.exit_code.unwrap_or(-1));
+        }
+    }
+    Err(ModalError::Failed {
+        call: "ContainerExecWait",
+        message: format!("exec {exec_id}: output ended but the command did not finish"),
+    })
+}
+
 /// Kills every process marked `marker` in the task, and waits for the
 /// kill script to finish.
 async fn kill(rpc: &Rpc, task: &str, marker: &str) -> Result<(), ModalError> {
@@ -431,28 +460,7 @@ async fn kill(rpc: &Rpc, task: &str, marker: &str) -> Result<(), ModalError> {
         )
         .await?
         .exec_id;
-    for _ in 0..3 {
-        let msg = pb::ContainerExecWaitRequest {
-            exec_id: exec_id.clone(),
-            timeout: 20.0,
-        };
-        let resp = rpc
-            .call(
-                "ContainerExecWait",
-                Retry::Yes,
-                POLL_DEADLINE,
-                msg,
-                |mut c, r| async move { c.container_exec_wait(r).await },
-            )
-            .await?;
-        if resp.completed {
-            return Ok(());
-        }
-    }
-    Err(ModalError::Failed {
-        call: "ContainerExecWait",
-        message: format!("the kill of a timed-out command in task {task} did not finish"),
-    })
+    wait(rpc, &exec_id).await.map(drop)
 }
 
 #[cfg(test)]

@@ -296,6 +296,8 @@ impl ModalDriver {
                     message: format!("sandbox {id} not scheduled within {limit:?}"),
                 });
             }
+            // A poll that came back early must not become a busy loop.
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
