@@ -23,6 +23,10 @@
 //!   toolbox, behind [`cloud::CloudDriver`].
 //! - [`vercel`] (feature `vercel`): the Vercel Sandbox REST API, behind
 //!   [`cloud::CloudDriver`].
+//! - [`modal`] (feature `modal`): Modal's sandboxes through
+//!   its gRPC API, a [`cloud::CloudDriver`].
+//!
+//! The three cloud drivers' features are on by default.
 
 pub mod cloud;
 #[cfg(any(feature = "daytona", feature = "vercel"))]
@@ -31,6 +35,8 @@ pub mod cloud_http;
 pub mod daytona;
 pub mod docker;
 pub mod exec;
+#[cfg(feature = "modal")]
+pub mod modal;
 pub mod ssh;
 #[cfg(feature = "vercel")]
 pub mod vercel;

@@ -1,7 +1,7 @@
 //! Contract fakes of the remote sandbox services hermes drives (Daytona,
-//! Vercel Sandbox): the services cannot run here, so each fake is a small
-//! HTTP server on 127.0.0.1 that follows the service's published API for
-//! the endpoints hermes uses — paths, JSON fields, status codes, auth,
+//! Vercel Sandbox, Modal): the services cannot run here, so each fake is a
+//! small server on 127.0.0.1 (HTTP; gRPC for Modal) that follows the
+//! service's published API for the endpoints hermes uses — paths, JSON fields, status codes, auth,
 //! streamed logs — with real sandboxes behind it: every command is a local
 //! process in the sandbox's own temporary directory, so exit codes,
 //! output, timeouts, kills and files are real.
@@ -12,6 +12,7 @@
 //! process helpers.
 
 pub mod daytona;
+pub mod modal;
 pub mod vercel;
 
 use std::collections::VecDeque;
