@@ -57,6 +57,8 @@ fn with_activity(
         activity,
         proxy: crate::egress_state::observe(home),
         ssh: None,
+        cloud: None,
+        singularity: None,
     })
 }
 
@@ -221,10 +223,19 @@ fn remember_good(path: &std::path::Path, text: &str) {
     }
 }
 
-/// The environment `docker_forward_env` may read: this process's, then `.env`.
+/// The environment `docker_forward_env` (and the cloud backends'
+/// `*_forward_env` and credentials) may read: this process's, then `.env`;
+/// and whether `~/.modal.toml` exists.
 pub fn host_env(home: &Home) -> anyhow::Result<HostEnv> {
+    let process: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    // Modal's own credentials file, which its client reads when the token
+    // variables are not set.
+    let modal_toml = process
+        .get("HOME")
+        .is_some_and(|h| std::path::Path::new(h).join(".modal.toml").is_file());
     Ok(HostEnv {
-        process: std::env::vars().collect(),
+        process,
         dotenv: hermes_model::dotenv::parse(&config::read_env_text(home)?),
+        modal_toml,
     })
 }
