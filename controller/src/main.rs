@@ -14,6 +14,7 @@ mod home;
 mod metrics;
 mod proxy_ops;
 mod redacting;
+mod snapshots;
 mod ssh;
 
 use std::process::ExitCode;
