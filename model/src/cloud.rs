@@ -157,6 +157,30 @@ pub(crate) fn daytona_disk_warning(root: &yaml::Node) -> Option<Issue> {
     })
 }
 
+/// What `hermes egress status` says of the backends the proxy cannot
+/// cover: each cloud backend, with the real credentials its
+/// `<backend>_forward_env` names (which go into its sandboxes as they
+/// are).
+pub fn uncovered_backends(config: &Config) -> Vec<(Backend, Vec<String>)> {
+    let t = &config.terminal;
+    CLOUD_BACKENDS
+        .iter()
+        .map(|&backend| {
+            let named = match backend {
+                Backend::Modal => &t.modal_forward_env,
+                Backend::Daytona => &t.daytona_forward_env,
+                _ => &t.vercel_forward_env,
+            };
+            let keys = named
+                .iter()
+                .filter(|n| crate::providers::is_credential_variable(n))
+                .cloned()
+                .collect();
+            (backend, keys)
+        })
+        .collect()
+}
+
 /// The sandbox the config wants on a remote service, for the default task
 /// of the active profile (one per (profile, task), as Docker's persistent
 /// sandbox).
@@ -494,6 +518,21 @@ mod tests {
         assert_eq!(cloud.credentials.unwrap_err().missing, ["DAYTONA_API_KEY"]);
         let docker = load("terminal:\n  backend: docker\n").unwrap().config;
         assert!(CloudDesired::from_config(&docker, &host, &mut Vec::new()).is_none());
+    }
+
+    #[test]
+    fn every_cloud_backend_is_uncovered_with_the_keys_it_is_handed() {
+        let config = load("terminal:\n  daytona_forward_env: [GIT_AUTHOR, ANTHROPIC_API_KEY]\n")
+            .unwrap()
+            .config;
+        assert_eq!(
+            uncovered_backends(&config),
+            [
+                (Backend::Modal, vec![]),
+                (Backend::Daytona, vec!["ANTHROPIC_API_KEY".to_string()]),
+                (Backend::VercelSandbox, vec![]),
+            ]
+        );
     }
 
     #[test]
