@@ -54,8 +54,17 @@ impl ApplyOptions<'_> {
 }
 
 impl Applied {
+    /// Adds what another part of the pass applied.
+    pub fn absorb(&mut self, other: Applied) {
+        self.done += other.done;
+        self.failed += other.failed;
+        self.succeeded.extend(other.succeeded);
+        self.failures.extend(other.failures);
+        self.skipped += other.skipped;
+    }
+
     /// Counts and prints the result of one operation.
-    fn record(
+    pub(crate) fn record(
         &mut self,
         op: &Op<Action>,
         started: Instant,
