@@ -100,11 +100,7 @@ async fn run_singularity(
     out.finish().await?;
     err.finish().await?;
     let outcome = outcome?;
-    Ok(if outcome.timed_out {
-        timed_out(timeout)
-    } else {
-        exit_code(outcome.exit_code)
-    })
+    Ok(ended(&outcome, timeout))
 }
 
 /// A cloud service: the task's sandbox there, created (from its snapshot),
@@ -157,17 +153,14 @@ async fn run_cloud(
     out.finish().await?;
     err.finish().await?;
     let outcome = outcome??;
-    Ok(if outcome.timed_out {
-        timed_out(timeout)
-    } else {
-        exit_code(outcome.exit_code)
-    })
+    Ok(ended(&outcome, timeout))
 }
 
-/// Fail closed: the exit code of a refusal while the enforced egress proxy
-/// is not ready (Docker and singularity), after saying why.
+/// Fail closed: the exit code of a refusal while the egress proxy, enforced
+/// on the backend (`proxy.enforce_on_docker` for Docker and singularity,
+/// `proxy.enforce_on_ssh`), is not ready, after saying why.
 fn refuse_while_proxy_down(home: &Home, desired: &Desired) -> Option<ExitCode> {
-    if !desired.egress_enforced() {
+    if !desired.config.proxy.enabled {
         return None;
     }
     let proxy = crate::egress_state::observe(home);
@@ -202,15 +195,8 @@ async fn run_ssh(
     );
     // Fail closed: no command runs on the SSH host while the egress proxy
     // enforced there (`proxy.enforce_on_ssh`) is not ready.
-    let proxy = &desired.config.proxy;
-    if proxy.enabled && proxy.enforce_on_ssh {
-        let observed = crate::egress_state::observe(home);
-        if let Some(reason) = hermes_reconcilers::proxy::fail_closed_reason(desired, &observed) {
-            eprintln!(
-                "error: {reason}; `hermes reconcile` (or a running controller) brings it back"
-            );
-            return Ok(ExitCode::from(FAIL_CLOSED));
-        }
+    if let Some(code) = refuse_while_proxy_down(home, desired) {
+        return Ok(code);
     }
     let request = ExecRequest {
         cmd: args.command.clone(),
@@ -223,11 +209,17 @@ async fn run_ssh(
     out.finish().await?;
     err.finish().await?;
     let outcome = outcome?;
-    Ok(if outcome.timed_out {
+    Ok(ended(&outcome, timeout))
+}
+
+/// hermes's exit code for how a command ended: its own, or 124 after
+/// saying that it timed out.
+fn ended(outcome: &hermes_backends::exec::ExecOutcome, timeout: Duration) -> ExitCode {
+    if outcome.timed_out {
         timed_out(timeout)
     } else {
         exit_code(outcome.exit_code)
-    })
+    }
 }
 
 fn timed_out(timeout: Duration) -> ExitCode {
