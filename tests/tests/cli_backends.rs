@@ -97,6 +97,15 @@ fn singularity_without_a_runtime_is_blocked_and_exec_says_why() {
         "{}",
         exec.stderr
     );
+    let status = run(&home, &["status"], &[]);
+    assert_eq!(status.code, 1, "{status:?}");
+    assert!(
+        status.stdout.contains(
+            "singularity default/default: neither apptainer nor singularity is on the PATH"
+        ),
+        "{}",
+        status.stdout
+    );
 }
 
 #[test]
