@@ -16,6 +16,9 @@
 //!   OpenSSH `known_hosts`, exec with live output and remote tree kill, a
 //!   remote port forward, and the holder that keeps one connection open for
 //!   every hermes process.
+//! - [`singularity`]: Apptainer (or SingularityCE) as a program on this
+//!   host: the image cached as a SIF, instances on an overlay, exec with
+//!   values in the environment and timeouts that kill the tree inside.
 //! - [`cloud`]: the life cycle the remote sandbox services share (create,
 //!   resume, suspend to a snapshot, destroy, exec, files) and their retry
 //!   rule.
@@ -37,6 +40,7 @@ pub mod docker;
 pub mod exec;
 #[cfg(feature = "modal")]
 pub mod modal;
+pub mod singularity;
 pub mod ssh;
 #[cfg(feature = "vercel")]
 pub mod vercel;

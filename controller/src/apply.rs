@@ -54,8 +54,17 @@ impl ApplyOptions<'_> {
 }
 
 impl Applied {
+    /// Adds what another part of the pass applied.
+    pub fn absorb(&mut self, other: Applied) {
+        self.done += other.done;
+        self.failed += other.failed;
+        self.succeeded.extend(other.succeeded);
+        self.failures.extend(other.failures);
+        self.skipped += other.skipped;
+    }
+
     /// Counts and prints the result of one operation.
-    fn record(
+    pub(crate) fn record(
         &mut self,
         op: &Op<Action>,
         started: Instant,
@@ -100,8 +109,14 @@ pub async fn apply(
     let verbose = options.verbose;
     let mut applied = Applied::default();
     // The proxy first: sandboxes may wait on it.
-    let (proxy, sandboxes): (Vec<_>, Vec<_>) =
-        plan.ops.iter().partition(|op| op.target == Target::Proxy);
+    let (proxy, sandboxes): (Vec<_>, Vec<_>) = plan
+        .ops
+        .iter()
+        // The SSH host, singularity instances and cloud sandboxes are
+        // carried out by their own backends (`crate::ssh`,
+        // `crate::singularity`, `crate::cloud`).
+        .filter(|op| !matches!(op.target, Target::Ssh { .. } | Target::Backend { .. }))
+        .partition(|op| op.target == Target::Proxy);
     for op in proxy {
         if options.stopping() {
             applied.skipped += 1;
@@ -186,8 +201,16 @@ pub async fn apply_one(engine: &Engine, op: &Op<Action>) -> Result<bool, DockerE
         Action::ProxySetup | Action::ProxyStart | Action::ProxyRestart | Action::ProxyStop => {
             return Ok(false);
         }
-        // The SSH backend's operations are carried out by `crate::ssh`.
-        Action::Blocked | Action::Keep { .. } | Action::PrepareWorkspace { .. } => {
+        // The other backends' operations are carried out by `crate::ssh`,
+        // `crate::singularity` and `crate::cloud`.
+        Action::Blocked
+        | Action::Keep { .. }
+        | Action::PrepareWorkspace { .. }
+        | Action::InstanceStart(_)
+        | Action::InstanceRestart(_)
+        | Action::CloudCreate { .. }
+        | Action::CloudResume { .. }
+        | Action::CloudRecreate { .. } => {
             return Ok(false);
         }
     }

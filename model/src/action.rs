@@ -4,6 +4,7 @@
 
 use crate::plan::{Describe, Kind};
 use crate::sandbox::SandboxSpec;
+use crate::singularity::InstanceSpec;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
@@ -30,6 +31,23 @@ pub enum Action {
     /// Make the workspace directory on the SSH backend's host (relative to
     /// the remote home), trusting the host's key if it is new.
     PrepareWorkspace { path: String },
+    /// Start a singularity instance (building its image into the cache
+    /// first when it is not there).
+    InstanceStart(Box<InstanceSpec>),
+    /// Stop the instance and start it with the current spec; its overlay,
+    /// and so its files, are kept.
+    InstanceRestart(Box<InstanceSpec>),
+    /// Create a sandbox on the cloud service, from the task's snapshot when
+    /// there is one, else from the base image.
+    CloudCreate { snapshot: Option<String> },
+    /// Start the task's stopped sandbox on the service again.
+    CloudResume { id: String },
+    /// Delete a sandbox the service says is dead, then create as
+    /// [`Action::CloudCreate`].
+    CloudRecreate {
+        old_id: String,
+        snapshot: Option<String>,
+    },
     /// Wanted, but refused; the cause says why.
     Blocked,
     /// A labelled container hermes does not manage or no longer wants:
@@ -44,6 +62,10 @@ impl Describe for Action {
                 Kind::Create
             }
             Action::ProxySetup | Action::ProxyStart => Kind::Create,
+            Action::InstanceStart(_) | Action::CloudCreate { .. } | Action::CloudResume { .. } => {
+                Kind::Create
+            }
+            Action::InstanceRestart(_) | Action::CloudRecreate { .. } => Kind::Change,
             Action::Recreate { .. } | Action::ProxyRestart => Kind::Change,
             Action::Remove { .. } | Action::ProxyStop => Kind::Remove,
             Action::Blocked => Kind::Blocked,
@@ -62,6 +84,11 @@ impl Describe for Action {
             Action::ProxyStart => "start",
             Action::ProxyRestart => "restart",
             Action::ProxyStop => "stop",
+            Action::InstanceStart(_) => "start",
+            Action::InstanceRestart(_) => "restart",
+            Action::CloudCreate { .. } => "create",
+            Action::CloudResume { .. } => "resume",
+            Action::CloudRecreate { .. } => "recreate",
             Action::Blocked => "blocked",
             Action::Keep { verb, .. } => verb,
         }

@@ -124,7 +124,17 @@ pub struct Terminal {
     pub docker_shm_size_bytes: u64,
     /// `None`: persistent sandboxes are never reaped for idleness.
     pub persistent_max_idle_seconds: Option<u64>,
+    /// The image a singularity instance is built from: `docker://` and
+    /// `docker_image` unless set.
     pub singularity_image: String,
+    /// Modal's image: `docker_image` unless set.
+    pub modal_image: String,
+    /// Names whose values (host environment, then `.env`) go into the
+    /// Modal sandbox; nothing else does.
+    pub modal_forward_env: Vec<String>,
+    /// Daytona's image: `docker_image` unless set.
+    pub daytona_image: String,
+    pub daytona_forward_env: Vec<String>,
     pub ssh_host: Option<String>,
     pub ssh_user: Option<String>,
     pub ssh_port: u16,
@@ -132,6 +142,7 @@ pub struct Terminal {
     /// How long the SSH connection holder stays with nothing to do.
     pub ssh_persist_seconds: u64,
     pub vercel_runtime: String,
+    pub vercel_forward_env: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -305,6 +316,7 @@ pub fn validate(root: &Node, errors: &mut Vec<Issue>, warnings: &mut Vec<Issue>)
     }
     check_extra_args(root, errors);
     check_egress_overrides(root, errors);
+    warnings.extend(crate::cloud::daytona_disk_warning(root));
 }
 
 /// The variables through which a sandbox finds and trusts the egress
@@ -859,6 +871,12 @@ impl Config {
         let singularity_image = r
             .opt_string("terminal.singularity_image")
             .unwrap_or_else(|| format!("docker://{docker_image}"));
+        let modal_image = r
+            .opt_string("terminal.modal_image")
+            .unwrap_or_else(|| docker_image.clone());
+        let daytona_image = r
+            .opt_string("terminal.daytona_image")
+            .unwrap_or_else(|| docker_image.clone());
         Config {
             terminal: Terminal {
                 backend: Backend::from_word(&r.string("terminal.backend"))
@@ -892,12 +910,17 @@ impl Config {
                     _ => None,
                 },
                 singularity_image,
+                modal_image,
+                modal_forward_env: r.strings("terminal.modal_forward_env"),
+                daytona_image,
+                daytona_forward_env: r.strings("terminal.daytona_forward_env"),
                 ssh_host: r.opt_string("terminal.ssh_host"),
                 ssh_user: r.opt_string("terminal.ssh_user"),
                 ssh_port: u16::try_from(r.uint("terminal.ssh_port")).unwrap_or(22),
                 ssh_key: r.opt_string("terminal.ssh_key"),
                 ssh_persist_seconds: r.uint("terminal.ssh_persist_seconds"),
                 vercel_runtime: r.string("terminal.vercel_runtime"),
+                vercel_forward_env: r.strings("terminal.vercel_forward_env"),
             },
             proxy: Proxy {
                 enabled: r.bool("proxy.enabled"),

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use crate::config::{Backend, Config};
 use crate::egress::EgressWiring;
 use crate::sandbox::{self, ExtraArgs, SandboxKey, SandboxSpec};
+use crate::singularity::InstanceSpec;
+
+/// The profile when none is named.
+pub const DEFAULT_PROFILE: &str = "default";
 
 /// The task of the one warm persistent sandbox per profile.
 pub const DEFAULT_TASK: &str = "default";
@@ -22,6 +26,9 @@ pub const DEFAULT_SESSION: &str = "default";
 pub struct HostEnv {
     pub process: BTreeMap<String, String>,
     pub dotenv: Vec<(String, String)>,
+    /// Whether `~/.modal.toml` exists (Modal's credentials file), as the
+    /// caller found it.
+    pub modal_toml: bool,
 }
 
 impl HostEnv {
@@ -58,6 +65,12 @@ pub struct Desired {
     pub egress: Egress,
     /// On the SSH backend, the remote host, or which key is missing.
     pub ssh: Option<Result<crate::ssh::SshTarget, String>>,
+    /// On a cloud backend (modal, daytona, vercel_sandbox), the sandbox
+    /// wanted there for the default task.
+    pub cloud: Option<crate::cloud::CloudDesired>,
+    /// On the singularity backend, the warm instances (the default task's,
+    /// when persistent).
+    pub instances: Vec<InstanceSpec>,
 }
 
 /// The egress side of the desired state: what the config asks of the
@@ -150,6 +163,8 @@ impl Desired {
             && t.container_persistent
             && t.docker_persist_across_processes
             && t.persistent_max_idle_seconds.is_none();
+        let cloud = crate::cloud::CloudDesired::from_config(&config, env, &mut warnings);
+        let wants_instance = t.backend == Backend::Singularity && t.container_persistent;
         let mut desired = Desired {
             profile: profile.to_string(),
             config,
@@ -161,6 +176,8 @@ impl Desired {
             doubt: None,
             egress: Egress::Off,
             ssh: None,
+            cloud,
+            instances: Vec::new(),
         };
         if desired.config.terminal.backend == Backend::Ssh {
             desired.ssh = Some(crate::ssh::SshTarget::from_config(
@@ -172,6 +189,11 @@ impl Desired {
             desired
                 .sandboxes
                 .push(desired.sandbox_for_task(DEFAULT_TASK));
+        }
+        if wants_instance {
+            desired
+                .instances
+                .push(desired.instance(SandboxKey::persistent(&desired.profile, DEFAULT_TASK)));
         }
         Ok(desired)
     }
@@ -197,15 +219,34 @@ impl Desired {
         }
     }
 
+    /// The singularity instance of a key of the active profile, wired to
+    /// the egress proxy when it is on.
+    pub fn instance(&self, key: SandboxKey) -> InstanceSpec {
+        let wiring = match &self.egress {
+            Egress::On { wiring, .. } => Some(wiring),
+            _ => None,
+        };
+        InstanceSpec::new(&self.config, key, &self.home, &self.forward_env, wiring)
+    }
+
+    /// The instance `hermes exec` runs in, chosen as [`Desired::exec_sandbox`]
+    /// chooses a Docker sandbox.
+    pub fn exec_instance(&self, task: &str, session: Option<&str>) -> InstanceSpec {
+        self.instance(self.exec_sandbox(task, session).key)
+    }
+
     /// Sets the egress side (read from the proxy's files) and rebuilds
-    /// the warm sandboxes' specs with it.
+    /// the warm sandboxes' and instances' specs with it.
     pub fn set_egress(&mut self, egress: Egress) {
         self.egress = egress;
         let keys: Vec<SandboxKey> = self.sandboxes.iter().map(|s| s.key.clone()).collect();
         self.sandboxes = keys.into_iter().map(|k| self.sandbox(k)).collect();
+        let keys: Vec<SandboxKey> = self.instances.iter().map(|s| s.key.clone()).collect();
+        self.instances = keys.into_iter().map(|k| self.instance(k)).collect();
     }
 
-    /// Whether Docker sandboxes must not run without a healthy proxy.
+    /// Whether Docker sandboxes (and singularity instances, which run on
+    /// this host as well) must not run without a healthy proxy.
     pub fn egress_enforced(&self) -> bool {
         let p = &self.config.proxy;
         p.enabled && p.enforce_on_docker
@@ -371,6 +412,7 @@ mod tests {
                 ("A".to_string(), "from-dotenv".to_string()),
                 ("B".to_string(), "b".to_string()),
             ],
+            ..HostEnv::default()
         };
         let d = build(
             "terminal:\n  backend: docker\n  docker_forward_env: [A, B, C]\n",

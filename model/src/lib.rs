@@ -10,10 +10,13 @@
 //! - [`desired`]: what the host should look like, derived from the config.
 //! - [`sandbox`]: the Docker sandbox wanted: names, labels, hardened spec, spec hash.
 //! - [`observed`]: the labelled containers a pass saw.
+//! - [`singularity`]: the Apptainer instance wanted: image cache, overlay, egress wiring.
 //! - [`ssh`]: the remote host of the SSH backend: target, workspace, what a pass found.
+//! - [`cloud`]: the remote sandbox services: credentials, the sandbox wanted, snapshot records.
 //! - [`plan`]: the operations a pass would carry out, each with its cause.
 
 pub mod action;
+pub mod cloud;
 pub mod config;
 pub mod desired;
 pub mod dotenv;
@@ -26,6 +29,7 @@ pub mod providers;
 pub mod redact;
 pub mod sandbox;
 pub mod schema;
+pub mod singularity;
 pub mod ssh;
 pub mod value;
 pub mod yaml;

@@ -96,6 +96,10 @@ pub struct Observed {
     pub proxy: ProxyObserved,
     /// The remote host of the SSH backend, when that is the backend.
     pub ssh: Option<crate::ssh::SshObserved>,
+    /// The cloud service's sandbox, when a cloud is the backend.
+    pub cloud: Option<crate::cloud::CloudObserved>,
+    /// The singularity instances, when that is the backend.
+    pub singularity: Option<crate::singularity::SingularityObserved>,
 }
 
 /// The egress proxy daemon.

@@ -26,6 +26,13 @@ pub enum Target {
     Container { name: String },
     /// The remote host of the SSH backend (`user@host[:port]`).
     Ssh { dest: String },
+    /// The sandbox of a profile and task on a backend other than Docker
+    /// (a singularity instance, a cloud service's sandbox).
+    Backend {
+        backend: crate::config::Backend,
+        profile: String,
+        task: String,
+    },
 }
 
 impl fmt::Display for Target {
@@ -44,6 +51,11 @@ impl fmt::Display for Target {
             } => write!(f, "sandbox {profile}/{task}@{session}"),
             Target::Container { name } => write!(f, "container {name}"),
             Target::Ssh { dest } => write!(f, "ssh {dest}"),
+            Target::Backend {
+                backend,
+                profile,
+                task,
+            } => write!(f, "{backend} {profile}/{task}"),
         }
     }
 }

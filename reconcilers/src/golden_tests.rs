@@ -9,12 +9,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
+use hermes_model::cloud::{CloudObserved, CloudSandboxState};
 use hermes_model::config::load;
 use hermes_model::desired::{Desired, HostEnv};
 use hermes_model::observed::{ContainerState, Observed, ObservedContainer};
 use hermes_model::sandbox::{
     LABEL_AGENT, LABEL_PROFILE, LABEL_SESSION, LABEL_SPEC_HASH, LABEL_TASK,
 };
+use hermes_model::singularity::SingularityObserved;
 
 use crate::{HostPlan, plan_all};
 
@@ -193,8 +195,90 @@ fn a_converged_docker_host() {
     check_both("docker-converged", &plan(&d, vec![keeper]));
 }
 
+fn desired_with(config: &str, env: &[(&str, &str)]) -> Desired {
+    let env = HostEnv {
+        process: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..HostEnv::default()
+    };
+    Desired::build(
+        load(config).unwrap().config,
+        "default",
+        Path::new("/h"),
+        &env,
+    )
+    .unwrap()
+}
+
+fn plan_observed(desired: &Desired, observed: Observed) -> HostPlan {
+    plan_all(
+        desired,
+        &observed,
+        UNIX_EPOCH + Duration::from_secs(NOW as u64),
+    )
+}
+
+/// A cloud backend without its credentials: blocked, naming the variables.
 #[test]
-fn a_backend_this_build_cannot_run_is_blocked() {
+fn a_cloud_backend_without_credentials_is_blocked() {
     let d = desired("terminal:\n  backend: modal\n");
     check_both("modal-blocked", &plan(&d, Vec::new()));
+}
+
+/// Modal with its credentials, no sandbox, a snapshot of the task from the
+/// last session, and the Docker sandbox of an earlier config, reported.
+#[test]
+fn a_modal_host_restores_the_tasks_snapshot() {
+    let d = desired_with(
+        "terminal:\n  backend: modal\n  modal_image: python:3.12\n",
+        &[("MODAL_TOKEN_ID", "ak-1"), ("MODAL_TOKEN_SECRET", "as-1")],
+    );
+    let observed = Observed {
+        containers: vec![container(
+            "c1",
+            "hermes-default-default",
+            "default",
+            ContainerState::Exited,
+            Some("0123456789ab"),
+        )],
+        cloud: Some(CloudObserved::Seen {
+            sandbox: None,
+            snapshot: Some("im-5Yq2c0ffee".to_string()),
+        }),
+        ..Observed::default()
+    };
+    check_both("modal-from-snapshot", &plan_observed(&d, observed));
+}
+
+/// Daytona keeps a stopped sandbox as its snapshot: it is resumed.
+#[test]
+fn a_daytona_host_resumes_its_stopped_sandbox() {
+    let d = desired_with(
+        "terminal:\n  backend: daytona\n  container_disk: 8192\n",
+        &[("DAYTONA_API_KEY", "dtn-1")],
+    );
+    let observed = Observed {
+        cloud: Some(CloudObserved::Seen {
+            sandbox: Some(("0c4f-sandbox".to_string(), CloudSandboxState::Stopped)),
+            snapshot: None,
+        }),
+        ..Observed::default()
+    };
+    check_both("daytona-resume", &plan_observed(&d, observed));
+}
+
+/// A fresh singularity host: the image built, the instance started.
+#[test]
+fn a_fresh_singularity_host() {
+    let d = desired("terminal:\n  backend: singularity\n");
+    let observed = Observed {
+        singularity: Some(SingularityObserved::Seen {
+            instances: Vec::new(),
+            cached: Vec::new(),
+        }),
+        ..Observed::default()
+    };
+    check_both("singularity-fresh", &plan_observed(&d, observed));
 }

@@ -12,14 +12,21 @@
 //!   blocks Docker sandboxes while it is not ready.
 //! - [`ssh`]: the SSH backend's host: reachable over a trusted key, with the
 //!   workspace made.
+//! - [`singularity`]: the warm Apptainer instance (started, restarted on a
+//!   changed spec, its overlay kept).
+//! - [`cloud`]: the sandbox on a cloud service (modal, daytona,
+//!   vercel_sandbox): created from the task's snapshot, resumed, recreated
+//!   when dead, blocked without credentials.
 //!
 //! A plan made in doubt (the config is invalid, unreadable or empty, and
 //! the last good one stands in) removes nothing: each removal becomes a
 //! report that says why it is held back.
 
+pub mod cloud;
 pub mod persistence;
 pub mod proxy;
 pub mod reaping;
+pub mod singularity;
 pub mod ssh;
 
 #[cfg(test)]
@@ -29,9 +36,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use hermes_model::action::Action;
 use hermes_model::config::Backend;
-use hermes_model::desired::{DEFAULT_TASK, Desired};
+use hermes_model::desired::Desired;
 use hermes_model::observed::{ContainerState, Observed};
-use hermes_model::plan::{Describe, Op, Plan, Target};
+use hermes_model::plan::{Describe, Plan};
 use hermes_model::sandbox::sanitize;
 
 /// The plan of a whole host.
@@ -41,20 +48,18 @@ pub type HostPlan = Plan<Action>;
 pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> HostPlan {
     let now = unix_seconds(now);
     let mut ops = Vec::new();
+    // Singularity instances run on this host as Docker's sandboxes do, and
+    // wait on the proxy the same way (below).
+    let mut instance_ops = Vec::new();
     match desired.backend() {
         // Commands run on the host itself: there is nothing to converge.
         Backend::Local => {}
         Backend::Docker => {}
         Backend::Ssh => ops.extend(ssh::plan(desired, observed)),
-        other => ops.push(Op {
-            target: Target::Sandbox {
-                profile: desired.profile.clone(),
-                task: DEFAULT_TASK.to_string(),
-                session: None,
-            },
-            action: Action::Blocked,
-            cause: format!("the {other} backend is not available in this build"),
-        }),
+        Backend::Singularity => instance_ops = singularity::plan(desired, observed),
+        Backend::Modal | Backend::Daytona | Backend::VercelSandbox => {
+            ops.extend(cloud::plan(desired, observed));
+        }
     }
     // Containers are planned whatever the backend: switching away from
     // docker leaves them to be reported, never silently forgotten.
@@ -62,6 +67,7 @@ pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> Host
     let warm = persistence::plan(desired, observed, now);
     let mut sandbox_ops = warm.ops;
     sandbox_ops.extend(reaping::plan(desired, observed, now, &warm.claimed));
+    sandbox_ops.extend(instance_ops);
     if let Some(reason) = proxy::fail_closed_reason(desired, &observed.proxy) {
         proxy::block_sandboxes(&mut sandbox_ops, &reason);
     }

@@ -58,13 +58,14 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     }
 }
 
-/// Why Docker sandboxes may not start now (or, on the ssh backend, the
-/// remote host may not run commands), when the proxy is enforced there
-/// (`proxy.enforce_on_docker`, `proxy.enforce_on_ssh`) and not ready;
-/// `None` when they may.
+/// Why Docker sandboxes (and singularity instances) may not start now (or,
+/// on the ssh backend, the remote host may not run commands), when the
+/// proxy is enforced there (`proxy.enforce_on_docker`, which covers
+/// singularity too; `proxy.enforce_on_ssh`) and not ready; `None` when
+/// they may.
 pub fn fail_closed_reason(desired: &Desired, proxy: &ProxyObserved) -> Option<String> {
     let enforced = match desired.backend() {
-        Backend::Docker => desired.egress_enforced(),
+        Backend::Docker | Backend::Singularity => desired.egress_enforced(),
         Backend::Ssh => desired.config.proxy.enabled && desired.config.proxy.enforce_on_ssh,
         _ => false,
     };
@@ -87,15 +88,23 @@ pub fn fail_closed_reason(desired: &Desired, proxy: &ProxyObserved) -> Option<St
     Some(format!("egress proxy {why} (fail closed)"))
 }
 
-/// Turns every operation that would run a Docker sandbox into a refusal
-/// naming `reason`.
+/// Turns every operation that would run a Docker sandbox or a
+/// singularity instance into a refusal naming `reason`.
 pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
     for op in ops {
-        let runs_a_sandbox = matches!(op.target, Target::Sandbox { .. })
-            && matches!(
+        let runs_a_sandbox = match op.target {
+            Target::Sandbox { .. } => matches!(
                 op.action,
                 Action::Create(_) | Action::Start { .. } | Action::Recreate { .. }
-            );
+            ),
+            Target::Backend { .. } => {
+                matches!(
+                    op.action,
+                    Action::InstanceStart(_) | Action::InstanceRestart(_)
+                )
+            }
+            _ => false,
+        };
         if runs_a_sandbox {
             op.cause = format!("{reason}; wanted: {} ({})", op.action.verb(), op.cause);
             op.action = Action::Blocked;

@@ -30,6 +30,17 @@ pub fn hermes_bin() -> PathBuf {
     bin
 }
 
+/// The variables the cloud backends read their credentials from.
+pub const CLOUD_CREDENTIALS: &[&str] = &[
+    "MODAL_TOKEN_ID",
+    "MODAL_TOKEN_SECRET",
+    "DAYTONA_API_KEY",
+    "VERCEL_OIDC_TOKEN",
+    "VERCEL_TOKEN",
+    "VERCEL_PROJECT_ID",
+    "VERCEL_TEAM_ID",
+];
+
 /// A `$HERMES_HOME` in a temporary directory, removed when dropped.
 #[derive(Debug)]
 pub struct TestHome {
@@ -92,6 +103,10 @@ impl TestHome {
             .env_remove("HERMES_HOME")
             .env_remove("HERMES_PROFILE")
             .env_remove("RUST_LOG");
+        // The cloud services' credentials: a test that wants one sets it.
+        for name in CLOUD_CREDENTIALS {
+            cmd.env_remove(name);
+        }
         cmd
     }
 

@@ -253,3 +253,29 @@ fn check_on_a_missing_file_says_defaults_apply() {
     assert_eq!(run.code, 0);
     assert!(run.stdout.contains("built-in defaults"), "{}", run.stdout);
 }
+
+#[test]
+fn check_of_a_cloud_backend_wants_its_credential_from_the_environment_or_dotenv() {
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: daytona\n  container_disk: 4096\n");
+    let run = home.run(["config", "check"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "config.yaml:2:12: terminal.backend: DAYTONA_API_KEY is not set: the daytona backend needs it"
+        ),
+        "{}",
+        run.stderr
+    );
+    let run: hermes_tests::cli::Run = home
+        .command(["config", "check"])
+        .env("DAYTONA_API_KEY", "dtn-test")
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, 0, "{run:?}");
+    std::fs::write(home.path().join(".env"), "DAYTONA_API_KEY=dtn-test\n").unwrap();
+    let run = home.run(["config", "check"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(!run.stdout.contains("dtn-test") && !run.stderr.contains("dtn-test"));
+}

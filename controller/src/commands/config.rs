@@ -211,7 +211,24 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
         }
     };
     let env_mode_warning = env_mode_warning(home);
-    match config::load(&text) {
+    let env = match super::host_env(home) {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let loaded = config::load(&text).and_then(|loaded| {
+        // A cloud backend without its credentials cannot run a command:
+        // an error here rather than a surprise at the first exec.
+        let missing = hermes_model::cloud::check_credentials(&text, &env);
+        if missing.is_empty() {
+            Ok(loaded)
+        } else {
+            Err(config::ConfigError(missing))
+        }
+    });
+    match loaded {
         Ok(loaded) => {
             for w in &loaded.warnings {
                 eprintln!("warning: {}", w.render(&file));

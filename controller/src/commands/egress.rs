@@ -748,13 +748,35 @@ fn status(
             })
         })
         .collect();
-    let warnings: Vec<String> = tokens::UNCOVERED
+    let mut warnings: Vec<String> = tokens::UNCOVERED
         .iter()
         .filter(|(name, _)| env.lookup(name).is_some_and(|v| !v.is_empty()))
         .map(|(name, why)| {
             format!("{name} is set but cannot go through the proxy ({why}); it is not passed to sandboxes")
         })
         .collect();
+    // The cloud services' sandboxes reach the internet directly: the proxy
+    // cannot stand between them and a provider.
+    let uncovered = hermes_model::cloud::uncovered_backends(&config);
+    if hermes_model::cloud::is_cloud(config.terminal.backend) {
+        warnings.push(format!(
+            "terminal.backend is {}: its sandboxes reach the internet directly, not through this proxy",
+            config.terminal.backend
+        ));
+    }
+    for (backend, keys) in &uncovered {
+        for key in keys {
+            warnings.push(format!(
+                "terminal.{}_forward_env names {key}: the real key goes into {backend} sandboxes",
+                backend.as_str().trim_end_matches("_sandbox")
+            ));
+        }
+    }
+    let uncovered_json: Vec<serde_json::Value> = uncovered
+        .iter()
+        .map(|(backend, keys)| json!({"backend": backend.as_str(), "forwarded_keys": keys}))
+        .collect();
+    let uncovered_names: Vec<&str> = uncovered.iter().map(|(b, _)| b.as_str()).collect();
     let process = match (pid, running) {
         (_, Some(p)) => format!("running (pid {p})"),
         (Some(p), None) => format!("not running (stale pid file naming {p})"),
@@ -786,6 +808,7 @@ fn status(
         "listening": listening,
         "credential_source": proxy.credential_source,
         "docker_enforce": proxy.enforce_on_docker,
+        "uncovered_backends": uncovered_json,
         "counters": health.as_ref().map(|h| h["counters"].clone()),
         "tokens": rows,
         "warnings": warnings,
@@ -820,7 +843,14 @@ fn status(
     println!("Process:         {process}");
     println!("Listening:       {}", or(listening, "no"));
     println!("Credential src:  {}", proxy.credential_source);
-    println!("Docker enforce:  {}", proxy.enforce_on_docker);
+    println!(
+        "Docker enforce:  {} (singularity too)",
+        proxy.enforce_on_docker
+    );
+    println!(
+        "Uncovered:       {} (their sandboxes reach the internet directly; a key goes there only when named in terminal.<backend>_forward_env)",
+        uncovered_names.join(", ")
+    );
     println!();
     println!("{:<12} {:<44} {:<24} KEY", "PROVIDER", "TOKEN", "VARIABLES");
     for row in &rows {

@@ -58,10 +58,117 @@ pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<E
         Backend::Local => run_local(home, &desired, &args, &env, timeout).await,
         Backend::Docker => run_docker(home, &desired, &args, env, timeout).await,
         Backend::Ssh => run_ssh(home, &desired, &args, env, timeout).await,
-        other => {
-            anyhow::bail!("`hermes exec` on the {other} backend is not available in this build")
+        Backend::Singularity => run_singularity(home, &desired, &args, env, timeout).await,
+        Backend::Modal | Backend::Daytona | Backend::VercelSandbox => {
+            run_cloud(home, &desired, &args, env, timeout).await
         }
     }
+}
+
+/// Singularity: the task's instance (or the session's), started first when
+/// needed; fail closed as on Docker.
+async fn run_singularity(
+    home: &Home,
+    desired: &Desired,
+    args: &ExecArgs,
+    env: Vec<(String, String)>,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        !args.background,
+        "--background is not available on the singularity backend"
+    );
+    if let Some(session) = &args.session {
+        hermes_model::desired::check_session(session)?;
+    }
+    if let Some(code) = refuse_while_proxy_down(home, desired) {
+        return Ok(code);
+    }
+    let request = ExecRequest {
+        cmd: args.command.clone(),
+        env,
+        cwd: args.cwd.clone(),
+        timeout,
+    };
+    let (mut out, mut err) = output_writers(home, desired);
+    let mut stdin = tokio::io::empty();
+    let io = hermes_backends::exec::ExecIo {
+        stdin: Some(&mut stdin),
+        stdout: &mut out,
+        stderr: &mut err,
+    };
+    let outcome =
+        crate::singularity::exec(desired, &args.task, args.session.as_deref(), &request, io).await;
+    out.finish().await?;
+    err.finish().await?;
+    let outcome = outcome?;
+    Ok(ended(&outcome, timeout))
+}
+
+/// A cloud service: the task's sandbox there, created (from its snapshot),
+/// resumed or recreated first when needed. Only the variables named in
+/// `terminal.<backend>_forward_env` go there.
+async fn run_cloud(
+    home: &Home,
+    desired: &Desired,
+    args: &ExecArgs,
+    env: Vec<(String, String)>,
+    timeout: Duration,
+) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        !args.background,
+        "--background is not available on the {} backend",
+        desired.backend()
+    );
+    let Some(cloud) = &desired.cloud else {
+        anyhow::bail!("the {} backend has no cloud settings", desired.backend());
+    };
+    if let Err(missing) = &cloud.credentials {
+        anyhow::bail!(
+            "{missing}: the {} backend needs it, in the environment or in .env",
+            cloud.backend
+        );
+    }
+    let request = ExecRequest {
+        cmd: args.command.clone(),
+        env,
+        cwd: args.cwd.clone(),
+        timeout,
+    };
+    let host = crate::commands::host_env(home)?;
+    let book = crate::snapshots::SnapshotBook::new(home.root(), cloud.backend);
+    let (mut out, mut err) = output_writers(home, desired);
+    let io = hermes_backends::exec::ExecIo {
+        stdin: None,
+        stdout: &mut out,
+        stderr: &mut err,
+    };
+    let job = crate::cloud::Exec {
+        desired,
+        book: &book,
+        task: &args.task,
+        req: &request,
+        io,
+    };
+    let home_dir = crate::cloud::home_dir(&host);
+    let outcome = crate::cloud::with_driver(cloud.backend, &host, home_dir.as_deref(), job).await;
+    out.finish().await?;
+    err.finish().await?;
+    let outcome = outcome??;
+    Ok(ended(&outcome, timeout))
+}
+
+/// Fail closed: the exit code of a refusal while the egress proxy, enforced
+/// on the backend (`proxy.enforce_on_docker` for Docker and singularity,
+/// `proxy.enforce_on_ssh`), is not ready, after saying why.
+fn refuse_while_proxy_down(home: &Home, desired: &Desired) -> Option<ExitCode> {
+    if !desired.config.proxy.enabled {
+        return None;
+    }
+    let proxy = crate::egress_state::observe(home);
+    let reason = hermes_reconcilers::proxy::fail_closed_reason(desired, &proxy)?;
+    eprintln!("error: {reason}; `hermes reconcile` (or a running controller) brings it back");
+    Some(ExitCode::from(FAIL_CLOSED))
 }
 
 fn parse_env(pairs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
@@ -90,15 +197,8 @@ async fn run_ssh(
     );
     // Fail closed: no command runs on the SSH host while the egress proxy
     // enforced there (`proxy.enforce_on_ssh`) is not ready.
-    let proxy = &desired.config.proxy;
-    if proxy.enabled && proxy.enforce_on_ssh {
-        let observed = crate::egress_state::observe(home);
-        if let Some(reason) = hermes_reconcilers::proxy::fail_closed_reason(desired, &observed) {
-            eprintln!(
-                "error: {reason}; `hermes reconcile` (or a running controller) brings it back"
-            );
-            return Ok(ExitCode::from(FAIL_CLOSED));
-        }
+    if let Some(code) = refuse_while_proxy_down(home, desired) {
+        return Ok(code);
     }
     let request = ExecRequest {
         cmd: args.command.clone(),
@@ -111,11 +211,17 @@ async fn run_ssh(
     out.finish().await?;
     err.finish().await?;
     let outcome = outcome?;
-    Ok(if outcome.timed_out {
+    Ok(ended(&outcome, timeout))
+}
+
+/// hermes's exit code for how a command ended: its own, or 124 after
+/// saying that it timed out.
+fn ended(outcome: &hermes_backends::exec::ExecOutcome, timeout: Duration) -> ExitCode {
+    if outcome.timed_out {
         timed_out(timeout)
     } else {
         exit_code(outcome.exit_code)
-    })
+    }
 }
 
 fn timed_out(timeout: Duration) -> ExitCode {
@@ -210,14 +316,8 @@ async fn run_docker(
     }
     // Fail closed: no Docker sandbox runs a command while the enforced
     // egress proxy is not ready.
-    if desired.egress_enforced() {
-        let proxy = crate::egress_state::observe(home);
-        if let Some(reason) = hermes_reconcilers::proxy::fail_closed_reason(desired, &proxy) {
-            eprintln!(
-                "error: {reason}; `hermes reconcile` (or a running controller) brings it back"
-            );
-            return Ok(ExitCode::from(FAIL_CLOSED));
-        }
+    if let Some(code) = refuse_while_proxy_down(home, desired) {
+        return Ok(code);
     }
     let spec = desired.exec_sandbox(&args.task, args.session.as_deref());
     let engine = Engine::connect().await?;

@@ -57,7 +57,67 @@ fn with_activity(
         activity,
         proxy: crate::egress_state::observe(home),
         ssh: None,
+        cloud: None,
+        singularity: None,
     })
+}
+
+/// What a pass sees of the backends beyond Docker: the SSH host, the
+/// singularity instances, the cloud sandbox (only `find`: never a
+/// mutating call). Returns the error of a cloud backend that cannot be
+/// asked at all (its driver not built in), which the plan also shows as
+/// blocked.
+pub async fn observe_backends(
+    home: &Home,
+    desired: &Desired,
+    observed: &mut Observed,
+) -> Option<String> {
+    observed.ssh = crate::ssh::observe(home, desired).await;
+    observed.singularity = crate::singularity::observe(desired).await;
+    desired.cloud.as_ref()?;
+    let env = match host_env(home) {
+        Ok(env) => env,
+        Err(e) => {
+            let reason = format!("{e:#}");
+            observed.cloud = Some(hermes_model::cloud::CloudObserved::Unavailable {
+                reason: reason.clone(),
+            });
+            return Some(reason);
+        }
+    };
+    let (cloud, error) = crate::cloud::observe(home, desired, &env).await;
+    observed.cloud = cloud;
+    error.map(|e| e.to_string())
+}
+
+/// Carries out the plan's operations on the backends beyond Docker (the
+/// SSH host, singularity instances, the cloud sandbox).
+pub async fn apply_backends(
+    home: &Home,
+    desired: &Desired,
+    plan: &hermes_reconcilers::HostPlan,
+    verbose: bool,
+) -> crate::apply::Applied {
+    let ssh = crate::ssh::apply(home, desired, plan, verbose).await;
+    let mut applied = crate::apply::Applied {
+        done: ssh.done,
+        failed: ssh.failed,
+        succeeded: ssh.succeeded,
+        failures: ssh.failures,
+        skipped: 0,
+    };
+    applied.absorb(crate::singularity::apply(plan, verbose).await);
+    if desired.cloud.is_some() {
+        match host_env(home) {
+            Ok(env) => {
+                applied.absorb(crate::cloud::apply(home, desired, &env, plan, verbose).await)
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "cannot read the environment for the cloud backend")
+            }
+        }
+    }
+    applied
 }
 
 /// Loads config.yaml (errors with file, line and key) and prints its
@@ -221,10 +281,19 @@ fn remember_good(path: &std::path::Path, text: &str) {
     }
 }
 
-/// The environment `docker_forward_env` may read: this process's, then `.env`.
+/// The environment `docker_forward_env` (and the cloud backends'
+/// `*_forward_env` and credentials) may read: this process's, then `.env`;
+/// and whether `~/.modal.toml` exists.
 pub fn host_env(home: &Home) -> anyhow::Result<HostEnv> {
+    let process: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    // Modal's own credentials file, which its client reads when the token
+    // variables are not set.
+    let modal_toml = process
+        .get("HOME")
+        .is_some_and(|h| std::path::Path::new(h).join(".modal.toml").is_file());
     Ok(HostEnv {
-        process: std::env::vars().collect(),
+        process,
         dotenv: hermes_model::dotenv::parse(&config::read_env_text(home)?),
+        modal_toml,
     })
 }

@@ -15,7 +15,9 @@ use hermes_model::observed::Observed;
 use crate::activity::Activity;
 use crate::apply::{ApplyOptions, apply};
 use crate::cli::{Output, ReconcileArgs};
-use crate::commands::{load_for_pass, observe_for, refresh_egress};
+use crate::commands::{
+    apply_backends, load_for_pass, observe_backends, observe_for, refresh_egress,
+};
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
@@ -28,13 +30,16 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         desired.config.reconcile.prune = true;
     }
     let engine = connect(desired.backend()).await?;
-    let observed = see(engine.as_ref(), home, &desired).await?;
+    let (observed, backend_error) = see(engine.as_ref(), home, &desired).await?;
+    if let Some(e) = &backend_error {
+        eprintln!("error: {e}");
+    }
     let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&plan.to_json())?),
         Output::Text => println!("{plan}"),
     }
-    let config_failed = pass.config_error.is_some();
+    let config_failed = pass.config_error.is_some() || backend_error.is_some();
     if args.dry_run {
         return Ok(if config_failed {
             ExitCode::from(1)
@@ -59,9 +64,7 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     };
     let verbose = args.output == Output::Text;
     let mut applied = apply(engine.as_ref(), &plan, &activity, options).await;
-    let ssh = crate::ssh::apply(home, &desired, &plan, verbose).await;
-    applied.done += ssh.done;
-    applied.failed += ssh.failed;
+    applied.absorb(apply_backends(home, &desired, &plan, verbose).await);
     // A change of the proxy (set up, started) unblocks what waited on it:
     // plan again within this pass, a bounded number of times.
     let mut last = plan;
@@ -70,23 +73,23 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
             break;
         }
         refresh_egress(home, &mut desired);
-        let observed = see(engine.as_ref(), home, &desired).await?;
+        let (observed, _) = see(engine.as_ref(), home, &desired).await?;
         let next = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
         if !next.is_pending() {
             break;
         }
-        let more = apply(engine.as_ref(), &next, &activity, options).await;
-        let ssh = crate::ssh::apply(home, &desired, &next, verbose).await;
-        applied.done += more.done + ssh.done;
-        applied.failed += more.failed + ssh.failed;
-        if more.failed + ssh.failed > 0 {
+        let mut more = apply(engine.as_ref(), &next, &activity, options).await;
+        more.absorb(apply_backends(home, &desired, &next, verbose).await);
+        let failed = more.failed;
+        applied.absorb(more);
+        if failed > 0 {
             // Retried by the next pass, not in a loop here.
             break;
         }
         last = next;
     }
     // Observe again: what the host looks like now, not what we hoped.
-    let after = see(engine.as_ref(), home, &desired).await?;
+    let (after, _) = see(engine.as_ref(), home, &desired).await?;
     forget_removed(&activity, &after);
     let remaining = hermes_reconcilers::plan_all(&desired, &after, SystemTime::now());
     if args.output == Output::Text {
@@ -149,12 +152,14 @@ fn forget_removed(activity: &Activity, observed: &Observed) {
 }
 
 /// What a pass sees: the containers when there is an engine, the proxy in
-/// any case, and the SSH backend's host when that is the backend.
+/// any case, and the other backends' sandboxes (the SSH host, singularity
+/// instances, the cloud sandbox) when one of them is the backend; with the
+/// error of a cloud backend that cannot be asked.
 async fn see(
     engine: Option<&Engine>,
     home: &Home,
     desired: &hermes_model::desired::Desired,
-) -> anyhow::Result<Observed> {
+) -> anyhow::Result<(Observed, Option<String>)> {
     let mut observed = match engine {
         Some(engine) => observe_for(engine, home, desired).await?,
         None => Observed {
@@ -162,6 +167,6 @@ async fn see(
             ..Observed::default()
         },
     };
-    observed.ssh = crate::ssh::observe(home, desired).await;
-    Ok(observed)
+    let error = observe_backends(home, desired, &mut observed).await;
+    Ok((observed, error))
 }

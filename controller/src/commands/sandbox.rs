@@ -15,6 +15,9 @@ use crate::home::Home;
 pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow::Result<ExitCode> {
     let SandboxCommand::List { output } = command;
     let desired = load_desired(home, profile)?;
+    if desired.backend() == hermes_model::config::Backend::Singularity {
+        return list_instances(home, &desired, output).await;
+    }
     let engine = Engine::connect().await?;
     let mut observed = observe(&engine, home).await?;
     observed
@@ -80,6 +83,47 @@ pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow:
         Output::Text => {
             let cells: Vec<[String; 7]> = rows.into_iter().map(|r| r.cells).collect();
             print_table(HEAD, &cells);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The singularity instances: name, profile, task, whether the spec
+/// matches, the instance's process id.
+async fn list_instances(
+    home: &Home,
+    desired: &hermes_model::desired::Desired,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    let listed = crate::singularity::list(home.root(), desired).await?;
+    match output {
+        Output::Json => {
+            let list: Vec<_> = listed
+                .iter()
+                .map(|i| {
+                    serde_json::json!({
+                        "name": i.name, "profile": i.profile, "task": i.task,
+                        "state": "running", "spec_matches": i.spec, "pid": i.pid,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        }
+        Output::Text => {
+            let rows: Vec<[String; 6]> = listed
+                .into_iter()
+                .map(|i| {
+                    [
+                        i.name,
+                        i.profile,
+                        i.task,
+                        "running".to_string(),
+                        i.spec,
+                        i.pid.to_string(),
+                    ]
+                })
+                .collect();
+            print_table(["NAME", "PROFILE", "TASK", "STATE", "SPEC", "PID"], &rows);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
 use hermes_model::action::Action;
+use hermes_model::config::Backend;
 use hermes_model::desired::check_session;
 use hermes_model::plan::{Op, Plan, Target};
 use hermes_model::sandbox::sanitize;
@@ -19,6 +20,23 @@ use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow::Result<ExitCode> {
     hermes_model::desired::check_profile(profile)?;
+    if let SessionCommand::End { id } = &command {
+        let desired = crate::commands::load_desired(home, profile)?;
+        match desired.backend() {
+            Backend::Singularity => {
+                check_session(id)?;
+                let ended = crate::singularity::end_session(home.root(), profile, id).await?;
+                if ended == 0 {
+                    println!("No instance of session {id} in profile {profile}; nothing to end.");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            Backend::Modal | Backend::Daytona | Backend::VercelSandbox => {
+                return end_cloud_session(home, &desired, id).await;
+            }
+            _ => {}
+        }
+    }
     let engine = Engine::connect().await?;
     let observed = observe(&engine, home).await?;
     let profile = sanitize(profile);
@@ -106,4 +124,45 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
             })
         }
     }
+}
+
+/// A session's end on a cloud service. Every session of the profile
+/// shares the default task's sandbox there (as the reference shares its
+/// persistent sandbox), so ending one suspends that sandbox, keeping its
+/// filesystem: a snapshot recorded for the next session, or the stopped
+/// sandbox itself on Daytona.
+async fn end_cloud_session(
+    home: &Home,
+    desired: &hermes_model::desired::Desired,
+    id: &str,
+) -> anyhow::Result<ExitCode> {
+    check_session(id)?;
+    let Some(cloud) = &desired.cloud else {
+        anyhow::bail!("the {} backend has no cloud settings", desired.backend());
+    };
+    if let Err(missing) = &cloud.credentials {
+        anyhow::bail!(
+            "{missing}: the {} backend needs it, in the environment or in .env",
+            cloud.backend
+        );
+    }
+    let env = crate::commands::host_env(home)?;
+    let book = crate::snapshots::SnapshotBook::new(home.root(), cloud.backend);
+    let job = crate::cloud::EndSession {
+        desired,
+        book: &book,
+        task: hermes_model::desired::DEFAULT_TASK,
+    };
+    let home_dir = crate::cloud::home_dir(&env);
+    match crate::cloud::with_driver(cloud.backend, &env, home_dir.as_deref(), job).await?? {
+        Some(snapshot) => println!(
+            "{} {}/default: session {id} ended, snapshot {snapshot} kept for the next session",
+            cloud.backend, desired.profile
+        ),
+        None => println!(
+            "{} {}/default: session {id} ended (nothing was running, or the stopped sandbox is kept)",
+            cloud.backend, desired.profile
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
 }

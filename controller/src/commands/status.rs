@@ -42,12 +42,19 @@ pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<E
         None => None,
     };
     let proxy = crate::egress_state::observe(home);
-    let plan_input = observed
+    let mut plan_input = observed
         .clone()
         .unwrap_or_else(|| hermes_model::observed::Observed {
             proxy: proxy.clone(),
             ..Default::default()
         });
+    // The singularity instances and the cloud sandbox (only looked up),
+    // so that what blocks them is shown.
+    plan_input.singularity = crate::singularity::observe(desired).await;
+    if desired.cloud.is_some() {
+        let env = super::host_env(home)?;
+        plan_input.cloud = crate::cloud::observe(home, desired, &env).await.0;
+    }
     let plan = hermes_reconcilers::plan_all(desired, &plan_input, SystemTime::now());
     let blocked = hermes_reconcilers::blocked(&plan);
     let profile_label = sanitize(profile);

@@ -313,7 +313,11 @@ impl Controller {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
             Some((observed.proxy.running, observed.proxy.healthy));
-        observed.ssh = crate::ssh::observe(&self.home, &desired).await;
+        if let Some(e) =
+            crate::commands::observe_backends(&self.home, &desired, &mut observed).await
+        {
+            errors.push(e);
+        }
         let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
         let blocked = hermes_reconcilers::blocked(&plan);
         let at = Instant::now();
@@ -333,9 +337,8 @@ impl Controller {
             };
             let mut applied =
                 apply(Some(&engine), &plan, &Activity::new(&self.home), options).await;
-            let ssh = crate::ssh::apply(&self.home, &desired, &plan, false).await;
-            applied.succeeded.extend(ssh.succeeded);
-            applied.failures.extend(ssh.failures);
+            applied
+                .absorb(crate::commands::apply_backends(&self.home, &desired, &plan, false).await);
             for target in &applied.succeeded {
                 self.backoff.succeeded(target);
             }

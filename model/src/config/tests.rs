@@ -180,9 +180,17 @@ fn every_malformed_fixture_fails_with_its_expected_key_and_line() {
                 message: e.message,
             }
             .render("config.yaml"),
-            Ok(text) => load(text)
-                .expect_err(&format!("{} loaded", file.display()))
-                .render("config.yaml"),
+            // With no credential anywhere: a cloud backend's missing
+            // credential is an error too.
+            Ok(text) => match load(text) {
+                Err(e) => e.render("config.yaml"),
+                Ok(_) => {
+                    let issues =
+                        crate::cloud::check_credentials(text, &crate::desired::HostEnv::default());
+                    assert!(!issues.is_empty(), "{} loaded", file.display());
+                    crate::config::ConfigError(issues).render("config.yaml")
+                }
+            },
         };
         assert!(
             started.elapsed() < std::time::Duration::from_secs(1),

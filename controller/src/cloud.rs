@@ -1,0 +1,684 @@
+//! The cloud backends (modal, daytona, vercel_sandbox) in the binary:
+//! observing, applying, exec and a session's end, written once over any
+//! [`CloudDriver`], with the snapshot records kept in
+//! `$HERMES_HOME/<backend>_snapshots.json` ([`crate::snapshots`]).
+//!
+//! [`with_driver`] is the one place a backend name becomes a driver: a
+//! [`CloudJob`] is run with the driver of the configured backend. A
+//! backend whose driver is not part of this binary is an error that says
+//! so (`backend modal is not built in this binary`): the plan shows the
+//! sandbox blocked with it and the command exits 1.
+//!
+//! A dry run only calls [`CloudDriver::find`]: observing is the whole of
+//! it. Applying and exec create, resume or recreate through the same
+//! planner ([`hermes_reconcilers::cloud`]); a snapshot that fails to
+//! restore is dropped from the records and the sandbox created from the
+//! base image in the same operation, so a bad snapshot never makes a loop.
+
+// Built without any cloud driver, the generic layer has no caller.
+#![cfg_attr(
+    not(any(feature = "daytona", feature = "modal", feature = "vercel")),
+    allow(dead_code)
+)]
+
+use std::future::Future;
+use std::time::Instant;
+
+use hermes_backends::cloud::{CloudDriver, CloudSandbox, CloudSpec, CloudState};
+use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
+use hermes_model::action::Action;
+use hermes_model::cloud::{CloudDesired, CloudObserved, CloudSandboxState};
+use hermes_model::config::Backend;
+use hermes_model::desired::{DEFAULT_TASK, Desired, HostEnv};
+use hermes_model::observed::Observed;
+use hermes_model::plan::{Describe, Kind, Op, Plan, Target};
+
+use crate::apply::Applied;
+use crate::snapshots::SnapshotBook;
+
+/// Work to do with the configured backend's driver, whatever its type.
+pub trait CloudJob {
+    type Output;
+
+    fn run<C: CloudDriver>(self, driver: &C) -> impl Future<Output = Self::Output>;
+}
+
+/// Why no driver could be made for a backend.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The backend's driver is not compiled into this binary.
+    #[error("backend {0} is not built in this binary")]
+    NotBuilt(Backend),
+    /// The driver refused to start (its credentials, say).
+    #[error("{backend}: {reason}")]
+    Refused { backend: Backend, reason: String },
+}
+
+/// Runs `job` with the driver of `backend`, its credentials read through
+/// `env` (this process's environment, then `.env`; Modal also reads
+/// `~/.modal.toml` from `home_dir`).
+///
+/// A backend whose driver's feature is off in this build is
+/// [`DriverError::NotBuilt`].
+pub async fn with_driver<J: CloudJob>(
+    backend: Backend,
+    env: &HostEnv,
+    home_dir: Option<&std::path::Path>,
+    job: J,
+) -> Result<J::Output, DriverError> {
+    let lookup = |name: &str| env.lookup(name).map(str::to_string);
+    let refused = |e: &dyn std::error::Error| DriverError::Refused {
+        backend,
+        reason: e.to_string(),
+    };
+    let _ = (&lookup, &refused, home_dir);
+    match backend {
+        #[cfg(feature = "modal")]
+        Backend::Modal => {
+            let driver = hermes_backends::modal::ModalDriver::from_env(&lookup, home_dir)
+                .map_err(|e| refused(&e))?;
+            Ok(job.run(&driver).await)
+        }
+        #[cfg(feature = "daytona")]
+        Backend::Daytona => {
+            let driver = hermes_backends::daytona::DaytonaDriver::from_env(&lookup)
+                .map_err(|e| refused(&e))?;
+            Ok(job.run(&driver).await)
+        }
+        #[cfg(feature = "vercel")]
+        Backend::VercelSandbox => {
+            let driver = hermes_backends::vercel::VercelDriver::from_env(&lookup)
+                .map_err(|e| refused(&e))?;
+            Ok(job.run(&driver).await)
+        }
+        _ => {
+            let _ = job;
+            Err(DriverError::NotBuilt(backend))
+        }
+    }
+}
+
+/// The service's state in the model's words.
+fn state(s: CloudState) -> CloudSandboxState {
+    match s {
+        CloudState::Running => CloudSandboxState::Running,
+        CloudState::Stopped => CloudSandboxState::Stopped,
+        CloudState::Pending => CloudSandboxState::Pending,
+        CloudState::Dead => CloudSandboxState::Dead,
+    }
+}
+
+/// The sandbox wanted, in the driver's terms.
+pub fn spec(desired: &Desired, cloud: &CloudDesired, task: &str) -> CloudSpec {
+    CloudSpec {
+        task: task.to_string(),
+        profile: desired.profile.clone(),
+        image: cloud.image.clone(),
+        cpu: cloud.cpu,
+        memory_mb: cloud.memory_mb,
+        disk_mb: cloud.disk_mb,
+        lifetime: cloud.lifetime,
+        env: cloud.env.clone(),
+    }
+}
+
+/// What a pass sees on the service: the default task's sandbox (one
+/// `find`, nothing else) and its snapshot record.
+pub async fn observe_cloud<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    book: &SnapshotBook,
+) -> CloudObserved {
+    let snapshot = match book.get(&desired.profile, DEFAULT_TASK) {
+        Ok(s) => s,
+        Err(e) => {
+            return CloudObserved::Unavailable {
+                reason: format!("cannot read {}: {e}", book.path().display()),
+            };
+        }
+    };
+    match driver.find(&desired.profile, DEFAULT_TASK).await {
+        Ok(found) => CloudObserved::Seen {
+            sandbox: found.map(|s| (s.id, state(s.state))),
+            snapshot,
+        },
+        Err(e) => CloudObserved::Unavailable {
+            reason: format!("cannot ask {}: {e}", driver.backend()),
+        },
+    }
+}
+
+/// Carries out one cloud operation for `task`; the sandbox it leaves
+/// running. A create from a snapshot that fails drops the record and
+/// creates from the base image instead.
+async fn apply_op<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    cloud: &CloudDesired,
+    book: &SnapshotBook,
+    task: &str,
+    op: &Op<Action>,
+) -> anyhow::Result<CloudSandbox> {
+    let spec = spec(desired, cloud, task);
+    match &op.action {
+        Action::CloudResume { id } => Ok(driver.resume(id).await?),
+        Action::CloudCreate { snapshot } | Action::CloudRecreate { snapshot, .. } => {
+            if let Action::CloudRecreate { old_id, .. } = &op.action {
+                driver.destroy(old_id).await?;
+            }
+            match driver.create(&spec, snapshot.as_deref()).await {
+                Ok(sandbox) => Ok(sandbox),
+                Err(e) if snapshot.is_some() => {
+                    let error = e.to_string();
+                    let Some(fallback) =
+                        hermes_reconcilers::cloud::without_snapshot(op, &cloud.image, &error)
+                    else {
+                        return Err(e.into());
+                    };
+                    tracing::warn!(target = %op.target, cause = %fallback.cause, "a snapshot failed to restore");
+                    eprintln!("warning: {}: {}", op.target, fallback.cause);
+                    book.forget(&desired.profile, task)?;
+                    Ok(driver.create(&spec, None).await?)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        other => anyhow::bail!("not a cloud operation: {}", other.verb()),
+    }
+}
+
+/// Carries out the plan's cloud operations.
+pub async fn apply_cloud<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    plan: &Plan<Action>,
+    book: &SnapshotBook,
+    verbose: bool,
+) -> Applied {
+    let mut applied = Applied::default();
+    let Some(cloud) = &desired.cloud else {
+        return applied;
+    };
+    for op in &plan.ops {
+        let Target::Backend { task, .. } = &op.target else {
+            continue;
+        };
+        if !matches!(
+            op.action,
+            Action::CloudCreate { .. } | Action::CloudResume { .. } | Action::CloudRecreate { .. }
+        ) {
+            continue;
+        }
+        let started = Instant::now();
+        let result = apply_op(driver, desired, cloud, book, task, op)
+            .await
+            .map(|_| true)
+            .map_err(|e| format!("{e:#}"));
+        applied.record(op, started, result, verbose);
+    }
+    applied
+}
+
+/// A command in the task's sandbox on the service, which is created (from
+/// the task's snapshot), resumed or recreated first when needed.
+pub async fn exec_cloud<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    book: &SnapshotBook,
+    task: &str,
+    req: &ExecRequest,
+    io: ExecIo<'_>,
+) -> anyhow::Result<ExecOutcome> {
+    let cloud = desired
+        .cloud
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("the backend is not a cloud service"))?;
+    cloud.credentials.clone()?;
+    let id = ensure(driver, desired, cloud, book, task).await?;
+    Ok(driver.exec(&id, req, io).await?)
+}
+
+/// The id of the task's running sandbox, made so through the planner.
+async fn ensure<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    cloud: &CloudDesired,
+    book: &SnapshotBook,
+    task: &str,
+) -> anyhow::Result<String> {
+    let found = driver.find(&desired.profile, task).await?;
+    if let Some(s) = &found {
+        if s.state == CloudState::Running {
+            return Ok(s.id.clone());
+        }
+    }
+    // The planner decides for any task as for the default one.
+    let observed = Observed {
+        cloud: Some(CloudObserved::Seen {
+            sandbox: found.map(|s| (s.id, state(s.state))),
+            snapshot: book.get(&desired.profile, task)?,
+        }),
+        ..Observed::default()
+    };
+    let mut only = desired.clone();
+    only.config.terminal.container_persistent = true;
+    let ops = hermes_reconcilers::cloud::plan(&only, &observed);
+    let Some(op) = ops.first() else {
+        anyhow::bail!(
+            "the {} sandbox of task {task} is not running",
+            cloud.backend
+        );
+    };
+    match op.action.kind() {
+        Kind::Blocked => anyhow::bail!("{}: {}", op.target, op.cause),
+        Kind::Report => anyhow::bail!("{}: {}; try again shortly", op.target, op.cause),
+        _ => {}
+    }
+    Ok(apply_op(driver, desired, cloud, book, task, op).await?.id)
+}
+
+/// Ends the task's session on the service keeping its filesystem: the
+/// snapshot the driver returns is recorded for the next session (Daytona
+/// keeps the stopped sandbox itself, and no record is needed).
+pub async fn end_cloud_session<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    book: &SnapshotBook,
+    task: &str,
+) -> anyhow::Result<Option<String>> {
+    let Some(found) = driver.find(&desired.profile, task).await? else {
+        return Ok(None);
+    };
+    let snapshot = driver.suspend(&found.id).await?;
+    match &snapshot {
+        Some(id) => book.record(&desired.profile, task, id)?,
+        // The stopped sandbox is what comes back: an older record is stale.
+        None => book.forget(&desired.profile, task)?,
+    }
+    Ok(snapshot)
+}
+
+/// Observing, as a job.
+#[derive(Debug)]
+pub struct Observe<'a> {
+    pub desired: &'a Desired,
+    pub book: &'a SnapshotBook,
+}
+
+impl CloudJob for Observe<'_> {
+    type Output = CloudObserved;
+
+    async fn run<C: CloudDriver>(self, driver: &C) -> CloudObserved {
+        observe_cloud(driver, self.desired, self.book).await
+    }
+}
+
+/// Applying a plan's cloud operations, as a job.
+#[derive(Debug)]
+pub struct ApplyPlan<'a> {
+    pub desired: &'a Desired,
+    pub plan: &'a Plan<Action>,
+    pub book: &'a SnapshotBook,
+    pub verbose: bool,
+}
+
+impl CloudJob for ApplyPlan<'_> {
+    type Output = Applied;
+
+    async fn run<C: CloudDriver>(self, driver: &C) -> Applied {
+        apply_cloud(driver, self.desired, self.plan, self.book, self.verbose).await
+    }
+}
+
+/// An exec, as a job.
+#[derive(Debug)]
+pub struct Exec<'a> {
+    pub desired: &'a Desired,
+    pub book: &'a SnapshotBook,
+    pub task: &'a str,
+    pub req: &'a ExecRequest,
+    pub io: ExecIo<'a>,
+}
+
+impl CloudJob for Exec<'_> {
+    type Output = anyhow::Result<ExecOutcome>;
+
+    async fn run<C: CloudDriver>(self, driver: &C) -> anyhow::Result<ExecOutcome> {
+        exec_cloud(
+            driver,
+            self.desired,
+            self.book,
+            self.task,
+            self.req,
+            self.io,
+        )
+        .await
+    }
+}
+
+/// A session's end, as a job.
+#[derive(Debug)]
+pub struct EndSession<'a> {
+    pub desired: &'a Desired,
+    pub book: &'a SnapshotBook,
+    pub task: &'a str,
+}
+
+impl CloudJob for EndSession<'_> {
+    type Output = anyhow::Result<Option<String>>;
+
+    async fn run<C: CloudDriver>(self, driver: &C) -> anyhow::Result<Option<String>> {
+        end_cloud_session(driver, self.desired, self.book, self.task).await
+    }
+}
+
+/// What a pass sees of the cloud backend: `None` off the clouds or while
+/// a credential is missing (the plan then blocks on it without asking the
+/// service); the error when no driver could be made, which the plan shows
+/// as a blocked sandbox.
+pub async fn observe(
+    home: &crate::home::Home,
+    desired: &Desired,
+    env: &HostEnv,
+) -> (Option<CloudObserved>, Option<DriverError>) {
+    let Some(cloud) = &desired.cloud else {
+        return (None, None);
+    };
+    if cloud.credentials.is_err() {
+        return (None, None);
+    }
+    let book = SnapshotBook::new(home.root(), cloud.backend);
+    let job = Observe {
+        desired,
+        book: &book,
+    };
+    match with_driver(cloud.backend, env, home_dir(env).as_deref(), job).await {
+        // A service that did not answer is an error of the pass, as an
+        // engine that does not answer is.
+        Ok(CloudObserved::Unavailable { reason }) => (
+            Some(CloudObserved::Unavailable {
+                reason: reason.clone(),
+            }),
+            Some(DriverError::Refused {
+                backend: cloud.backend,
+                reason,
+            }),
+        ),
+        Ok(seen) => (Some(seen), None),
+        Err(e) => (
+            Some(CloudObserved::Unavailable {
+                reason: e.to_string(),
+            }),
+            Some(e),
+        ),
+    }
+}
+
+/// Carries out the plan's cloud operations with the backend's driver.
+pub async fn apply(
+    home: &crate::home::Home,
+    desired: &Desired,
+    env: &HostEnv,
+    plan: &Plan<Action>,
+    verbose: bool,
+) -> Applied {
+    let Some(cloud) = &desired.cloud else {
+        return Applied::default();
+    };
+    let wanted = plan.ops.iter().any(|op| {
+        matches!(op.target, Target::Backend { .. })
+            && matches!(op.action.kind(), Kind::Create | Kind::Change)
+    });
+    if !wanted {
+        return Applied::default();
+    }
+    let book = SnapshotBook::new(home.root(), cloud.backend);
+    let job = ApplyPlan {
+        desired,
+        plan,
+        book: &book,
+        verbose,
+    };
+    match with_driver(cloud.backend, env, home_dir(env).as_deref(), job).await {
+        Ok(applied) => applied,
+        Err(e) => {
+            let mut applied = Applied::default();
+            for op in &plan.ops {
+                if matches!(op.target, Target::Backend { .. }) && op.action.kind() != Kind::Report {
+                    applied.record(op, Instant::now(), Err(e.to_string()), verbose);
+                }
+            }
+            applied
+        }
+    }
+}
+
+/// The user's home directory (where `~/.modal.toml` lives).
+pub fn home_dir(env: &HostEnv) -> Option<std::path::PathBuf> {
+    env.process.get("HOME").map(std::path::PathBuf::from)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::cell::RefCell;
+    use std::path::Path;
+
+    use hermes_model::config::load;
+
+    use super::*;
+
+    /// A driver of calls recorded, answering from a script.
+    #[derive(Debug, Default)]
+    struct Scripted {
+        found: Option<CloudSandbox>,
+        /// Creates from these snapshots fail.
+        bad_snapshots: Vec<String>,
+        suspend_to: Option<String>,
+        calls: RefCell<Vec<String>>,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Failure(String);
+
+    impl CloudDriver for Scripted {
+        type Error = Failure;
+
+        fn backend(&self) -> &'static str {
+            "modal"
+        }
+
+        async fn find(&self, profile: &str, task: &str) -> Result<Option<CloudSandbox>, Failure> {
+            self.calls
+                .borrow_mut()
+                .push(format!("find {profile}/{task}"));
+            Ok(self.found.clone())
+        }
+
+        async fn create(
+            &self,
+            spec: &CloudSpec,
+            snapshot: Option<&str>,
+        ) -> Result<CloudSandbox, Failure> {
+            self.calls.borrow_mut().push(format!(
+                "create {} from {}",
+                spec.task,
+                snapshot.unwrap_or(&spec.image)
+            ));
+            if snapshot.is_some_and(|s| self.bad_snapshots.iter().any(|b| b == s)) {
+                return Err(Failure("image not found".into()));
+            }
+            Ok(CloudSandbox {
+                id: "sb-new".into(),
+                state: CloudState::Running,
+            })
+        }
+
+        async fn resume(&self, id: &str) -> Result<CloudSandbox, Failure> {
+            self.calls.borrow_mut().push(format!("resume {id}"));
+            Ok(CloudSandbox {
+                id: id.into(),
+                state: CloudState::Running,
+            })
+        }
+
+        async fn suspend(&self, id: &str) -> Result<Option<String>, Failure> {
+            self.calls.borrow_mut().push(format!("suspend {id}"));
+            Ok(self.suspend_to.clone())
+        }
+
+        async fn destroy(&self, id: &str) -> Result<(), Failure> {
+            self.calls.borrow_mut().push(format!("destroy {id}"));
+            Ok(())
+        }
+
+        async fn exec(
+            &self,
+            id: &str,
+            req: &ExecRequest,
+            _io: ExecIo<'_>,
+        ) -> Result<ExecOutcome, Failure> {
+            self.calls
+                .borrow_mut()
+                .push(format!("exec {id} {}", req.cmd.join(" ")));
+            Ok(ExecOutcome {
+                exit_code: 0,
+                timed_out: false,
+            })
+        }
+
+        async fn write_file(&self, _: &str, _: &str, _: &[u8]) -> Result<(), Failure> {
+            Ok(())
+        }
+
+        async fn read_file(&self, _: &str, _: &str) -> Result<Vec<u8>, Failure> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn desired() -> Desired {
+        let env = HostEnv {
+            process: [
+                ("MODAL_TOKEN_ID".to_string(), "a".to_string()),
+                ("MODAL_TOKEN_SECRET".to_string(), "b".to_string()),
+            ]
+            .into(),
+            ..HostEnv::default()
+        };
+        Desired::build(
+            load("terminal:\n  backend: modal\n  modal_image: python:3.12\n")
+                .unwrap()
+                .config,
+            "default",
+            Path::new("/h"),
+            &env,
+        )
+        .unwrap()
+    }
+
+    fn plan(desired: &Desired, seen: CloudObserved) -> Plan<Action> {
+        let observed = Observed {
+            cloud: Some(seen),
+            ..Observed::default()
+        };
+        hermes_reconcilers::plan_all(desired, &observed, std::time::SystemTime::UNIX_EPOCH)
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_only_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = SnapshotBook::new(dir.path(), Backend::Modal);
+        book.record("default", "default", "im-1").unwrap();
+        let driver = Scripted::default();
+        let d = desired();
+        let seen = observe_cloud(&driver, &d, &book).await;
+        assert_eq!(
+            seen,
+            CloudObserved::Seen {
+                sandbox: None,
+                snapshot: Some("im-1".into())
+            }
+        );
+        assert_eq!(*driver.calls.borrow(), ["find default/default"]);
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_that_fails_to_restore_is_dropped_and_the_base_image_used_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = SnapshotBook::new(dir.path(), Backend::Modal);
+        book.record("default", "default", "im-bad").unwrap();
+        let driver = Scripted {
+            bad_snapshots: vec!["im-bad".into()],
+            ..Scripted::default()
+        };
+        let d = desired();
+        let seen = observe_cloud(&driver, &d, &book).await;
+        let applied = apply_cloud(&driver, &d, &plan(&d, seen), &book, false).await;
+        assert_eq!((applied.done, applied.failed), (1, 0));
+        assert_eq!(
+            *driver.calls.borrow(),
+            [
+                "find default/default",
+                "create default from im-bad",
+                "create default from python:3.12"
+            ]
+        );
+        // The record is gone: the next pass creates from the base image.
+        assert_eq!(book.get("default", "default").unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn exec_resumes_a_stopped_sandbox_first_and_a_sessions_end_records_its_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = SnapshotBook::new(dir.path(), Backend::Modal);
+        let driver = Scripted {
+            found: Some(CloudSandbox {
+                id: "sb-1".into(),
+                state: CloudState::Stopped,
+            }),
+            suspend_to: Some("im-next".into()),
+            ..Scripted::default()
+        };
+        let d = desired();
+        let req = ExecRequest {
+            cmd: vec!["true".into()],
+            env: Vec::new(),
+            cwd: None,
+            timeout: std::time::Duration::from_secs(5),
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let io = ExecIo {
+            stdin: None,
+            stdout: &mut out,
+            stderr: &mut err,
+        };
+        exec_cloud(&driver, &d, &book, "t", &req, io).await.unwrap();
+        assert_eq!(
+            *driver.calls.borrow(),
+            ["find default/t", "resume sb-1", "exec sb-1 true"]
+        );
+        let snap = end_cloud_session(&driver, &d, &book, "t").await.unwrap();
+        assert_eq!(snap.as_deref(), Some("im-next"));
+        assert_eq!(
+            book.get("default", "t").unwrap().as_deref(),
+            Some("im-next")
+        );
+    }
+
+    #[cfg(not(feature = "modal"))]
+    #[tokio::test]
+    async fn a_backend_without_its_driver_is_an_error_naming_it() {
+        let d = desired();
+        let book = SnapshotBook::new(Path::new("/nonexistent"), Backend::Modal);
+        let job = Observe {
+            desired: &d,
+            book: &book,
+        };
+        let e = with_driver(Backend::Modal, &HostEnv::default(), None, job)
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "backend modal is not built in this binary");
+    }
+}

@@ -1,0 +1,209 @@
+//! The singularity backend in the binary: observing the instances for a
+//! pass, applying the plan's instance operations, `hermes exec` in an
+//! instance (made so first through the planner), the instances of
+//! `hermes sandbox list` and a session's end.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest, Executor};
+use hermes_backends::singularity::{Instance, Runtime};
+use hermes_model::action::Action;
+use hermes_model::config::Backend;
+use hermes_model::desired::Desired;
+use hermes_model::observed::Observed;
+use hermes_model::plan::{Describe, Kind};
+use hermes_model::sandbox::{SandboxKey, sanitize};
+use hermes_model::singularity::{HASH_FILE, InstanceSpec, SingularityObserved};
+
+use crate::apply::Applied;
+
+/// What a pass sees: the instances, when singularity is the backend.
+pub async fn observe(desired: &Desired) -> Option<SingularityObserved> {
+    if desired.backend() != Backend::Singularity {
+        return None;
+    }
+    Some(hermes_backends::singularity::observe(&desired.instances).await)
+}
+
+/// Carries out the plan's instance operations.
+pub async fn apply(plan: &hermes_reconcilers::HostPlan, verbose: bool) -> Applied {
+    let mut applied = Applied::default();
+    let ops: Vec<_> = plan
+        .ops
+        .iter()
+        .filter(|op| {
+            matches!(
+                op.action,
+                Action::InstanceStart(_) | Action::InstanceRestart(_)
+            )
+        })
+        .collect();
+    if ops.is_empty() {
+        return applied;
+    }
+    let runtime = Runtime::from_env();
+    for op in ops {
+        let started = Instant::now();
+        let result = match &runtime {
+            Err(e) => Err(e.to_string()),
+            Ok(runtime) => match &op.action {
+                Action::InstanceStart(spec) => runtime.start(spec).await,
+                Action::InstanceRestart(spec) => runtime.restart(spec).await,
+                _ => Ok(()),
+            }
+            .map(|()| true)
+            .map_err(|e| e.to_string()),
+        };
+        applied.record(op, started, result, verbose);
+    }
+    applied
+}
+
+/// Runs a command in the instance of `task` (or the session's), starting
+/// or restarting it first when it is not as wanted.
+pub async fn exec(
+    desired: &Desired,
+    task: &str,
+    session: Option<&str>,
+    req: &ExecRequest,
+    io: ExecIo<'_>,
+) -> anyhow::Result<ExecOutcome> {
+    let spec = desired.exec_instance(task, session);
+    let runtime = Runtime::from_env()?;
+    ensure(&runtime, desired, &spec).await?;
+    Ok(Instance::new(runtime, &spec).exec(req, io).await?)
+}
+
+/// Makes the instance of `spec` run as wanted, through the planner.
+async fn ensure(runtime: &Runtime, desired: &Desired, spec: &InstanceSpec) -> anyhow::Result<()> {
+    let seen = runtime.observe(std::slice::from_ref(spec)).await?;
+    let mut only = desired.clone();
+    only.instances = vec![spec.clone()];
+    let observed = Observed {
+        singularity: Some(seen),
+        ..Observed::default()
+    };
+    for op in hermes_reconcilers::singularity::plan(&only, &observed) {
+        match (&op.action, op.action.kind()) {
+            (_, Kind::Blocked) => anyhow::bail!("{}: {}", op.target, op.cause),
+            (Action::InstanceStart(s), _) => runtime.start(s).await?,
+            (Action::InstanceRestart(s), _) => runtime.restart(s).await?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Every instance key hermes made under the home: each task's, and each
+/// session's, of every profile (from the directories it keeps them in).
+pub fn known_keys(home: &Path) -> Vec<(SandboxKey, PathBuf)> {
+    let root = home.join("sandboxes").join("singularity");
+    let mut keys = Vec::new();
+    for profile in dir_names(&root) {
+        for task in dir_names(&root.join(&profile)) {
+            let dir = root.join(&profile).join(&task);
+            if dir.join(HASH_FILE).exists() {
+                keys.push((SandboxKey::persistent(&profile, &task), dir.clone()));
+            }
+            for session in dir_names(&dir.join("sessions")) {
+                let sdir = dir.join("sessions").join(&session);
+                keys.push((SandboxKey::session(&profile, &task, &session), sdir));
+            }
+        }
+    }
+    keys
+}
+
+fn dir_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Stops the instances of a session (of every task of the profile) and
+/// removes their directories; how many it stopped.
+pub async fn end_session(home: &Path, profile: &str, session: &str) -> anyhow::Result<usize> {
+    let runtime = Runtime::from_env()?;
+    let profile = sanitize(profile);
+    let session = sanitize(session);
+    let mut ended = 0;
+    for (key, dir) in known_keys(home) {
+        if key.profile != profile || key.session.as_deref() != Some(session.as_str()) {
+            continue;
+        }
+        let name = key.container_name();
+        runtime.stop(&name).await?;
+        std::fs::remove_dir_all(&dir).or_else(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })?;
+        println!("- singularity {name}   stopped");
+        ended += 1;
+    }
+    Ok(ended)
+}
+
+/// One instance of `hermes sandbox list`.
+#[derive(Debug)]
+pub struct Listed {
+    pub name: String,
+    pub profile: String,
+    pub task: String,
+    /// `yes`/`no` for the active profile's persistent instances, `-` for
+    /// the others, `unmanaged` for instances hermes did not start.
+    pub spec: String,
+    pub pid: u32,
+}
+
+/// The running instances, each matched with the key hermes started it
+/// for.
+pub async fn list(home: &Path, desired: &Desired) -> anyhow::Result<Vec<Listed>> {
+    let runtime = Runtime::from_env()?;
+    let SingularityObserved::Seen { instances, .. } = runtime.observe(&[]).await? else {
+        return Ok(Vec::new());
+    };
+    let keys = known_keys(home);
+    Ok(instances
+        .into_iter()
+        .map(|i| {
+            let known = keys.iter().find(|(k, _)| k.container_name() == i.name);
+            let (profile, task, spec) = match known {
+                None => ("-".to_string(), "-".to_string(), "unmanaged".to_string()),
+                Some((key, dir)) => {
+                    let spec = if key.profile == sanitize(&desired.profile) && key.session.is_none()
+                    {
+                        let recorded =
+                            std::fs::read_to_string(dir.join(HASH_FILE)).unwrap_or_default();
+                        if recorded.trim() == desired.instance(key.clone()).hash {
+                            "yes"
+                        } else {
+                            "no"
+                        }
+                    } else {
+                        "-"
+                    };
+                    (key.profile.clone(), key.task.clone(), spec.to_string())
+                }
+            };
+            Listed {
+                name: i.name,
+                profile,
+                task,
+                spec,
+                pid: i.pid,
+            }
+        })
+        .collect())
+}

@@ -1,0 +1,555 @@
+//! The remote sandbox services (modal, daytona, vercel_sandbox) as plain
+//! data: which credentials each needs, the sandbox the config wants there,
+//! what a pass found, and the snapshot records kept between sessions.
+//!
+//! Persistence on these services means "the filesystem survives, processes
+//! do not": a session's end keeps a snapshot (Daytona: the stopped sandbox
+//! itself) and the next one restores from it. The snapshot ids live in
+//! `$HERMES_HOME/<backend>_snapshots.json`, the reference's file: one JSON
+//! object of task → snapshot id. The parsing and rendering of that file is
+//! here, pure; reading and writing it is the controller's.
+//!
+//! These sandboxes reach the internet directly, so the egress proxy cannot
+//! stand between them and a provider: nothing is handed to them but the
+//! variables named in `terminal.<backend>_forward_env`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::config::{Backend, Config, Issue};
+use crate::desired::HostEnv;
+use crate::yaml::{self, Pos};
+
+/// Daytona's largest disk, in MB: a bigger `container_disk` is capped to
+/// it, with a warning, as the reference does.
+pub const DAYTONA_MAX_DISK_MB: u64 = 10 * 1024;
+
+/// The backends that run on a remote service.
+pub const CLOUD_BACKENDS: &[Backend] = &[Backend::Modal, Backend::Daytona, Backend::VercelSandbox];
+
+/// Whether `backend` runs on a remote service.
+pub fn is_cloud(backend: Backend) -> bool {
+    CLOUD_BACKENDS.contains(&backend)
+}
+
+/// A credential a service needs that the environment (or `.env`) lacks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct MissingCredential {
+    pub backend: Backend,
+    /// The variables that are not set, in the order the service documents
+    /// them.
+    pub missing: Vec<&'static str>,
+    /// How the service can be satisfied otherwise, when it can.
+    pub alternative: Option<&'static str>,
+}
+
+impl MissingCredential {
+    fn describe(&self) -> String {
+        let names = match self.missing.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => self.missing.join(""),
+        };
+        let verb = if self.missing.len() == 1 { "is" } else { "are" };
+        match self.alternative {
+            Some(alt) => format!("{names} {verb} not set ({alt})"),
+            None => format!("{names} {verb} not set"),
+        }
+    }
+}
+
+/// Whether the credentials `backend` needs are present: in the host
+/// environment or `.env` (and, for Modal, `~/.modal.toml`, whose presence
+/// the caller put in `env`). Other backends need none.
+pub fn credentials(backend: Backend, env: &HostEnv) -> Result<(), MissingCredential> {
+    let set = |name: &str| env.lookup(name).is_some_and(|v| !v.is_empty());
+    let missing = |names: &[&'static str]| -> Vec<&'static str> {
+        names.iter().copied().filter(|n| !set(n)).collect()
+    };
+    let (lacking, alternative) = match backend {
+        Backend::Modal => {
+            if env.modal_toml {
+                return Ok(());
+            }
+            (
+                missing(&["MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"]),
+                Some("nor is there a ~/.modal.toml"),
+            )
+        }
+        Backend::Daytona => (missing(&["DAYTONA_API_KEY"]), None),
+        Backend::VercelSandbox => {
+            if set("VERCEL_OIDC_TOKEN") {
+                return Ok(());
+            }
+            (
+                missing(&["VERCEL_TOKEN", "VERCEL_PROJECT_ID", "VERCEL_TEAM_ID"]),
+                Some("nor is VERCEL_OIDC_TOKEN, which would do alone"),
+            )
+        }
+        _ => return Ok(()),
+    };
+    if lacking.is_empty() {
+        Ok(())
+    } else {
+        Err(MissingCredential {
+            backend,
+            missing: lacking,
+            alternative,
+        })
+    }
+}
+
+/// The credential check of `hermes config check`: with a cloud backend,
+/// a missing credential is an error at `terminal.backend`, naming the
+/// variable. `text` is the config text that loaded cleanly.
+pub fn check_credentials(text: &str, env: &HostEnv) -> Vec<Issue> {
+    let Ok(Some(root)) = yaml::parse(text) else {
+        return Vec::new();
+    };
+    let Some(node) = root.get("terminal").and_then(|t| t.value.get("backend")) else {
+        return Vec::new();
+    };
+    let backend = match node.value.to_value() {
+        crate::value::Value::Str(word) => {
+            match CLOUD_BACKENDS.iter().find(|b| b.as_str() == word) {
+                Some(b) => *b,
+                None => return Vec::new(),
+            }
+        }
+        _ => return Vec::new(),
+    };
+    match credentials(backend, env) {
+        Ok(()) => Vec::new(),
+        Err(e) => vec![Issue {
+            path: "terminal.backend".to_string(),
+            pos: Some(node.value.start),
+            message: format!("{e}: the {backend} backend needs it, in the environment or in .env"),
+        }],
+    }
+}
+
+/// The warning of a Daytona disk over its cap, at `terminal.container_disk`
+/// when the file sets it, else at `terminal.backend`.
+pub(crate) fn daytona_disk_warning(root: &yaml::Node) -> Option<Issue> {
+    let terminal = root.get("terminal")?;
+    let backend = terminal.value.get("backend")?;
+    if backend.value.to_value() != crate::value::Value::Str("daytona".into()) {
+        return None;
+    }
+    let disk = terminal.value.get("container_disk");
+    let (mb, pos): (u64, Pos) = match disk {
+        Some(d) => match d.value.to_value() {
+            crate::value::Value::Int(i) => (u64::try_from(i).ok()?, d.value.start),
+            _ => return None,
+        },
+        None => match crate::schema::lookup("terminal.container_disk").map(|k| k.default) {
+            Some(crate::schema::Default::Int(i)) => (u64::try_from(i).ok()?, backend.value.start),
+            _ => return None,
+        },
+    };
+    (mb > DAYTONA_MAX_DISK_MB).then(|| Issue {
+        path: "terminal.container_disk".to_string(),
+        pos: Some(pos),
+        message: format!(
+            "a Daytona sandbox has at most {DAYTONA_MAX_DISK_MB} MB of disk: {mb} MB is capped to {DAYTONA_MAX_DISK_MB} MB"
+        ),
+    })
+}
+
+/// What `hermes egress status` says of the backends the proxy cannot
+/// cover: each cloud backend, with the real credentials its
+/// `<backend>_forward_env` names (which go into its sandboxes as they
+/// are).
+pub fn uncovered_backends(config: &Config) -> Vec<(Backend, Vec<String>)> {
+    let t = &config.terminal;
+    CLOUD_BACKENDS
+        .iter()
+        .map(|&backend| {
+            let named = match backend {
+                Backend::Modal => &t.modal_forward_env,
+                Backend::Daytona => &t.daytona_forward_env,
+                _ => &t.vercel_forward_env,
+            };
+            let keys = named
+                .iter()
+                .filter(|n| crate::providers::is_credential_variable(n))
+                .cloned()
+                .collect();
+            (backend, keys)
+        })
+        .collect()
+}
+
+/// The sandbox the config wants on a remote service, for the default task
+/// of the active profile (one per (profile, task), as Docker's persistent
+/// sandbox).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloudDesired {
+    pub backend: Backend,
+    /// Image (modal, daytona) or runtime (vercel_sandbox).
+    pub image: String,
+    pub cpu: f64,
+    pub memory_mb: u64,
+    /// Capped at [`DAYTONA_MAX_DISK_MB`] on Daytona.
+    pub disk_mb: u64,
+    /// How long the service keeps an unused sandbox alive on its own.
+    pub lifetime: Duration,
+    /// The values of `<backend>_forward_env` that were found; nothing else
+    /// goes into the sandbox.
+    pub env: Vec<(String, String)>,
+    /// The credentials: present, or which are missing.
+    pub credentials: Result<(), MissingCredential>,
+}
+
+/// How long a cloud sandbox lives on its own (the reference's Modal
+/// timeout: an hour).
+pub const CLOUD_LIFETIME: Duration = Duration::from_secs(3600);
+
+impl CloudDesired {
+    /// The cloud side of the config, when the backend is a cloud; the
+    /// warnings (a forwarded name set nowhere, a provider key forwarded)
+    /// are pushed to `warnings`.
+    pub fn from_config(
+        config: &Config,
+        env: &HostEnv,
+        warnings: &mut Vec<String>,
+    ) -> Option<CloudDesired> {
+        let t = &config.terminal;
+        let (image, forward, key, disk_mb) = match t.backend {
+            Backend::Modal => (
+                t.modal_image.clone(),
+                &t.modal_forward_env,
+                "modal_forward_env",
+                t.container_disk_mb,
+            ),
+            Backend::Daytona => (
+                t.daytona_image.clone(),
+                &t.daytona_forward_env,
+                "daytona_forward_env",
+                t.container_disk_mb.min(DAYTONA_MAX_DISK_MB),
+            ),
+            Backend::VercelSandbox => (
+                t.vercel_runtime.clone(),
+                &t.vercel_forward_env,
+                "vercel_forward_env",
+                t.container_disk_mb,
+            ),
+            _ => return None,
+        };
+        let mut values = Vec::new();
+        for name in forward {
+            match env.lookup(name) {
+                Some(value) => {
+                    if crate::providers::is_credential_variable(name) {
+                        warnings.push(format!(
+                            "terminal.{key}: {name} is a real credential and goes into the {} sandbox as it is (the egress proxy cannot stand in for a sandbox that reaches the internet directly)",
+                            t.backend
+                        ));
+                    }
+                    values.push((name.clone(), value.to_string()));
+                }
+                None => warnings.push(format!(
+                    "terminal.{key}: {name} is set neither in the environment nor in .env; not forwarded"
+                )),
+            }
+        }
+        Some(CloudDesired {
+            backend: t.backend,
+            image,
+            cpu: t.container_cpu,
+            memory_mb: t.container_memory_mb,
+            disk_mb,
+            lifetime: CLOUD_LIFETIME,
+            env: values,
+            credentials: credentials(t.backend, env),
+        })
+    }
+}
+
+/// Where a sandbox is on its service, as the driver reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloudSandboxState {
+    Running,
+    /// It exists and can be resumed.
+    Stopped,
+    /// Being created, started or stopped by the service.
+    Pending,
+    /// Failed or terminated: it can only be deleted.
+    Dead,
+}
+
+/// What a pass found on the service for the default task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloudObserved {
+    /// The driver's `find` answered: the sandbox, if there is one, and the
+    /// snapshot recorded for the task.
+    Seen {
+        sandbox: Option<(String, CloudSandboxState)>,
+        snapshot: Option<String>,
+    },
+    /// The service could not be asked: why (no driver in this binary, the
+    /// service unreachable, credentials refused).
+    Unavailable { reason: String },
+}
+
+/// The key of a task's record in `<backend>_snapshots.json`: the task, as
+/// the reference keys it, for the default profile; `profile/task` for the
+/// others, so two profiles of one home never share a snapshot.
+pub fn snapshot_key(profile: &str, task: &str) -> String {
+    if profile == crate::desired::DEFAULT_PROFILE {
+        task.to_string()
+    } else {
+        format!("{profile}/{task}")
+    }
+}
+
+/// The file name of a backend's snapshot records.
+pub fn snapshots_file_name(backend: Backend) -> String {
+    format!("{}_snapshots.json", backend.as_str())
+}
+
+/// The records of one `<backend>_snapshots.json`: key → snapshot id.
+pub type Snapshots = BTreeMap<String, String>;
+
+/// Why a snapshot file could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadSnapshots(String);
+
+/// Parses the reference's format: one JSON object of key → snapshot id
+/// (an empty text is no record).
+pub fn parse_snapshots(text: &str) -> Result<Snapshots, BadSnapshots> {
+    if text.trim().is_empty() {
+        return Ok(Snapshots::new());
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| BadSnapshots(format!("not JSON: {e}")))?;
+    let serde_json::Value::Object(map) = value else {
+        return Err(BadSnapshots(
+            "expected an object of task → snapshot id".to_string(),
+        ));
+    };
+    map.into_iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(id) if !id.is_empty() => Ok((k, id)),
+            other => Err(BadSnapshots(format!(
+                "the record of `{k}` is {other}, not a snapshot id"
+            ))),
+        })
+        .collect()
+}
+
+/// Renders records the way the reference writes them (an indented object).
+pub fn render_snapshots(snapshots: &Snapshots) -> String {
+    let object: serde_json::Map<String, serde_json::Value> = snapshots
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    let mut text = serde_json::to_string_pretty(&serde_json::Value::Object(object))
+        .unwrap_or_else(|_| "{}".to_string());
+    text.push('\n');
+    text
+}
+
+impl fmt::Display for CloudSandboxState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CloudSandboxState::Running => "running",
+            CloudSandboxState::Stopped => "stopped",
+            CloudSandboxState::Pending => "pending",
+            CloudSandboxState::Dead => "dead",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::config::load;
+
+    fn env(pairs: &[(&str, &str)]) -> HostEnv {
+        HostEnv {
+            process: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..HostEnv::default()
+        }
+    }
+
+    #[test]
+    fn each_service_names_the_credential_it_lacks() {
+        let none = HostEnv::default();
+        assert_eq!(
+            credentials(Backend::Daytona, &none)
+                .unwrap_err()
+                .to_string(),
+            "DAYTONA_API_KEY is not set"
+        );
+        assert_eq!(
+            credentials(Backend::Modal, &env(&[("MODAL_TOKEN_ID", "a")]))
+                .unwrap_err()
+                .to_string(),
+            "MODAL_TOKEN_SECRET is not set (nor is there a ~/.modal.toml)"
+        );
+        assert_eq!(
+            credentials(Backend::VercelSandbox, &env(&[("VERCEL_TOKEN", "t")]))
+                .unwrap_err()
+                .to_string(),
+            "VERCEL_PROJECT_ID and VERCEL_TEAM_ID are not set (nor is VERCEL_OIDC_TOKEN, which would do alone)"
+        );
+        assert!(credentials(Backend::Daytona, &env(&[("DAYTONA_API_KEY", "k")])).is_ok());
+        assert!(credentials(Backend::VercelSandbox, &env(&[("VERCEL_OIDC_TOKEN", "o")])).is_ok());
+        assert!(
+            credentials(
+                Backend::VercelSandbox,
+                &env(&[
+                    ("VERCEL_TOKEN", "t"),
+                    ("VERCEL_PROJECT_ID", "p"),
+                    ("VERCEL_TEAM_ID", "team")
+                ])
+            )
+            .is_ok()
+        );
+        let toml = HostEnv {
+            modal_toml: true,
+            ..HostEnv::default()
+        };
+        assert!(credentials(Backend::Modal, &toml).is_ok());
+        // An empty value is not a credential.
+        assert!(credentials(Backend::Daytona, &env(&[("DAYTONA_API_KEY", "")])).is_err());
+        // .env counts as well as the environment.
+        let dotenv = HostEnv {
+            dotenv: vec![("DAYTONA_API_KEY".into(), "k".into())],
+            ..HostEnv::default()
+        };
+        assert!(credentials(Backend::Daytona, &dotenv).is_ok());
+        assert!(credentials(Backend::Singularity, &none).is_ok());
+    }
+
+    #[test]
+    fn config_check_reports_the_missing_credential_at_the_backend_key() {
+        let text = "terminal:\n  timeout: 5\n  backend: daytona\n";
+        let issues = check_credentials(text, &HostEnv::default());
+        assert_eq!(issues.len(), 1);
+        assert_eq!(
+            issues[0].render("config.yaml"),
+            "config.yaml:3:12: terminal.backend: DAYTONA_API_KEY is not set: the daytona backend needs it, in the environment or in .env"
+        );
+        assert!(check_credentials(text, &env(&[("DAYTONA_API_KEY", "k")])).is_empty());
+        assert!(
+            check_credentials("terminal:\n  backend: docker\n", &HostEnv::default()).is_empty()
+        );
+    }
+
+    #[test]
+    fn a_daytona_disk_over_the_cap_is_a_warning_and_is_capped() {
+        let loaded = load("terminal:\n  backend: daytona\n  container_disk: 20480\n").unwrap();
+        assert_eq!(loaded.warnings.len(), 1);
+        assert_eq!(
+            loaded.warnings[0].render("config.yaml"),
+            "config.yaml:3:19: terminal.container_disk: a Daytona sandbox has at most 10240 MB of disk: 20480 MB is capped to 10240 MB"
+        );
+        let mut warnings = Vec::new();
+        let cloud =
+            CloudDesired::from_config(&loaded.config, &HostEnv::default(), &mut warnings).unwrap();
+        assert_eq!(cloud.disk_mb, DAYTONA_MAX_DISK_MB);
+        // The default disk (50 GiB) is capped too, the warning at the backend.
+        let loaded = load("terminal:\n  backend: daytona\n").unwrap();
+        assert_eq!(
+            loaded.warnings[0].pos.map(|p| (p.line, p.col)),
+            Some((2, 12))
+        );
+        // Within the cap, or on another service: no word.
+        assert!(
+            load("terminal:\n  backend: daytona\n  container_disk: 4096\n")
+                .unwrap()
+                .warnings
+                .is_empty()
+        );
+        assert!(
+            load("terminal:\n  backend: modal\n")
+                .unwrap()
+                .warnings
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn only_the_named_variables_go_into_a_cloud_sandbox() {
+        let host = env(&[
+            ("OPENAI_API_KEY", "sk-real"),
+            ("GIT_AUTHOR", "me"),
+            ("MODAL_TOKEN_ID", "a"),
+            ("MODAL_TOKEN_SECRET", "b"),
+        ]);
+        let config = load("terminal:\n  backend: modal\n  modal_image: python:3.12\n  modal_forward_env: [GIT_AUTHOR, NOPE]\n")
+            .unwrap()
+            .config;
+        let mut warnings = Vec::new();
+        let cloud = CloudDesired::from_config(&config, &host, &mut warnings).unwrap();
+        assert_eq!(cloud.env, [("GIT_AUTHOR".to_string(), "me".to_string())]);
+        assert_eq!(cloud.image, "python:3.12");
+        assert!(cloud.credentials.is_ok());
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("NOPE is set neither"), "{warnings:?}");
+        // A provider key goes only when named, and then with a warning.
+        let config =
+            load("terminal:\n  backend: vercel_sandbox\n  vercel_forward_env: [OPENAI_API_KEY]\n")
+                .unwrap()
+                .config;
+        let mut warnings = Vec::new();
+        let cloud = CloudDesired::from_config(&config, &host, &mut warnings).unwrap();
+        assert_eq!(
+            cloud.env,
+            [("OPENAI_API_KEY".to_string(), "sk-real".to_string())]
+        );
+        assert_eq!(cloud.image, "node24");
+        assert!(warnings[0].contains("is a real credential"), "{warnings:?}");
+        // The image falls back on docker_image.
+        let config = load("terminal:\n  backend: daytona\n  docker_image: img:1\n")
+            .unwrap()
+            .config;
+        let cloud = CloudDesired::from_config(&config, &host, &mut Vec::new()).unwrap();
+        assert_eq!(cloud.image, "img:1");
+        assert_eq!(cloud.credentials.unwrap_err().missing, ["DAYTONA_API_KEY"]);
+        let docker = load("terminal:\n  backend: docker\n").unwrap().config;
+        assert!(CloudDesired::from_config(&docker, &host, &mut Vec::new()).is_none());
+    }
+
+    #[test]
+    fn every_cloud_backend_is_uncovered_with_the_keys_it_is_handed() {
+        let config = load("terminal:\n  daytona_forward_env: [GIT_AUTHOR, ANTHROPIC_API_KEY]\n")
+            .unwrap()
+            .config;
+        assert_eq!(
+            uncovered_backends(&config),
+            [
+                (Backend::Modal, vec![]),
+                (Backend::Daytona, vec!["ANTHROPIC_API_KEY".to_string()]),
+                (Backend::VercelSandbox, vec![]),
+            ]
+        );
+    }
+
+    #[test]
+    fn snapshot_records_round_trip_in_the_reference_format() {
+        let text = "{\n  \"default\": \"im-abc\",\n  \"work/review\": \"snap_1\"\n}\n";
+        let records = parse_snapshots(text).unwrap();
+        assert_eq!(records["default"], "im-abc");
+        assert_eq!(render_snapshots(&records), text);
+        assert!(parse_snapshots("").unwrap().is_empty());
+        assert!(parse_snapshots("[1]").is_err());
+        assert!(parse_snapshots("{\"default\": 3}").is_err());
+        assert!(parse_snapshots("{not json").is_err());
+        assert_eq!(snapshot_key("default", "t"), "t");
+        assert_eq!(snapshot_key("work", "t"), "work/t");
+        assert_eq!(
+            snapshots_file_name(Backend::VercelSandbox),
+            "vercel_sandbox_snapshots.json"
+        );
+    }
+}
