@@ -113,12 +113,16 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// The status in the driver's words: `running`; `pending`,
+    /// `stopping` and `snapshotting` are the service at work; `stopped` and
+    /// `failed` are over (a stopped Vercel sandbox cannot start again: it
+    /// can only be replaced, from its snapshot). A status this client does
+    /// not know is left alone as pending rather than replaced.
     pub fn cloud_state(&self) -> CloudState {
         match self.status.as_str() {
             "running" => CloudState::Running,
-            "pending" | "snapshotting" | "stopping" => CloudState::Pending,
-            // A stopped Vercel sandbox cannot start again.
-            _ => CloudState::Dead,
+            "stopped" | "failed" => CloudState::Dead,
+            _ => CloudState::Pending,
         }
     }
 }

@@ -208,6 +208,15 @@ impl FakeVercel {
             .map(|s| s.status.to_owned())
     }
 
+    /// Sets a sandbox's status as the service would (`snapshotting`,
+    /// `failed`, …).
+    pub fn set_status(&self, id: &str, status: &'static str) {
+        if let Some(s) = lock(&self.state.sandboxes).get_mut(id) {
+            s.status = status;
+            s.pending_reads = 0;
+        }
+    }
+
     /// Every command request body the fake was given, in order.
     pub fn command_requests(&self) -> Vec<Value> {
         lock(&self.state.commands).clone()
