@@ -393,13 +393,14 @@ async fn wrong_credentials_are_refused_and_never_shown() {
     assert!(
         matches!(
             err,
-            ModalError::Rpc {
-                code: tonic::Code::Unauthenticated,
+            ModalError::Unauthenticated {
+                call: "AppGetOrCreate",
                 ..
             }
         ),
         "{err:?}"
     );
+    assert!(err.to_string().contains("MODAL_TOKEN_SECRET"), "{err}");
     for shown in [err.to_string(), format!("{err:?}"), format!("{wrong:?}")] {
         assert!(!shown.contains("as-wrong-secret-9c1d"), "{shown}");
         assert!(!shown.contains(TOKEN_ID), "{shown}");
