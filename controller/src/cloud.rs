@@ -249,6 +249,11 @@ pub async fn apply_cloud<C: CloudDriver>(
 
 /// A command in the task's sandbox on the service, which is created (from
 /// the task's snapshot), resumed or recreated first when needed.
+///
+/// The command gets the `<backend>_forward_env` values (then the request's
+/// own, which win), and nothing else of this host: a service without a
+/// sandbox-wide environment (Vercel) has them only this way, and on the
+/// others a value changed since the sandbox was made takes effect.
 pub async fn exec_cloud<C: CloudDriver>(
     driver: &C,
     desired: &Desired,
@@ -263,7 +268,11 @@ pub async fn exec_cloud<C: CloudDriver>(
         .ok_or_else(|| anyhow::anyhow!("the backend is not a cloud service"))?;
     cloud.credentials.clone()?;
     let id = ensure(driver, desired, cloud, book, task).await?;
-    Ok(driver.exec(&id, req, io).await?)
+    let mut env = cloud.env.clone();
+    env.retain(|(name, _)| !req.env.iter().any(|(n, _)| n == name));
+    env.extend(req.env.iter().cloned());
+    let req = ExecRequest { env, ..req.clone() };
+    Ok(driver.exec(&id, &req, io).await?)
 }
 
 /// The id of the task's running sandbox, made so through the planner.
