@@ -287,6 +287,18 @@ fn life_cycle(kind: Kind) {
     assert_eq!(plan.code, 0, "{plan:?}");
     assert!(!plan.stdout.contains(&create), "{}", plan.stdout);
     assert_eq!(service.creates(), 1);
+    // list and status only look.
+    let id = record["default"]["sandbox"].as_str().unwrap().to_owned();
+    let before = service.mutating();
+    let list = run(&["sandbox", "list", "--output", "json"]);
+    assert_eq!(list.code, 0, "{list:?}");
+    let listed: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    assert_eq!(listed[0]["name"], id.as_str(), "{listed}");
+    assert_eq!(listed[0]["state"], "running", "{listed}");
+    let status = run(&["status"]);
+    assert!(status.stdout.contains(backend), "{status:?}");
+    assert_eq!(status.code, 0, "{status:?}");
+    assert_eq!(service.mutating(), before);
 
     // Output and exit codes.
     let exec = run(&["exec", "--", "sh", "-c", "echo out; echo err >&2; exit 3"]);
