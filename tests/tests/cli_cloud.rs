@@ -275,6 +275,10 @@ fn life_cycle(kind: Kind) {
         plan.stdout
     );
     assert_eq!(service.mutating(), Vec::<String>::new());
+    if let Fake::Modal(f) = &service.fake {
+        // AppGetOrCreate only looked the app up.
+        assert_eq!(f.apps(), Vec::<String>::new());
+    }
     assert!(!service.book(&home).exists());
 
     // reconcile creates it; the next dry run is converged.
