@@ -239,6 +239,24 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn a_status_is_replaced_only_when_it_is_over() {
+        let state = |status: &str| {
+            Sandbox {
+                id: "sbx".into(),
+                status: status.into(),
+            }
+            .cloud_state()
+        };
+        assert_eq!(state("running"), CloudState::Running);
+        for s in ["pending", "stopping", "snapshotting", "a-status-from-later"] {
+            assert_eq!(state(s), CloudState::Pending, "{s}");
+        }
+        for s in ["stopped", "failed"] {
+            assert_eq!(state(s), CloudState::Dead, "{s}");
+        }
+    }
+
     fn spec() -> CloudSpec {
         CloudSpec {
             task: "t".to_owned(),
