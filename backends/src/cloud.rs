@@ -8,7 +8,9 @@
 //! snapshot, which stops the sandbox; Daytona: stop, the stopped sandbox is
 //! the snapshot) and the next session restores from it. The snapshot ids
 //! are kept by the caller (`$HERMES_HOME/<backend>_snapshots.json`), not
-//! here: a driver only talks to its service.
+//! here, with the id of the sandbox left running for each task, which the
+//! caller hands back to [`CloudDriver::find`]: a driver only talks to its
+//! service.
 
 use std::future::Future;
 use std::time::Duration;
@@ -72,10 +74,17 @@ pub trait CloudDriver {
 
     /// The sandbox serving `task`, if the service has one (running or
     /// resumable). Never mutates anything: `--dry-run` calls only this.
+    ///
+    /// `known` is the id of the sandbox the caller recorded as serving the
+    /// task (the one it last created or resumed and left running). A
+    /// service that names or labels its sandboxes finds them by that and
+    /// may ignore it; one that cannot (Vercel) finds nothing else, and an
+    /// id the service no longer knows is `None`.
     fn find(
         &self,
         profile: &str,
         task: &str,
+        known: Option<&str>,
     ) -> impl Future<Output = Result<Option<CloudSandbox>, Self::Error>>;
 
     /// Creates and starts a sandbox for `spec`, from `snapshot` when given

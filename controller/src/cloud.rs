@@ -14,6 +14,12 @@
 //! planner ([`hermes_reconcilers::cloud`]); a snapshot that fails to
 //! restore is dropped from the records and the sandbox created from the
 //! base image in the same operation, so a bad snapshot never makes a loop.
+//!
+//! The sandbox an operation leaves running is recorded as the task's in
+//! the same file, and its id handed to every later `find`: a service that
+//! cannot name its sandboxes (Vercel) finds it by nothing else, so without
+//! it each pass and each exec would make another. A session's end and a
+//! destroy clear it.
 
 // Built without any cloud driver, the generic layer has no caller.
 #![cfg_attr(
@@ -123,24 +129,28 @@ pub fn spec(desired: &Desired, cloud: &CloudDesired, task: &str) -> CloudSpec {
 }
 
 /// What a pass sees on the service: the default task's sandbox (one
-/// `find`, nothing else) and its snapshot record.
+/// `find`, given the sandbox recorded for the task, nothing else) and its
+/// snapshot record. Writes nothing: a dry run leaves the records alone.
 pub async fn observe_cloud<C: CloudDriver>(
     driver: &C,
     desired: &Desired,
     book: &SnapshotBook,
 ) -> CloudObserved {
-    let snapshot = match book.get(&desired.profile, DEFAULT_TASK) {
-        Ok(s) => s,
+    let record = match book.entry(&desired.profile, DEFAULT_TASK) {
+        Ok(r) => r,
         Err(e) => {
             return CloudObserved::Unavailable {
                 reason: format!("cannot read {}: {e}", book.path().display()),
             };
         }
     };
-    match driver.find(&desired.profile, DEFAULT_TASK).await {
+    match driver
+        .find(&desired.profile, DEFAULT_TASK, record.sandbox.as_deref())
+        .await
+    {
         Ok(found) => CloudObserved::Seen {
             sandbox: found.map(|s| (s.id, state(s.state))),
-            snapshot,
+            snapshot: record.snapshot,
         },
         Err(e) => CloudObserved::Unavailable {
             reason: format!("cannot ask {}: {e}", driver.backend()),
@@ -149,9 +159,24 @@ pub async fn observe_cloud<C: CloudDriver>(
 }
 
 /// Carries out one cloud operation for `task`; the sandbox it leaves
-/// running. A create from a snapshot that fails drops the record and
-/// creates from the base image instead.
+/// running, recorded as the task's (so the next `find` is handed its id).
 async fn apply_op<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    cloud: &CloudDesired,
+    book: &SnapshotBook,
+    task: &str,
+    op: &Op<Action>,
+) -> anyhow::Result<CloudSandbox> {
+    let sandbox = carry_out(driver, desired, cloud, book, task, op).await?;
+    book.record_sandbox(&desired.profile, task, &sandbox.id)?;
+    Ok(sandbox)
+}
+
+/// [`apply_op`] without the final record. A create from a snapshot that
+/// fails drops the snapshot's record and creates from the base image
+/// instead.
+async fn carry_out<C: CloudDriver>(
     driver: &C,
     desired: &Desired,
     cloud: &CloudDesired,
@@ -165,6 +190,9 @@ async fn apply_op<C: CloudDriver>(
         Action::CloudCreate { snapshot } | Action::CloudRecreate { snapshot, .. } => {
             if let Action::CloudRecreate { old_id, .. } = &op.action {
                 driver.destroy(old_id).await?;
+                // Gone: should the create below fail, nothing is recorded
+                // as serving the task.
+                book.forget_sandbox(&desired.profile, task)?;
             }
             match driver.create(&spec, snapshot.as_deref()).await {
                 Ok(sandbox) => Ok(sandbox),
@@ -221,6 +249,11 @@ pub async fn apply_cloud<C: CloudDriver>(
 
 /// A command in the task's sandbox on the service, which is created (from
 /// the task's snapshot), resumed or recreated first when needed.
+///
+/// The command gets the `<backend>_forward_env` values (then the request's
+/// own, which win), and nothing else of this host: a service without a
+/// sandbox-wide environment (Vercel) has them only this way, and on the
+/// others a value changed since the sandbox was made takes effect.
 pub async fn exec_cloud<C: CloudDriver>(
     driver: &C,
     desired: &Desired,
@@ -235,7 +268,11 @@ pub async fn exec_cloud<C: CloudDriver>(
         .ok_or_else(|| anyhow::anyhow!("the backend is not a cloud service"))?;
     cloud.credentials.clone()?;
     let id = ensure(driver, desired, cloud, book, task).await?;
-    Ok(driver.exec(&id, req, io).await?)
+    let mut env = cloud.env.clone();
+    env.retain(|(name, _)| !req.env.iter().any(|(n, _)| n == name));
+    env.extend(req.env.iter().cloned());
+    let req = ExecRequest { env, ..req.clone() };
+    Ok(driver.exec(&id, &req, io).await?)
 }
 
 /// The id of the task's running sandbox, made so through the planner.
@@ -246,9 +283,15 @@ async fn ensure<C: CloudDriver>(
     book: &SnapshotBook,
     task: &str,
 ) -> anyhow::Result<String> {
-    let found = driver.find(&desired.profile, task).await?;
+    let record = book.entry(&desired.profile, task)?;
+    let found = driver
+        .find(&desired.profile, task, record.sandbox.as_deref())
+        .await?;
     if let Some(s) = &found {
         if s.state == CloudState::Running {
+            if record.sandbox.as_deref() != Some(s.id.as_str()) {
+                book.record_sandbox(&desired.profile, task, &s.id)?;
+            }
             return Ok(s.id.clone());
         }
     }
@@ -256,7 +299,7 @@ async fn ensure<C: CloudDriver>(
     let observed = Observed {
         cloud: Some(CloudObserved::Seen {
             sandbox: found.map(|s| (s.id, state(s.state))),
-            snapshot: book.get(&desired.profile, task)?,
+            snapshot: record.snapshot,
         }),
         ..Observed::default()
     };
@@ -279,22 +322,28 @@ async fn ensure<C: CloudDriver>(
 
 /// Ends the task's session on the service keeping its filesystem: the
 /// snapshot the driver returns is recorded for the next session (Daytona
-/// keeps the stopped sandbox itself, and no record is needed).
+/// keeps the stopped sandbox itself, and no record is needed), and the
+/// sandbox is no longer recorded as serving the task.
 pub async fn end_cloud_session<C: CloudDriver>(
     driver: &C,
     desired: &Desired,
     book: &SnapshotBook,
     task: &str,
 ) -> anyhow::Result<Option<String>> {
-    let Some(found) = driver.find(&desired.profile, task).await? else {
+    let record = book.entry(&desired.profile, task)?;
+    let found = driver
+        .find(&desired.profile, task, record.sandbox.as_deref())
+        .await?;
+    let Some(found) = found.filter(|s| s.state != CloudState::Dead) else {
+        // Nothing to keep (a failed or expired sandbox has no filesystem
+        // left to snapshot): the older snapshot, if any, stays.
+        book.forget_sandbox(&desired.profile, task)?;
         return Ok(None);
     };
     let snapshot = driver.suspend(&found.id).await?;
-    match &snapshot {
-        Some(id) => book.record(&desired.profile, task, id)?,
-        // The stopped sandbox is what comes back: an older record is stale.
-        None => book.forget(&desired.profile, task)?,
-    }
+    // The stopped sandbox is what comes back when there is no snapshot:
+    // an older one is stale then.
+    book.suspended(&desired.profile, task, snapshot.as_deref())?;
     Ok(snapshot)
 }
 
@@ -473,6 +522,10 @@ mod tests {
     #[derive(Debug, Default)]
     struct Scripted {
         found: Option<CloudSandbox>,
+        /// Like Vercel: no names, found only by the id handed to `find`
+        /// (any id it created is running).
+        by_id: bool,
+        created: RefCell<u32>,
         /// Creates from these snapshots fail.
         bad_snapshots: Vec<String>,
         suspend_to: Option<String>,
@@ -490,10 +543,23 @@ mod tests {
             "modal"
         }
 
-        async fn find(&self, profile: &str, task: &str) -> Result<Option<CloudSandbox>, Failure> {
+        async fn find(
+            &self,
+            profile: &str,
+            task: &str,
+            known: Option<&str>,
+        ) -> Result<Option<CloudSandbox>, Failure> {
             self.calls
                 .borrow_mut()
-                .push(format!("find {profile}/{task}"));
+                .push(format!("find {profile}/{task} {}", known.unwrap_or("-")));
+            if self.by_id {
+                return Ok(known
+                    .filter(|id| id.starts_with("sb-new"))
+                    .map(|id| CloudSandbox {
+                        id: id.into(),
+                        state: CloudState::Running,
+                    }));
+            }
             Ok(self.found.clone())
         }
 
@@ -510,8 +576,14 @@ mod tests {
             if snapshot.is_some_and(|s| self.bad_snapshots.iter().any(|b| b == s)) {
                 return Err(Failure("image not found".into()));
             }
+            let mut n = self.created.borrow_mut();
+            *n += 1;
             Ok(CloudSandbox {
-                id: "sb-new".into(),
+                id: if *n == 1 {
+                    "sb-new".into()
+                } else {
+                    format!("sb-new{n}")
+                },
                 state: CloudState::Running,
             })
         }
@@ -601,7 +673,7 @@ mod tests {
                 snapshot: Some("im-1".into())
             }
         );
-        assert_eq!(*driver.calls.borrow(), ["find default/default"]);
+        assert_eq!(*driver.calls.borrow(), ["find default/default -"]);
     }
 
     #[tokio::test]
@@ -620,7 +692,7 @@ mod tests {
         assert_eq!(
             *driver.calls.borrow(),
             [
-                "find default/default",
+                "find default/default -",
                 "create default from im-bad",
                 "create default from python:3.12"
             ]
@@ -657,7 +729,7 @@ mod tests {
         exec_cloud(&driver, &d, &book, "t", &req, io).await.unwrap();
         assert_eq!(
             *driver.calls.borrow(),
-            ["find default/t", "resume sb-1", "exec sb-1 true"]
+            ["find default/t -", "resume sb-1", "exec sb-1 true"]
         );
         let snap = end_cloud_session(&driver, &d, &book, "t").await.unwrap();
         assert_eq!(snap.as_deref(), Some("im-next"));
@@ -665,6 +737,128 @@ mod tests {
             book.get("default", "t").unwrap().as_deref(),
             Some("im-next")
         );
+        // The session's end cleared the sandbox it had recorded.
+        assert_eq!(book.sandbox("default", "t").unwrap(), None);
+        assert_eq!(
+            driver.calls.borrow()[3..],
+            ["find default/t sb-1", "suspend sb-1"]
+        );
+    }
+
+    fn exec_req() -> ExecRequest {
+        ExecRequest {
+            cmd: vec!["true".into()],
+            env: Vec::new(),
+            cwd: None,
+            timeout: std::time::Duration::from_secs(5),
+        }
+    }
+
+    async fn exec_once(driver: &Scripted, d: &Desired, book: &SnapshotBook) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let io = ExecIo {
+            stdin: None,
+            stdout: &mut out,
+            stderr: &mut err,
+        };
+        exec_cloud(driver, d, book, "default", &exec_req(), io)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_sandbox_found_only_by_its_id_is_created_once_for_every_pass_and_exec() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = SnapshotBook::new(dir.path(), Backend::VercelSandbox);
+        let driver = Scripted {
+            by_id: true,
+            suspend_to: Some("snap-1".into()),
+            ..Scripted::default()
+        };
+        let d = desired();
+        let seen = observe_cloud(&driver, &d, &book).await;
+        let applied = apply_cloud(&driver, &d, &plan(&d, seen), &book, false).await;
+        assert_eq!((applied.done, applied.failed), (1, 0));
+        assert_eq!(
+            book.sandbox("default", "default").unwrap().as_deref(),
+            Some("sb-new")
+        );
+        // The next pass is converged; two execs use the same sandbox.
+        let seen = observe_cloud(&driver, &d, &book).await;
+        assert!(plan(&d, seen).ops.is_empty());
+        exec_once(&driver, &d, &book).await;
+        exec_once(&driver, &d, &book).await;
+        assert_eq!(*driver.created.borrow(), 1);
+        assert_eq!(
+            *driver.calls.borrow(),
+            [
+                "find default/default -",
+                "create default from python:3.12",
+                "find default/default sb-new",
+                "find default/default sb-new",
+                "exec sb-new true",
+                "find default/default sb-new",
+                "exec sb-new true",
+            ]
+        );
+        // A session's end snapshots it and forgets it; the next exec
+        // restores the snapshot into one new sandbox, recorded in turn.
+        end_cloud_session(&driver, &d, &book, "default")
+            .await
+            .unwrap();
+        assert_eq!(book.sandbox("default", "default").unwrap(), None);
+        exec_once(&driver, &d, &book).await;
+        exec_once(&driver, &d, &book).await;
+        assert_eq!(*driver.created.borrow(), 2);
+        assert_eq!(
+            book.entry("default", "default").unwrap(),
+            hermes_model::cloud::TaskRecord {
+                snapshot: Some("snap-1".into()),
+                sandbox: Some("sb-new2".into()),
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dead_sandbox_is_replaced_and_the_new_one_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = SnapshotBook::new(dir.path(), Backend::Modal);
+        book.record_sandbox("default", "default", "sb-dead")
+            .unwrap();
+        let driver = Scripted {
+            found: Some(CloudSandbox {
+                id: "sb-dead".into(),
+                state: CloudState::Dead,
+            }),
+            ..Scripted::default()
+        };
+        let d = desired();
+        let seen = observe_cloud(&driver, &d, &book).await;
+        let applied = apply_cloud(&driver, &d, &plan(&d, seen), &book, false).await;
+        assert_eq!((applied.done, applied.failed), (1, 0));
+        assert_eq!(
+            book.sandbox("default", "default").unwrap().as_deref(),
+            Some("sb-new")
+        );
+        assert_eq!(
+            *driver.calls.borrow(),
+            [
+                "find default/default sb-dead",
+                "destroy sb-dead",
+                "create default from python:3.12"
+            ]
+        );
+        // A dead sandbox at a session's end: nothing to snapshot, and it is
+        // no longer recorded.
+        book.record_sandbox("default", "default", "sb-dead")
+            .unwrap();
+        assert_eq!(
+            end_cloud_session(&driver, &d, &book, "default")
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(book.sandbox("default", "default").unwrap(), None);
     }
 
     #[cfg(not(feature = "modal"))]

@@ -1,7 +1,10 @@
 //! The snapshot records of the cloud backends:
 //! `$HERMES_HOME/<backend>_snapshots.json`, the reference's file, one JSON
 //! object of task → snapshot id (`profile/task` for profiles other than
-//! `default`; see [`hermes_model::cloud::snapshot_key`]).
+//! `default`; see [`hermes_model::cloud::snapshot_key`]), and beside it the
+//! id of the sandbox hermes left running for the task, which is how
+//! [`hermes_backends::cloud::CloudDriver::find`] finds a sandbox the service
+//! cannot name (Vercel). Older files, snapshot ids only, read as they are.
 //!
 //! Written atomically (a temporary file in the home, renamed over the old
 //! one), 0600 in a 0700 home. A file that cannot be read as records is
@@ -13,7 +16,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use hermes_model::cloud::{self, Snapshots};
+use hermes_model::cloud::{self, Snapshots, TaskRecord};
 use hermes_model::config::Backend;
 
 use crate::fsio;
@@ -61,23 +64,54 @@ impl SnapshotBook {
         })
     }
 
-    /// The snapshot recorded for a task of a profile.
-    pub fn get(&self, profile: &str, task: &str) -> io::Result<Option<String>> {
-        Ok(self.read()?.remove(&cloud::snapshot_key(profile, task)))
+    /// What is recorded for a task of a profile (nothing: empty).
+    pub fn entry(&self, profile: &str, task: &str) -> io::Result<TaskRecord> {
+        Ok(self
+            .read()?
+            .remove(&cloud::snapshot_key(profile, task))
+            .unwrap_or_default())
     }
 
-    /// Records `id` as the task's snapshot (replacing an older one).
-    pub fn record(&self, profile: &str, task: &str, id: &str) -> io::Result<()> {
-        self.update(|records| {
-            records.insert(cloud::snapshot_key(profile, task), id.to_string());
+    /// Drops the task's snapshot (one that failed to restore); no record
+    /// is no change.
+    pub fn forget(&self, profile: &str, task: &str) -> io::Result<()> {
+        self.change(profile, task, |r| r.snapshot = None)
+    }
+
+    /// Records `id` as the sandbox serving the task (created or resumed,
+    /// running).
+    pub fn record_sandbox(&self, profile: &str, task: &str, id: &str) -> io::Result<()> {
+        self.change(profile, task, |r| r.sandbox = Some(id.to_string()))
+    }
+
+    /// Drops the task's sandbox (destroyed, or no longer there).
+    pub fn forget_sandbox(&self, profile: &str, task: &str) -> io::Result<()> {
+        self.change(profile, task, |r| r.sandbox = None)
+    }
+
+    /// A session's end, in one write: the sandbox is no longer live, and
+    /// `snapshot` is what the next one restores from (`None`: nothing, the
+    /// stopped sandbox itself comes back, so an older snapshot is stale).
+    pub fn suspended(&self, profile: &str, task: &str, snapshot: Option<&str>) -> io::Result<()> {
+        self.change(profile, task, |r| {
+            r.snapshot = snapshot.map(str::to_string);
+            r.sandbox = None;
         })
     }
 
-    /// Drops the task's record (a snapshot that failed to restore, or one
-    /// that was used up); no record is no change.
-    pub fn forget(&self, profile: &str, task: &str) -> io::Result<()> {
+    fn change(
+        &self,
+        profile: &str,
+        task: &str,
+        edit: impl FnOnce(&mut TaskRecord),
+    ) -> io::Result<()> {
+        let key = cloud::snapshot_key(profile, task);
         self.update(|records| {
-            records.remove(&cloud::snapshot_key(profile, task));
+            let mut record = records.remove(&key).unwrap_or_default();
+            edit(&mut record);
+            if !record.is_empty() {
+                records.insert(key, record);
+            }
         })
     }
 
@@ -140,6 +174,25 @@ impl SnapshotBook {
         let bytes = fsio::read_bounded(&self.path, MAX_BYTES)?.unwrap_or_default();
         fsio::write_atomic(&copy, &bytes, 0o600, true)?;
         Ok(copy)
+    }
+}
+
+/// Shorthands the tests read and set records with.
+#[cfg(test)]
+impl SnapshotBook {
+    /// The snapshot recorded for a task of a profile.
+    pub fn get(&self, profile: &str, task: &str) -> io::Result<Option<String>> {
+        Ok(self.entry(profile, task)?.snapshot)
+    }
+
+    /// The sandbox recorded as serving a task of a profile.
+    pub fn sandbox(&self, profile: &str, task: &str) -> io::Result<Option<String>> {
+        Ok(self.entry(profile, task)?.sandbox)
+    }
+
+    /// Records `id` as the task's snapshot (replacing an older one).
+    pub fn record(&self, profile: &str, task: &str, id: &str) -> io::Result<()> {
+        self.change(profile, task, |r| r.snapshot = Some(id.to_string()))
     }
 }
 
@@ -213,10 +266,43 @@ mod tests {
     }
 
     #[test]
+    fn the_live_sandbox_is_kept_beside_the_snapshot_and_cleared_at_a_sessions_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let book = SnapshotBook::new(dir.path(), Backend::VercelSandbox);
+        // An older file: snapshot ids only.
+        std::fs::write(book.path(), "{\"default\": \"snap_0\"}").unwrap();
+        book.record_sandbox("default", "default", "sbx_1").unwrap();
+        assert_eq!(
+            book.entry("default", "default").unwrap(),
+            TaskRecord {
+                snapshot: Some("snap_0".into()),
+                sandbox: Some("sbx_1".into())
+            }
+        );
+        assert_eq!(mode(book.path()), 0o600);
+        book.suspended("default", "default", Some("snap_2"))
+            .unwrap();
+        // Back to the reference's format.
+        assert_eq!(
+            std::fs::read_to_string(book.path()).unwrap(),
+            "{\n  \"default\": \"snap_2\"\n}\n"
+        );
+        book.record_sandbox("default", "default", "sbx_3").unwrap();
+        book.forget("default", "default").unwrap();
+        assert_eq!(
+            book.sandbox("default", "default").unwrap().as_deref(),
+            Some("sbx_3")
+        );
+        book.forget_sandbox("default", "default").unwrap();
+        assert_eq!(std::fs::read_to_string(book.path()).unwrap(), "{}\n");
+    }
+
+    #[test]
     fn forgetting_what_is_not_there_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let book = SnapshotBook::new(dir.path(), Backend::VercelSandbox);
         book.forget("default", "t").unwrap();
+        book.forget_sandbox("default", "t").unwrap();
         assert!(!book.path().exists());
     }
 }

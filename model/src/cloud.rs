@@ -6,8 +6,10 @@
 //! do not": a session's end keeps a snapshot (Daytona: the stopped sandbox
 //! itself) and the next one restores from it. The snapshot ids live in
 //! `$HERMES_HOME/<backend>_snapshots.json`, the reference's file: one JSON
-//! object of task → snapshot id. The parsing and rendering of that file is
-//! here, pure; reading and writing it is the controller's.
+//! object of task → snapshot id, where hermes also keeps the id of the
+//! sandbox it left running for the task (a service without names or
+//! labels, Vercel, is found again only by it). The parsing and rendering
+//! of that file is here, pure; reading and writing it is the controller's.
 //!
 //! These sandboxes reach the internet directly, so the egress proxy cannot
 //! stand between them and a provider: nothing is handed to them but the
@@ -309,16 +311,37 @@ pub fn snapshots_file_name(backend: Backend) -> String {
     format!("{}_snapshots.json", backend.as_str())
 }
 
-/// The records of one `<backend>_snapshots.json`: key → snapshot id.
-pub type Snapshots = BTreeMap<String, String>;
+/// What hermes keeps for one task of one profile on a service.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskRecord {
+    /// The snapshot the next sandbox restores from (kept by a session's
+    /// end).
+    pub snapshot: Option<String>,
+    /// The sandbox hermes created or resumed for the task and left
+    /// running: how a service without names or labels (Vercel) finds it
+    /// again. Cleared when the session ends or the sandbox is destroyed.
+    pub sandbox: Option<String>,
+}
+
+impl TaskRecord {
+    /// Whether there is nothing to keep.
+    pub fn is_empty(&self) -> bool {
+        self.snapshot.is_none() && self.sandbox.is_none()
+    }
+}
+
+/// The records of one `<backend>_snapshots.json`: key → the task's record.
+pub type Snapshots = BTreeMap<String, TaskRecord>;
 
 /// Why a snapshot file could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct BadSnapshots(String);
 
-/// Parses the reference's format: one JSON object of key → snapshot id
-/// (an empty text is no record).
+/// Parses the records: one JSON object of key → either a snapshot id (the
+/// reference's format, which older files have throughout) or an object
+/// `{"snapshot": id, "sandbox": id}` with either field optional. An empty
+/// text is no record; unknown fields of a record are ignored.
 pub fn parse_snapshots(text: &str) -> Result<Snapshots, BadSnapshots> {
     if text.trim().is_empty() {
         return Ok(Snapshots::new());
@@ -330,21 +353,66 @@ pub fn parse_snapshots(text: &str) -> Result<Snapshots, BadSnapshots> {
             "expected an object of task → snapshot id".to_string(),
         ));
     };
-    map.into_iter()
-        .map(|(k, v)| match v {
-            serde_json::Value::String(id) if !id.is_empty() => Ok((k, id)),
-            other => Err(BadSnapshots(format!(
-                "the record of `{k}` is {other}, not a snapshot id"
-            ))),
-        })
-        .collect()
+    let mut records = Snapshots::new();
+    for (k, v) in map {
+        let record = match v {
+            serde_json::Value::String(id) if !id.is_empty() => TaskRecord {
+                snapshot: Some(id),
+                sandbox: None,
+            },
+            serde_json::Value::Object(fields) => {
+                let id = |name: &str| -> Result<Option<String>, BadSnapshots> {
+                    match fields.get(name) {
+                        None | Some(serde_json::Value::Null) => Ok(None),
+                        Some(serde_json::Value::String(id)) if !id.is_empty() => {
+                            Ok(Some(id.clone()))
+                        }
+                        Some(other) => Err(BadSnapshots(format!(
+                            "the {name} of `{k}` is {other}, not an id"
+                        ))),
+                    }
+                };
+                TaskRecord {
+                    snapshot: id("snapshot")?,
+                    sandbox: id("sandbox")?,
+                }
+            }
+            other => {
+                return Err(BadSnapshots(format!(
+                    "the record of `{k}` is {other}, not a snapshot id"
+                )));
+            }
+        };
+        if !record.is_empty() {
+            records.insert(k, record);
+        }
+    }
+    Ok(records)
 }
 
-/// Renders records the way the reference writes them (an indented object).
+/// Renders the records: a record with only a snapshot as the reference
+/// writes it (the id itself), one with a live sandbox as an object; an
+/// empty record is left out.
 pub fn render_snapshots(snapshots: &Snapshots) -> String {
     let object: serde_json::Map<String, serde_json::Value> = snapshots
         .iter()
-        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(k, r)| {
+            let value = match (&r.snapshot, &r.sandbox) {
+                (Some(snapshot), None) => serde_json::Value::String(snapshot.clone()),
+                (snapshot, sandbox) => {
+                    let mut fields = serde_json::Map::new();
+                    if let Some(id) = snapshot {
+                        fields.insert("snapshot".into(), serde_json::Value::String(id.clone()));
+                    }
+                    if let Some(id) = sandbox {
+                        fields.insert("sandbox".into(), serde_json::Value::String(id.clone()));
+                    }
+                    serde_json::Value::Object(fields)
+                }
+            };
+            (k.clone(), value)
+        })
         .collect();
     let mut text = serde_json::to_string_pretty(&serde_json::Value::Object(object))
         .unwrap_or_else(|_| "{}".to_string());
@@ -539,17 +607,49 @@ mod tests {
     fn snapshot_records_round_trip_in_the_reference_format() {
         let text = "{\n  \"default\": \"im-abc\",\n  \"work/review\": \"snap_1\"\n}\n";
         let records = parse_snapshots(text).unwrap();
-        assert_eq!(records["default"], "im-abc");
+        assert_eq!(records["default"].snapshot.as_deref(), Some("im-abc"));
+        assert_eq!(records["default"].sandbox, None);
         assert_eq!(render_snapshots(&records), text);
         assert!(parse_snapshots("").unwrap().is_empty());
         assert!(parse_snapshots("[1]").is_err());
         assert!(parse_snapshots("{\"default\": 3}").is_err());
         assert!(parse_snapshots("{not json").is_err());
+        assert!(parse_snapshots("{\"default\": {\"sandbox\": 3}}").is_err());
         assert_eq!(snapshot_key("default", "t"), "t");
         assert_eq!(snapshot_key("work", "t"), "work/t");
         assert_eq!(
             snapshots_file_name(Backend::VercelSandbox),
             "vercel_sandbox_snapshots.json"
+        );
+    }
+
+    #[test]
+    fn a_live_sandbox_is_kept_beside_the_snapshot_and_older_files_still_read() {
+        let text = "{\n  \"default\": {\n    \"snapshot\": \"snap_1\",\n    \"sandbox\": \"sbx_2\"\n  },\n  \"t\": {\n    \"sandbox\": \"sbx_3\"\n  },\n  \"u\": \"snap_4\"\n}\n";
+        let records = parse_snapshots(text).unwrap();
+        assert_eq!(
+            records["default"],
+            TaskRecord {
+                snapshot: Some("snap_1".into()),
+                sandbox: Some("sbx_2".into())
+            }
+        );
+        assert_eq!(records["t"].snapshot, None);
+        assert_eq!(records["t"].sandbox.as_deref(), Some("sbx_3"));
+        assert_eq!(records["u"].snapshot.as_deref(), Some("snap_4"));
+        assert_eq!(render_snapshots(&records), text);
+        // Unknown fields and empty records are tolerated; an empty record
+        // is not written back.
+        let records =
+            parse_snapshots("{\"a\": {\"snapshot\": null, \"other\": 1}, \"b\": {\"sandbox\": \"x\", \"since\": 3}}")
+                .unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records["b"].sandbox.as_deref(), Some("x"));
+        let mut records = records;
+        records.insert("c".into(), TaskRecord::default());
+        assert_eq!(
+            render_snapshots(&records),
+            "{\n  \"b\": {\n    \"sandbox\": \"x\"\n  }\n}\n"
         );
     }
 }

@@ -68,7 +68,7 @@ async fn run(d: &DaytonaDriver, id: &str, req: &ExecRequest) -> (ExecOutcome, Ca
 async fn create_exec_files_stop_and_start_again() {
     let fake = FakeDaytona::start(KEY);
     let d = driver(&fake, KEY);
-    assert_eq!(d.find("default", "t1").await.unwrap(), None);
+    assert_eq!(d.find("default", "t1", None).await.unwrap(), None);
 
     let sandbox = d.create(&spec("t1"), None).await.unwrap();
     assert_eq!(sandbox.state, CloudState::Running);
@@ -77,10 +77,10 @@ async fn create_exec_files_stop_and_start_again() {
     assert_eq!(labels["hermes-profile"], "default");
     assert_eq!(labels["hermes-task"], "t1");
     assert_eq!(
-        d.find("default", "t1").await.unwrap(),
+        d.find("default", "t1", None).await.unwrap(),
         Some(sandbox.clone())
     );
-    assert_eq!(d.find("other", "t1").await.unwrap(), None);
+    assert_eq!(d.find("other", "t1", None).await.unwrap(), None);
 
     // Exit codes, stdout and stderr apart, the environment from the spec
     // and from the request, none of it on the command line.
@@ -153,7 +153,7 @@ async fn create_exec_files_stop_and_start_again() {
     // Session 1 ends: the sandbox stops, keeping its files.
     assert_eq!(d.suspend(&sandbox.id).await.unwrap(), None);
     assert_eq!(fake.sandbox_state(&sandbox.id).as_deref(), Some("stopped"));
-    let found = d.find("default", "t1").await.unwrap().unwrap();
+    let found = d.find("default", "t1", None).await.unwrap().unwrap();
     assert_eq!(found.state, CloudState::Stopped);
 
     // Session 2 starts it again and finds the file.
@@ -176,7 +176,7 @@ async fn create_exec_files_stop_and_start_again() {
     d.destroy(&resumed.id).await.unwrap();
     d.destroy("never-existed").await.unwrap();
     assert_eq!(fake.sandbox_count(), 0);
-    assert_eq!(d.find("default", "t1").await.unwrap(), None);
+    assert_eq!(d.find("default", "t1", None).await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -258,7 +258,7 @@ async fn credentials_missing_or_wrong_are_clear_errors() {
 
     let wrong_key = "dtn_wrong_key_abcdef";
     let d = driver(&fake, wrong_key);
-    let e = d.find("default", "x").await.unwrap_err();
+    let e = d.find("default", "x", None).await.unwrap_err();
     assert_eq!(e.status(), Some(401), "{e}");
     let text = format!("{e} {e:?} {d:?}");
     assert!(text.contains("DAYTONA_API_KEY"), "{text}");
@@ -273,19 +273,19 @@ async fn service_errors_and_retries() {
 
     // 503 twice, then the call goes through.
     fake.faults.fail_next(2, 503, None);
-    assert_eq!(d.find("default", "r").await.unwrap(), None);
+    assert_eq!(d.find("default", "r", None).await.unwrap(), None);
     assert_eq!(fake.requests.count("GET", "/api/sandbox"), 3);
 
     // 429 with Retry-After is honoured.
     fake.faults.fail_next(1, 429, Some(1));
     let started = Instant::now();
-    d.find("default", "r").await.unwrap();
+    d.find("default", "r", None).await.unwrap();
     assert!(started.elapsed() >= Duration::from_millis(900));
 
     // 503 forever: a clear error after every attempt.
     fake.faults.fail_forever(503);
     let before = fake.requests.count("GET", "/api/sandbox");
-    let e = d.find("default", "r").await.unwrap_err();
+    let e = d.find("default", "r", None).await.unwrap_err();
     assert_eq!(e.status(), Some(503), "{e}");
     assert!(e.to_string().contains("503"), "{e}");
     assert_eq!(
@@ -298,7 +298,7 @@ async fn service_errors_and_retries() {
     fake.faults.fail_next(1, 400, None);
     let before = fake.requests.count("GET", "/api/sandbox");
     assert_eq!(
-        d.find("default", "r").await.unwrap_err().status(),
+        d.find("default", "r", None).await.unwrap_err().status(),
         Some(400)
     );
     assert_eq!(fake.requests.count("GET", "/api/sandbox") - before, 1);

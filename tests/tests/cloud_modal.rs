@@ -113,18 +113,18 @@ async fn run(
 #[tokio::test]
 async fn create_makes_one_running_sandbox_that_find_returns() {
     let (fake, driver) = setup().await;
-    assert_eq!(driver.find("default", "t1").await.unwrap(), None);
+    assert_eq!(driver.find("default", "t1", None).await.unwrap(), None);
     assert!(fake.apps().is_empty(), "find created the app");
     assert!(!fake.calls().iter().any(|c| c == "SandboxCreate"));
 
     let sandbox = driver.create(&spec("t1"), None).await.unwrap();
     assert_eq!(sandbox.state, CloudState::Running);
     assert_eq!(
-        driver.find("default", "t1").await.unwrap(),
+        driver.find("default", "t1", None).await.unwrap(),
         Some(sandbox.clone())
     );
-    assert_eq!(driver.find("default", "other").await.unwrap(), None);
-    assert_eq!(driver.find("work", "t1").await.unwrap(), None);
+    assert_eq!(driver.find("default", "other", None).await.unwrap(), None);
+    assert_eq!(driver.find("work", "t1", None).await.unwrap(), None);
 
     // A second create for the same task (a racing process) ends with the
     // first sandbox, not a second one.
@@ -328,7 +328,7 @@ async fn a_snapshot_carries_the_filesystem_into_the_next_session() {
         .unwrap()
         .expect("an image id");
     assert_eq!(fake.running(), 0);
-    assert_eq!(first.find("default", "persist").await.unwrap(), None);
+    assert_eq!(first.find("default", "persist", None).await.unwrap(), None);
     let gone = first
         .exec(&sandbox.id, &sh("true", Duration::from_secs(5)), io_sink())
         .await;
@@ -354,7 +354,7 @@ async fn a_snapshot_carries_the_filesystem_into_the_next_session() {
     );
     assert_eq!(
         second
-            .find("default", "persist")
+            .find("default", "persist", None)
             .await
             .unwrap()
             .map(|s| s.id),
@@ -389,17 +389,18 @@ async fn missing_credentials_name_the_variables() {
 async fn wrong_credentials_are_refused_and_never_shown() {
     let fake = FakeModal::start(TOKEN_ID, TOKEN_SECRET).await;
     let wrong = driver(&fake.url(), TOKEN_ID, "as-wrong-secret-9c1d").unwrap();
-    let err = wrong.find("default", "t").await.unwrap_err();
+    let err = wrong.find("default", "t", None).await.unwrap_err();
     assert!(
         matches!(
             err,
-            ModalError::Rpc {
-                code: tonic::Code::Unauthenticated,
+            ModalError::Unauthenticated {
+                call: "AppGetOrCreate",
                 ..
             }
         ),
         "{err:?}"
     );
+    assert!(err.to_string().contains("MODAL_TOKEN_SECRET"), "{err}");
     for shown in [err.to_string(), format!("{err:?}"), format!("{wrong:?}")] {
         assert!(!shown.contains("as-wrong-secret-9c1d"), "{shown}");
         assert!(!shown.contains(TOKEN_ID), "{shown}");
@@ -448,7 +449,7 @@ async fn no_log_line_holds_a_credential_even_at_trace_level() {
     .await;
     assert_eq!(outcome.exit_code, 0);
     let wrong = driver_for_wrong_secret(&fake.url());
-    assert!(wrong.find("default", "logs").await.is_err());
+    assert!(wrong.find("default", "logs", None).await.is_err());
     driver.destroy(&sandbox.id).await.unwrap();
 
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
@@ -472,7 +473,7 @@ async fn credentials_come_from_modal_toml_when_the_environment_has_none() {
     write_modal_toml(home.path(), &fake.url());
     let driver = ModalDriver::from_env(&|_| None, Some(home.path())).unwrap();
     assert_eq!(driver.server_url(), fake.url());
-    assert_eq!(driver.find("default", "t").await.unwrap(), None);
+    assert_eq!(driver.find("default", "t", None).await.unwrap(), None);
     assert!(!fake.calls().is_empty());
 }
 
@@ -498,7 +499,11 @@ async fn two_unavailable_answers_are_retried_to_success() {
 
     fake.fail_next(2);
     assert_eq!(
-        driver.find("default", "flaky").await.unwrap().map(|s| s.id),
+        driver
+            .find("default", "flaky", None)
+            .await
+            .unwrap()
+            .map(|s| s.id),
         Some(sandbox.id)
     );
 }
@@ -509,7 +514,7 @@ async fn an_unavailable_service_fails_after_the_retries_and_a_command_is_never_s
     let sandbox = driver.create(&spec("down"), None).await.unwrap();
 
     fake.fail_next(10);
-    let err = driver.find("default", "down").await.unwrap_err();
+    let err = driver.find("default", "down", None).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -569,7 +574,7 @@ async fn destroy_is_idempotent() {
     driver.destroy(&sandbox.id).await.unwrap();
     driver.destroy("sb-never-existed").await.unwrap();
     assert_eq!(fake.running(), 0);
-    assert_eq!(driver.find("default", "gone").await.unwrap(), None);
+    assert_eq!(driver.find("default", "gone", None).await.unwrap(), None);
 }
 
 #[tokio::test]

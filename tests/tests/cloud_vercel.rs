@@ -87,7 +87,7 @@ async fn create_exec_files_snapshot_and_restore() {
         .filter(|(m, p)| m == "POST" && p == "/v1/sandboxes")
         .count();
     assert_eq!(create, 1);
-    assert_eq!(d.find("default", "default").await.unwrap(), None);
+    assert_eq!(d.find("default", "default", None).await.unwrap(), None);
 
     // Exit codes, stdout and stderr apart, the environment in the body.
     let mut r = req(
@@ -175,6 +175,57 @@ async fn create_exec_files_snapshot_and_restore() {
         fake.sandbox_status(&restored.id).as_deref(),
         Some("stopped")
     );
+}
+
+#[tokio::test]
+async fn find_knows_only_the_recorded_sandbox_and_says_where_it_is() {
+    let fake = FakeVercel::start(TOKEN, TEAM, PROJECT);
+    let d = driver(&fake);
+    // Nothing recorded: nothing to ask.
+    assert_eq!(d.find("default", "default", None).await.unwrap(), None);
+    assert!(fake.requests.all().is_empty());
+    let sandbox = d.create(&spec("node24"), None).await.unwrap();
+    let found = |id: &str| {
+        let d = &d;
+        let id = id.to_owned();
+        async move { d.find("default", "default", Some(&id)).await.unwrap() }
+    };
+    assert_eq!(found(&sandbox.id).await, Some(sandbox.clone()));
+    // An id the service does not know (404) is none.
+    assert_eq!(found("sbx_gone").await, None);
+    // The service at work is pending; stopped or failed, it is over.
+    fake.set_status(&sandbox.id, "snapshotting");
+    assert_eq!(
+        found(&sandbox.id).await.map(|s| s.state),
+        Some(CloudState::Pending)
+    );
+    fake.set_status(&sandbox.id, "running");
+    d.suspend(&sandbox.id).await.unwrap().unwrap();
+    assert_eq!(
+        found(&sandbox.id).await.map(|s| s.state),
+        Some(CloudState::Dead)
+    );
+    fake.set_status(&sandbox.id, "failed");
+    assert_eq!(
+        found(&sandbox.id).await.map(|s| s.state),
+        Some(CloudState::Dead)
+    );
+    // Finding never changes anything.
+    let mutating = fake
+        .requests
+        .all()
+        .into_iter()
+        .filter(|(m, p)| m == "POST" && !p.ends_with("/snapshot") && p != "/v1/sandboxes")
+        .count();
+    assert_eq!(mutating, 0);
+    // Refused credentials are an error naming the variable, not "none".
+    let wrong = driver_with(&fake, "vercel_wrong_token");
+    let e = wrong
+        .find("default", "default", Some(&sandbox.id))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("VERCEL_TOKEN"), "{e}");
+    assert!(!e.to_string().contains("vercel_wrong_token"), "{e}");
 }
 
 #[tokio::test]

@@ -392,7 +392,13 @@ impl CloudDriver for DaytonaDriver {
         "daytona"
     }
 
-    async fn find(&self, profile: &str, task: &str) -> Result<Option<CloudSandbox>, DaytonaError> {
+    async fn find(
+        &self,
+        profile: &str,
+        task: &str,
+        // Daytona's sandboxes carry hermes's labels: the list finds them.
+        _known: Option<&str>,
+    ) -> Result<Option<CloudSandbox>, DaytonaError> {
         let found = self.list(profile, task).await?;
         // A running one first, then one that can be resumed, then the rest.
         let rank = |s: &api::Sandbox| match s.cloud_state() {
@@ -423,7 +429,7 @@ impl CloudDriver for DaytonaDriver {
             .await?;
         let id = if response.status() == StatusCode::CONFLICT {
             tracing::info!(name = %body.name, "the sandbox exists already; using it");
-            let found = self.find(&spec.profile, &spec.task).await?;
+            let found = self.find(&spec.profile, &spec.task, None).await?;
             let Some(found) = found else {
                 return Err(self.refused("create sandbox", response).await);
             };

@@ -21,6 +21,12 @@ pub enum ModalError {
     #[error("Modal configuration: {0}")]
     Config(String),
 
+    /// The service refused the token.
+    #[error(
+        "Modal {call}: the token was refused ({message}): check MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or ~/.modal.toml)"
+    )]
+    Unauthenticated { call: &'static str, message: String },
+
     /// A call failed with a gRPC status (after the retries it was worth).
     #[error("Modal {call}: {code:?}: {message}")]
     Rpc {
@@ -73,6 +79,15 @@ impl ModalError {
     }
 
     pub(crate) fn from_status(call: &'static str, status: &tonic::Status) -> ModalError {
+        if matches!(
+            status.code(),
+            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+        ) {
+            return ModalError::Unauthenticated {
+                call,
+                message: status.message().to_string(),
+            };
+        }
         ModalError::Rpc {
             call,
             code: status.code(),

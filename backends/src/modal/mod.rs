@@ -385,7 +385,13 @@ impl CloudDriver for ModalDriver {
         "modal"
     }
 
-    async fn find(&self, profile: &str, task: &str) -> Result<Option<CloudSandbox>, ModalError> {
+    async fn find(
+        &self,
+        profile: &str,
+        task: &str,
+        // Modal's sandboxes carry hermes's tags: the list finds them.
+        _known: Option<&str>,
+    ) -> Result<Option<CloudSandbox>, ModalError> {
         let Some(app_id) = self.app_id(false).await? else {
             return Ok(None);
         };

@@ -113,12 +113,16 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// The status in the driver's words: `running`; `pending`,
+    /// `stopping` and `snapshotting` are the service at work; `stopped` and
+    /// `failed` are over (a stopped Vercel sandbox cannot start again: it
+    /// can only be replaced, from its snapshot). A status this client does
+    /// not know is left alone as pending rather than replaced.
     pub fn cloud_state(&self) -> CloudState {
         match self.status.as_str() {
             "running" => CloudState::Running,
-            "pending" | "snapshotting" | "stopping" => CloudState::Pending,
-            // A stopped Vercel sandbox cannot start again.
-            _ => CloudState::Dead,
+            "stopped" | "failed" => CloudState::Dead,
+            _ => CloudState::Pending,
         }
     }
 }
@@ -234,6 +238,24 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn a_status_is_replaced_only_when_it_is_over() {
+        let state = |status: &str| {
+            Sandbox {
+                id: "sbx".into(),
+                status: status.into(),
+            }
+            .cloud_state()
+        };
+        assert_eq!(state("running"), CloudState::Running);
+        for s in ["pending", "stopping", "snapshotting", "a-status-from-later"] {
+            assert_eq!(state(s), CloudState::Pending, "{s}");
+        }
+        for s in ["stopped", "failed"] {
+            assert_eq!(state(s), CloudState::Dead, "{s}");
+        }
+    }
 
     fn spec() -> CloudSpec {
         CloudSpec {

@@ -19,7 +19,9 @@
 //! deployment, or a test's fake: plain http only to a loopback host).
 //!
 //! A Vercel sandbox has no name or labels and cannot start again once
-//! stopped: `find` knows none (the caller keeps the snapshot id), `suspend`
+//! stopped: `find` asks only about the id the caller recorded when it
+//! created the sandbox (`GET /v1/sandboxes/{id}`: running, pending or
+//! snapshotting, stopped or failed, or 404 and so none), `suspend`
 //! snapshots it and returns the snapshot id, `create` restores from it,
 //! `resume` only accepts a sandbox that still runs, `destroy` stops it.
 
@@ -277,6 +279,27 @@ impl VercelDriver {
             .sandbox)
     }
 
+    /// The sandbox `id`, or `None` when the service does not know it (404).
+    async fn lookup_sandbox(&self, id: &str) -> Result<Option<api::Sandbox>, VercelError> {
+        let url = self.url(&format!("/v1/sandboxes/{}", path_segment(id)));
+        let response = self
+            .send("get sandbox", Retry::Idempotent, &|| {
+                self.request(Method::GET, &url)
+            })
+            .await?;
+        if response.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !response.status().is_success() {
+            return Err(self.refused("get sandbox", response).await);
+        }
+        Ok(Some(
+            Self::json::<api::SandboxResponse>("get sandbox", response)
+                .await?
+                .sandbox,
+        ))
+    }
+
     async fn wait_running(&self, id: &str) -> Result<CloudSandbox, VercelError> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -327,9 +350,21 @@ impl CloudDriver for VercelDriver {
         "vercel_sandbox"
     }
 
-    async fn find(&self, _profile: &str, _task: &str) -> Result<Option<CloudSandbox>, VercelError> {
-        // Vercel sandboxes carry no name or label to find them by.
-        Ok(None)
+    async fn find(
+        &self,
+        _profile: &str,
+        _task: &str,
+        known: Option<&str>,
+    ) -> Result<Option<CloudSandbox>, VercelError> {
+        // Vercel sandboxes carry no name or label to find them by: only the
+        // id the caller recorded when it created the sandbox.
+        let Some(id) = known else {
+            return Ok(None);
+        };
+        Ok(self.lookup_sandbox(id).await?.map(|s| CloudSandbox {
+            state: s.cloud_state(),
+            id: s.id,
+        }))
     }
 
     async fn create(
@@ -384,10 +419,18 @@ impl CloudDriver for VercelDriver {
             })
             .await?;
         if response.status().is_success() || response.status() == StatusCode::NOT_FOUND {
-            Ok(())
-        } else {
-            Err(self.refused("stop sandbox", response).await)
+            return Ok(());
         }
+        // A sandbox that is over already (stopped, failed) may be refused a
+        // stop: it is as destroyed as it gets.
+        if !matches!(response.status().as_u16(), 401 | 403) {
+            if let Ok(Some(s)) = self.lookup_sandbox(id).await {
+                if s.cloud_state() == CloudState::Dead {
+                    return Ok(());
+                }
+            }
+        }
+        Err(self.refused("stop sandbox", response).await)
     }
 
     async fn exec(

@@ -1,6 +1,7 @@
 //! `hermes sandbox list`: every labelled container, whatever its profile,
 //! with whether its spec matches the config, its age and how long it has
-//! been idle (busy while an exec or a background process runs inside).
+//! been idle (busy while an exec or a background process runs inside); on
+//! singularity the instances, on a cloud backend the task's sandbox there.
 
 use std::process::ExitCode;
 use std::time::SystemTime;
@@ -17,6 +18,9 @@ pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow:
     let desired = load_desired(home, profile)?;
     if desired.backend() == hermes_model::config::Backend::Singularity {
         return list_instances(home, &desired, output).await;
+    }
+    if desired.cloud.is_some() {
+        return list_cloud(home, &desired, output).await;
     }
     let engine = Engine::connect().await?;
     let mut observed = observe(&engine, home).await?;
@@ -125,6 +129,69 @@ async fn list_instances(
                 .collect();
             print_table(["NAME", "PROFILE", "TASK", "STATE", "SPEC", "PID"], &rows);
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The cloud backend's sandbox of the default task, as the service reports
+/// it (only looked up), with the snapshot recorded for the task: `-` and
+/// `suspended` when only a snapshot is left. Nothing at all: no row.
+async fn list_cloud(
+    home: &Home,
+    desired: &hermes_model::desired::Desired,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    use hermes_model::cloud::CloudObserved;
+    let Some(cloud) = &desired.cloud else {
+        anyhow::bail!("the {} backend has no cloud settings", desired.backend());
+    };
+    if let Err(missing) = &cloud.credentials {
+        anyhow::bail!(
+            "{missing}: the {} backend needs it, in the environment or in .env",
+            cloud.backend
+        );
+    }
+    let env = crate::commands::host_env(home)?;
+    let (seen, error) = crate::cloud::observe(home, desired, &env).await;
+    if let Some(e) = error {
+        return Err(e.into());
+    }
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    if let Some(CloudObserved::Seen { sandbox, snapshot }) = seen {
+        let row = match sandbox {
+            Some((id, state)) => Some((id, state.to_string())),
+            None => snapshot
+                .as_ref()
+                .map(|_| ("-".to_string(), "suspended".to_string())),
+        };
+        if let Some((id, state)) = row {
+            rows.push([
+                id,
+                cloud.backend.to_string(),
+                desired.profile.clone(),
+                hermes_model::desired::DEFAULT_TASK.to_string(),
+                state,
+                snapshot.unwrap_or_else(|| "-".to_string()),
+            ]);
+        }
+    }
+    match output {
+        Output::Json => {
+            let list: Vec<_> = rows
+                .iter()
+                .map(|r| {
+                    serde_json::json!({
+                        "name": r[0], "backend": r[1], "profile": r[2], "task": r[3],
+                        "state": r[4], "snapshot": r[5],
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        }
+        Output::Text => print_table(
+            ["NAME", "BACKEND", "PROFILE", "TASK", "STATE", "SNAPSHOT"],
+            &rows,
+        ),
     }
     Ok(ExitCode::SUCCESS)
 }

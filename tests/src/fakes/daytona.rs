@@ -6,7 +6,7 @@
 //! - `/api`: `GET /sandbox?labels=<json>` (a page: `items`, `total`,
 //!   `page`, `totalPages`), `POST /sandbox` (200; 409 on a taken name;
 //!   400 past the per-sandbox limits of 4 vCPU, 8 GiB memory, 10 GiB disk,
-//!   or resources with a snapshot), `GET|DELETE /sandbox/{id}`, `POST
+//!   or resources with a snapshot; 404 for a snapshot it does not have), `GET|DELETE /sandbox/{id}`, `POST
 //!   /sandbox/{id}/start|stop`, `GET /sandbox/{id}/toolbox-proxy-url`.
 //!   A new sandbox answers `creating` and is `started` when next read.
 //! - `/toolbox/{id}`: `POST /process/session` (201, 409 when it exists),
@@ -68,7 +68,19 @@ struct State {
     root: tempfile::TempDir,
     sandboxes: Mutex<HashMap<String, Sandbox>>,
     commands: Mutex<Vec<String>>,
+    /// Every request body, as received.
+    received: Mutex<Vec<u8>>,
+    /// The Daytona snapshots (images) a sandbox can be created from.
+    snapshots: Mutex<Vec<String>>,
     counter: AtomicU64,
+}
+
+impl State {
+    /// Keeps a request body in [`State::received`] and hands it back.
+    fn keep(&self, body: bytes::Bytes) -> bytes::Bytes {
+        lock(&self.received).extend_from_slice(&body);
+        body
+    }
 }
 
 #[derive(Debug)]
@@ -148,6 +160,8 @@ impl FakeDaytona {
             root: tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}")),
             sandboxes: Mutex::new(HashMap::new()),
             commands: Mutex::new(Vec::new()),
+            received: Mutex::new(Vec::new()),
+            snapshots: Mutex::new(Vec::new()),
             counter: AtomicU64::new(0),
         });
         let faults = Faults::default();
@@ -191,6 +205,18 @@ impl FakeDaytona {
         lock(&self.state.sandboxes)
             .get(id)
             .map(|s| s.labels.clone())
+    }
+
+    /// Makes `name` a snapshot sandboxes can be created from (none is,
+    /// at first: a create from another answers 404).
+    pub fn add_snapshot(&self, name: &str) {
+        lock(&self.state.snapshots).push(name.to_owned());
+    }
+
+    /// Every request body the fake was given (JSON, multipart uploads),
+    /// joined: what reached the service.
+    pub fn received(&self) -> Vec<u8> {
+        lock(&self.state.received).clone()
     }
 
     /// Every session command string the fake was given, in order.
@@ -264,7 +290,7 @@ async fn api(state: &State, method: &str, rest: &[&str], req: Request<Incoming>)
                 &json!({ "items": items, "total": total, "page": 1, "totalPages": 1 }),
             )
         }
-        ("POST", ["sandbox"]) => create(state, body_bytes(req).await).await,
+        ("POST", ["sandbox"]) => create(state, state.keep(body_bytes(req).await)).await,
         ("GET", ["sandbox", id]) => {
             let mut sandboxes = lock(&state.sandboxes);
             match sandboxes.get_mut(*id) {
@@ -342,6 +368,11 @@ async fn create(state: &State, body: bytes::Bytes) -> Response<Body> {
             400,
             "Cannot specify Sandbox resources when using a snapshot",
         );
+    }
+    if let Some(snapshot) = body.get("snapshot").and_then(Value::as_str) {
+        if !lock(&state.snapshots).iter().any(|s| s == snapshot) {
+            return error(404, &format!("Snapshot {snapshot} not found"));
+        }
     }
     let [cpu, memory, disk] = resources.map(|r| r.unwrap_or(1));
     if cpu > MAX_CPU {
@@ -441,7 +472,7 @@ async fn toolbox(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_owned();
-            let body = body_bytes(req).await;
+            let body = state.keep(body_bytes(req).await);
             let Some(file) = multipart_file(&content_type, &body) else {
                 return error(400, "no file in the multipart form");
             };
@@ -458,7 +489,8 @@ async fn toolbox(
             }
         }
         ("POST", ["process", "execute"]) => {
-            let body: Value = serde_json::from_slice(&body_bytes(req).await).unwrap_or_default();
+            let body: Value =
+                serde_json::from_slice(&state.keep(body_bytes(req).await)).unwrap_or_default();
             let Some(command) = body["command"].as_str() else {
                 return error(400, "command is required");
             };
@@ -489,7 +521,8 @@ async fn toolbox(
             }
         }
         ("POST", ["process", "session"]) => {
-            let body: Value = serde_json::from_slice(&body_bytes(req).await).unwrap_or_default();
+            let body: Value =
+                serde_json::from_slice(&state.keep(body_bytes(req).await)).unwrap_or_default();
             let Some(session) = body["sessionId"].as_str() else {
                 return error(400, "sessionId is required");
             };
@@ -521,7 +554,8 @@ async fn toolbox(
         }
         ("POST", ["process", "session", session, "exec"]) => {
             let session = (*session).to_owned();
-            let body: Value = serde_json::from_slice(&body_bytes(req).await).unwrap_or_default();
+            let body: Value =
+                serde_json::from_slice(&state.keep(body_bytes(req).await)).unwrap_or_default();
             let command = body["command"].as_str().unwrap_or_default().to_owned();
             if command.trim().is_empty() {
                 return error(400, "command cannot be empty");

@@ -65,6 +65,9 @@ struct State {
     counter: AtomicU64,
     calls: Mutex<Vec<String>>,
     commands: Mutex<Vec<Vec<String>>>,
+    /// The environment of every secret (`NAME=value` lines) and every
+    /// exec's input, as received.
+    received: Mutex<Vec<u8>>,
     world: Mutex<World>,
 }
 
@@ -131,6 +134,7 @@ impl FakeModal {
             counter: AtomicU64::new(0),
             calls: Mutex::new(Vec::new()),
             commands: Mutex::new(Vec::new()),
+            received: Mutex::new(Vec::new()),
             world: Mutex::new(World::default()),
         });
         let (tx, rx) = oneshot::channel::<()>();
@@ -174,6 +178,12 @@ impl FakeModal {
     /// The command line of every exec started, in order.
     pub fn commands(&self) -> Vec<Vec<String>> {
         lock(&self.state.commands).clone()
+    }
+
+    /// What reached the service of the sandboxes' environment: every
+    /// secret's values (`NAME=value` lines) and every exec's input, joined.
+    pub fn received(&self) -> Vec<u8> {
+        lock(&self.state.received).clone()
     }
 
     /// How many injected faults are still to come.
@@ -446,6 +456,12 @@ impl ModalClient for Service {
         self.admit(&request, "SecretGetOrCreate")?;
         let req = request.into_inner();
         let secret_id = self.new_id("st");
+        {
+            let mut received = lock(&self.state.received);
+            for (k, v) in &req.env_dict {
+                received.extend_from_slice(format!("{k}={v}\n").as_bytes());
+            }
+        }
         lock(&self.state.world)
             .secrets
             .insert(secret_id.clone(), req.env_dict.into_iter().collect());
@@ -927,6 +943,7 @@ impl ModalClient for Service {
         let input = req
             .input
             .ok_or_else(|| Status::invalid_argument("input missing"))?;
+        lock(&self.state.received).extend_from_slice(&input.message);
         let mut applied = lock(&exec.applied_index);
         if input.message_index <= *applied {
             // A resent message: already applied.

@@ -67,7 +67,17 @@ struct State {
     sandboxes: Mutex<HashMap<String, Sandbox>>,
     snapshots: Mutex<HashMap<String, PathBuf>>,
     commands: Mutex<Vec<Value>>,
+    /// Every request body, as received.
+    received: Mutex<Vec<u8>>,
     counter: AtomicU64,
+}
+
+impl State {
+    /// Keeps a request body in [`State::received`] and hands it back.
+    fn keep(&self, body: Bytes) -> Bytes {
+        lock(&self.received).extend_from_slice(&body);
+        body
+    }
 }
 
 #[derive(Debug)]
@@ -174,6 +184,7 @@ impl FakeVercel {
             sandboxes: Mutex::new(HashMap::new()),
             snapshots: Mutex::new(HashMap::new()),
             commands: Mutex::new(Vec::new()),
+            received: Mutex::new(Vec::new()),
             counter: AtomicU64::new(0),
         });
         let faults = Faults::default();
@@ -206,6 +217,21 @@ impl FakeVercel {
         lock(&self.state.sandboxes)
             .get(id)
             .map(|s| s.status.to_owned())
+    }
+
+    /// Sets a sandbox's status as the service would (`snapshotting`,
+    /// `failed`, …).
+    pub fn set_status(&self, id: &str, status: &'static str) {
+        if let Some(s) = lock(&self.state.sandboxes).get_mut(id) {
+            s.status = status;
+            s.pending_reads = 0;
+        }
+    }
+
+    /// Every request body the fake was given, joined (file writes as the
+    /// gzipped tars they are): what reached the service.
+    pub fn received(&self) -> Vec<u8> {
+        lock(&self.state.received).clone()
     }
 
     /// Every command request body the fake was given, in order.
@@ -265,7 +291,7 @@ async fn handle(
         .collect();
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     match (method.as_str(), parts.as_slice()) {
-        ("POST", ["v1", "sandboxes"]) => create(&state, body_bytes(req).await),
+        ("POST", ["v1", "sandboxes"]) => create(&state, state.keep(body_bytes(req).await)),
         ("GET", ["v1", "sandboxes", id]) => {
             let mut sandboxes = lock(&state.sandboxes);
             let Some(s) = sandboxes.get_mut(*id) else {
@@ -289,7 +315,7 @@ async fn handle(
         ("POST", ["v1", "sandboxes", id, "snapshot"]) => snapshot(&state, id),
         ("POST", ["v1", "sandboxes", id, "cmd"]) => {
             let id = (*id).to_owned();
-            run(&state, &id, body_bytes(req).await)
+            run(&state, &id, state.keep(body_bytes(req).await))
         }
         ("GET", ["v1", "sandboxes", id, "cmd", cmd]) => {
             let Some(c) = command(&state, id, cmd) else {
@@ -316,7 +342,8 @@ async fn handle(
             let Some(c) = command(&state, id, cmd) else {
                 return error(404, "not_found", "Command not found");
             };
-            let body: Value = serde_json::from_slice(&body_bytes(req).await).unwrap_or_default();
+            let body: Value =
+                serde_json::from_slice(&state.keep(body_bytes(req).await)).unwrap_or_default();
             let signal = body["signal"]
                 .as_i64()
                 .and_then(|s| i32::try_from(s).ok())
@@ -342,7 +369,7 @@ async fn handle(
                 }
                 s.path(&cwd, None)
             };
-            let body = body_bytes(req).await;
+            let body = state.keep(body_bytes(req).await);
             let unpacked = std::fs::create_dir_all(&dir).and_then(|()| {
                 tar::Archive::new(flate2::read::GzDecoder::new(&body[..])).unpack(&dir)
             });
@@ -352,7 +379,8 @@ async fn handle(
             }
         }
         ("POST", ["v1", "sandboxes", id, "fs", "read"]) => {
-            let body: Value = serde_json::from_slice(&body_bytes(req).await).unwrap_or_default();
+            let body: Value =
+                serde_json::from_slice(&state.keep(body_bytes(req).await)).unwrap_or_default();
             let path = {
                 let sandboxes = lock(&state.sandboxes);
                 let Some(s) = sandboxes.get(*id) else {
