@@ -30,6 +30,9 @@
 use std::future::Future;
 use std::time::Instant;
 
+use anyhow::Context;
+use nix::fcntl::{Flock, FlockArg};
+
 use hermes_backends::cloud::{CloudDriver, CloudSandbox, CloudSpec, CloudState};
 use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
 use hermes_model::action::Action;
@@ -238,10 +241,15 @@ pub async fn apply_cloud<C: CloudDriver>(
             continue;
         }
         let started = Instant::now();
-        let result = apply_op(driver, desired, cloud, book, task, op)
-            .await
-            .map(|_| true)
-            .map_err(|e| format!("{e:#}"));
+        // Under the lock the service is asked again: an exec may have made
+        // the sandbox since the pass observed.
+        let result = async {
+            let _lock = lock_task_making(book).await?;
+            converge(driver, desired, cloud, book, task).await
+        }
+        .await
+        .map(|_| true)
+        .map_err(|e| format!("{e:#}"));
         applied.record(op, started, result, verbose);
     }
     applied
@@ -283,19 +291,64 @@ async fn ensure<C: CloudDriver>(
     book: &SnapshotBook,
     task: &str,
 ) -> anyhow::Result<String> {
+    if let Some(id) = running(driver, desired, book, task).await? {
+        return Ok(id);
+    }
+    let _lock = lock_task_making(book).await?;
+    // The planner decides for any task as for the default one.
+    let mut only = desired.clone();
+    only.config.terminal.container_persistent = true;
+    match converge(driver, &only, cloud, book, task).await? {
+        Some(id) => Ok(id),
+        None => anyhow::bail!(
+            "the {} sandbox of task {task} is not running",
+            cloud.backend
+        ),
+    }
+}
+
+/// The id of the task's sandbox when the service says it runs (recorded
+/// as the task's when it was not).
+async fn running<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    book: &SnapshotBook,
+    task: &str,
+) -> anyhow::Result<Option<String>> {
     let record = book.entry(&desired.profile, task)?;
     let found = driver
         .find(&desired.profile, task, record.sandbox.as_deref())
         .await?;
-    if let Some(s) = &found {
-        if s.state == CloudState::Running {
+    match found {
+        Some(s) if s.state == CloudState::Running => {
             if record.sandbox.as_deref() != Some(s.id.as_str()) {
                 book.record_sandbox(&desired.profile, task, &s.id)?;
             }
-            return Ok(s.id.clone());
+            Ok(Some(s.id))
         }
+        _ => Ok(None),
     }
-    // The planner decides for any task as for the default one.
+}
+
+/// Looks at the task's sandbox on the service and carries out what the
+/// planner says of it now; the id of the running sandbox, or `None` when
+/// the planner has nothing to do and none runs. Called under
+/// [`lock_task_making`].
+async fn converge<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    cloud: &CloudDesired,
+    book: &SnapshotBook,
+    task: &str,
+) -> anyhow::Result<Option<String>> {
+    let record = book.entry(&desired.profile, task)?;
+    let found = driver
+        .find(&desired.profile, task, record.sandbox.as_deref())
+        .await?;
+    let running = found
+        .as_ref()
+        .filter(|s| s.state == CloudState::Running)
+        .map(|s| s.id.clone());
     let observed = Observed {
         cloud: Some(CloudObserved::Seen {
             sandbox: found.map(|s| (s.id, state(s.state))),
@@ -303,21 +356,42 @@ async fn ensure<C: CloudDriver>(
         }),
         ..Observed::default()
     };
-    let mut only = desired.clone();
-    only.config.terminal.container_persistent = true;
-    let ops = hermes_reconcilers::cloud::plan(&only, &observed);
+    let ops = hermes_reconcilers::cloud::plan(desired, &observed);
     let Some(op) = ops.first() else {
-        anyhow::bail!(
-            "the {} sandbox of task {task} is not running",
-            cloud.backend
-        );
+        return Ok(running);
     };
     match op.action.kind() {
         Kind::Blocked => anyhow::bail!("{}: {}", op.target, op.cause),
         Kind::Report => anyhow::bail!("{}: {}; try again shortly", op.target, op.cause),
         _ => {}
     }
-    Ok(apply_op(driver, desired, cloud, book, task, op).await?.id)
+    Ok(Some(
+        apply_op(driver, desired, cloud, book, task, op).await?.id,
+    ))
+}
+
+/// Serializes, across hermes processes, what makes a backend's sandboxes
+/// (a pass and an exec, two execs): under it the service is asked again
+/// before anything is made, so that racing processes never make two
+/// sandboxes for one task (a service without names, Vercel's, would keep
+/// both). The lock is an exclusive `flock` on a 0600 file beside the
+/// records, released when the guard drops (or the process dies).
+async fn lock_task_making(book: &SnapshotBook) -> anyhow::Result<Flock<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = book.path().with_extension("lock");
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        Flock::lock(file, FlockArg::LockExclusive)
+            .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))
+    })
+    .await?
 }
 
 /// Ends the task's session on the service keeping its filesystem: the
@@ -693,6 +767,8 @@ mod tests {
             *driver.calls.borrow(),
             [
                 "find default/default -",
+                // Under the lock, the service is asked again.
+                "find default/default -",
                 "create default from im-bad",
                 "create default from python:3.12"
             ]
@@ -729,7 +805,13 @@ mod tests {
         exec_cloud(&driver, &d, &book, "t", &req, io).await.unwrap();
         assert_eq!(
             *driver.calls.borrow(),
-            ["find default/t -", "resume sb-1", "exec sb-1 true"]
+            // Asked again under the lock before the resume.
+            [
+                "find default/t -",
+                "find default/t -",
+                "resume sb-1",
+                "exec sb-1 true"
+            ]
         );
         let snap = end_cloud_session(&driver, &d, &book, "t").await.unwrap();
         assert_eq!(snap.as_deref(), Some("im-next"));
@@ -793,6 +875,8 @@ mod tests {
             *driver.calls.borrow(),
             [
                 "find default/default -",
+                // Under the lock, the service is asked again.
+                "find default/default -",
                 "create default from python:3.12",
                 "find default/default sb-new",
                 "find default/default sb-new",
@@ -843,6 +927,8 @@ mod tests {
         assert_eq!(
             *driver.calls.borrow(),
             [
+                "find default/default sb-dead",
+                // Under the lock, the service is asked again.
                 "find default/default sb-dead",
                 "destroy sb-dead",
                 "create default from python:3.12"

@@ -479,3 +479,32 @@ fn daytona_wrong_credentials_are_named_never_shown() {
 fn vercel_wrong_credentials_are_named_never_shown() {
     wrong_credentials(Kind::Vercel);
 }
+
+/// Execs started at the same moment with no sandbox yet: one is made, all
+/// run in it (Vercel keeps every sandbox it is asked for, so a race
+/// between two hermes processes would leave one behind, running).
+#[test]
+fn racing_execs_make_one_vercel_sandbox() {
+    let service = Service::start(Kind::Vercel);
+    let home = home_for(&service);
+    let runs: Vec<Run> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    hermes(
+                        &service,
+                        &home,
+                        service.secret(),
+                        &["exec", "--", "sh", "-c", "echo ran"],
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for run in &runs {
+        assert_eq!(run.code, 0, "{run:?}");
+        assert_eq!(run.stdout, "ran\n", "{run:?}");
+    }
+    assert_eq!(service.creates(), 1, "four racing execs, one sandbox");
+}
