@@ -822,7 +822,7 @@ mod tests {
         // The session's end cleared the sandbox it had recorded.
         assert_eq!(book.sandbox("default", "t").unwrap(), None);
         assert_eq!(
-            driver.calls.borrow()[3..],
+            driver.calls.borrow()[4..],
             ["find default/t sb-1", "suspend sb-1"]
         );
     }
