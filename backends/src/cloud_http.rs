@@ -188,6 +188,20 @@ pub(crate) async fn send(
     }
 }
 
+/// An id as one path segment: anything but `[A-Za-z0-9_-]` percent-encoded
+/// (dots too, so that `..` stays a name).
+pub(crate) fn path_segment(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// `Retry-After` in seconds (the HTTP-date form is not honoured: the
 /// doubling delay applies).
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {

@@ -315,10 +315,7 @@ async fn running<C: CloudDriver>(
     book: &SnapshotBook,
     task: &str,
 ) -> anyhow::Result<Option<String>> {
-    let record = book.entry(&desired.profile, task)?;
-    let found = driver
-        .find(&desired.profile, task, record.sandbox.as_deref())
-        .await?;
+    let (record, found) = look(driver, desired, book, task).await?;
     match found {
         Some(s) if s.state == CloudState::Running => {
             if record.sandbox.as_deref() != Some(s.id.as_str()) {
@@ -328,6 +325,21 @@ async fn running<C: CloudDriver>(
         }
         _ => Ok(None),
     }
+}
+
+/// The task's record and what the service has for it (asked with the
+/// sandbox id recorded).
+async fn look<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    book: &SnapshotBook,
+    task: &str,
+) -> anyhow::Result<(hermes_model::cloud::TaskRecord, Option<CloudSandbox>)> {
+    let record = book.entry(&desired.profile, task)?;
+    let found = driver
+        .find(&desired.profile, task, record.sandbox.as_deref())
+        .await?;
+    Ok((record, found))
 }
 
 /// Looks at the task's sandbox on the service and carries out what the
@@ -341,10 +353,7 @@ async fn converge<C: CloudDriver>(
     book: &SnapshotBook,
     task: &str,
 ) -> anyhow::Result<Option<String>> {
-    let record = book.entry(&desired.profile, task)?;
-    let found = driver
-        .find(&desired.profile, task, record.sandbox.as_deref())
-        .await?;
+    let (record, found) = look(driver, desired, book, task).await?;
     let running = found
         .as_ref()
         .filter(|s| s.state == CloudState::Running)

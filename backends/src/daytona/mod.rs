@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use reqwest::{Client, RequestBuilder, Response, StatusCode};
 
 use crate::cloud::{CloudDriver, CloudSandbox, CloudSpec, CloudState};
-use crate::cloud_http::{self, BaseUrlError, REQUEST_TIMEOUT, Retry, Secret};
+use crate::cloud_http::{self, BaseUrlError, REQUEST_TIMEOUT, Retry, Secret, path_segment};
 use crate::exec::{ExecIo, ExecOutcome, ExecRequest};
 
 pub use api::{LABEL_TASK, MAX_DISK_GIB, sandbox_name};
@@ -369,20 +369,6 @@ impl DaytonaDriver {
         .await?;
         Ok(())
     }
-}
-
-/// An id as one path segment: anything but `[A-Za-z0-9_-]` percent-encoded
-/// (dots too, so that `..` stays a name).
-fn path_segment(id: &str) -> String {
-    let mut out = String::with_capacity(id.len());
-    for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 impl CloudDriver for DaytonaDriver {

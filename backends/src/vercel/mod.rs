@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
 
 use crate::cloud::{CloudDriver, CloudSandbox, CloudSpec, CloudState};
-use crate::cloud_http::{self, BaseUrlError, REQUEST_TIMEOUT, Retry, Secret};
+use crate::cloud_http::{self, BaseUrlError, REQUEST_TIMEOUT, Retry, Secret, path_segment};
 use crate::exec::{ExecIo, ExecOutcome, ExecRequest};
 
 pub use api::{RUNTIMES, SANDBOX_CWD};
@@ -328,19 +328,6 @@ impl VercelDriver {
             }
         }
     }
-}
-
-/// An id as one path segment: anything but `[A-Za-z0-9_-]` percent-encoded.
-fn path_segment(id: &str) -> String {
-    let mut out = String::with_capacity(id.len());
-    for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 impl CloudDriver for VercelDriver {
