@@ -9,7 +9,9 @@
 # asks DNS); the bench maps the openai provider to it, so that hermes swaps
 # the token exactly as for api.openai.com.
 # Installs what it needs when missing: nginx (apt), oha (cargo install),
-# mitmproxy (PyPI, in a venv under target/bench).
+# mitmproxy 12 (PyPI, in a venv under target/bench; where the host's
+# Python is older than 3.12, inside a Debian trixie root made there with
+# debootstrap).
 # Usage: bash bench/egress/run.sh [SECONDS]   (default 10 per run)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -34,10 +36,37 @@ if ! command -v oha >/dev/null; then
     say "installing oha (cargo install)"
     cargo install oha --locked >/dev/null
 fi
-if [ ! -x "$WORK/venv/bin/mitmdump" ]; then
-    say "installing mitmproxy (PyPI) in $WORK/venv"
-    python3 -m venv "$WORK/venv"
-    "$WORK/venv/bin/pip" install -q mitmproxy
+# mitmproxy 12 (the baseline) needs Python 3.12 or newer. Where the host's
+# Python is older (Debian bookworm has 3.11), it runs from a Debian trixie
+# root made with debootstrap (Python 3.13), entered with chroot: it shares
+# the host's network, so loopback is the same. pip there trusts the host's
+# CA bundle, as the host's pip does.
+MITM_ROOT=
+if python3 -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then
+    if [ ! -x "$WORK/venv/bin/mitmdump" ]; then
+        say "installing mitmproxy 12 (PyPI) in $WORK/venv"
+        python3 -m venv "$WORK/venv"
+        "$WORK/venv/bin/pip" install -q 'mitmproxy>=12,<13'
+    fi
+    MITMDUMP=("$WORK/venv/bin/mitmdump")
+else
+    MITM_ROOT=$WORK/trixie
+    if [ ! -x "$MITM_ROOT/opt/mitm/bin/mitmdump" ]; then
+        command -v debootstrap >/dev/null || {
+            DEBIAN_FRONTEND=noninteractive apt-get install -qq -y --no-install-recommends debootstrap >/dev/null
+        }
+        say "making a Debian trixie root for mitmproxy 12 (Python $(python3 -c 'import sys; print(sys.version.split()[0])') here is too old) in $MITM_ROOT"
+        rm -rf "$MITM_ROOT"
+        debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+            trixie "$MITM_ROOT" http://deb.debian.org/debian >/dev/null
+        cp /etc/resolv.conf "$MITM_ROOT/etc/resolv.conf"
+        cp /etc/ssl/certs/ca-certificates.crt "$MITM_ROOT/etc/ssl/certs/ca-certificates.crt"
+        say "installing mitmproxy 12 (PyPI) in $MITM_ROOT/opt/mitm"
+        chroot "$MITM_ROOT" python3 -m venv /opt/mitm
+        chroot "$MITM_ROOT" env -u PIP_CERT -u REQUESTS_CA_BUNDLE -u SSL_CERT_FILE -u PIP_FIND_LINKS \
+            /opt/mitm/bin/pip install -q 'mitmproxy>=12,<13'
+    fi
+    MITMDUMP=(chroot "$MITM_ROOT" /opt/mitm/bin/mitmdump)
 fi
 say "building hermes (release)"
 cargo build -q --release -p hermes-controller --bin hermes
@@ -109,12 +138,21 @@ TOKEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"
 HERMES_PID=$(cat "$HOME_DIR/proxy/proxy.pid")
 
 # --- mitmproxy -------------------------------------------------------------
+# Its files, as it sees them (inside its root when it has one).
+MITM_FILES=$WORK/mitm-files
+[ -n "$MITM_ROOT" ] && MITM_FILES=$MITM_ROOT/bench
+rm -rf "$MITM_FILES"; mkdir -p "$MITM_FILES"
+cp "$WORK/ca.crt" "$ROOT/bench/egress/inject.py" "$MITM_FILES/"
+SEEN=$MITM_FILES
+[ -n "$MITM_ROOT" ] && SEEN=/bench
 BENCH_TOKEN=$TOKEN BENCH_KEY=sk-bench-real BENCH_UPSTREAM_PORT=$UP_PORT \
-    "$WORK/venv/bin/mitmdump" -q --listen-host 127.0.0.1 --listen-port $MITM_PORT \
-    --set confdir="$WORK/mitm" --set ssl_verify_upstream_trusted_ca="$WORK/ca.crt" \
-    -s "$ROOT/bench/egress/inject.py" >"$WORK/mitm.log" 2>&1 &
+    "${MITMDUMP[@]}" -q --listen-host 127.0.0.1 --listen-port $MITM_PORT \
+    --set confdir="$SEEN/mitm" --set ssl_verify_upstream_trusted_ca="$SEEN/ca.crt" \
+    -s "$SEEN/inject.py" >"$WORK/mitm.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do [ -f "$WORK/mitm/mitmproxy-ca-cert.pem" ] && break; sleep 0.1; done
+for _ in $(seq 100); do [ -f "$MITM_FILES/mitm/mitmproxy-ca-cert.pem" ] && break; sleep 0.1; done
+MITM_VERSION=$("${MITMDUMP[@]}" --version 2>/dev/null | awk '/^Mitmproxy:/ {print $2} /^Python:/ {print "on Python " $2}' | paste -sd' ')
+say "mitmproxy ${MITM_VERSION:-unknown}"
 sleep 1
 
 # --- runs ------------------------------------------------------------------
