@@ -63,7 +63,7 @@ else
         cp /etc/ssl/certs/ca-certificates.crt "$MITM_ROOT/etc/ssl/certs/ca-certificates.crt"
         say "installing mitmproxy 12 (PyPI) in $MITM_ROOT/opt/mitm"
         chroot "$MITM_ROOT" python3 -m venv /opt/mitm
-        chroot "$MITM_ROOT" env -u PIP_CERT -u REQUESTS_CA_BUNDLE -u SSL_CERT_FILE -u PIP_FIND_LINKS \
+        chroot "$MITM_ROOT" env -u PIP_FIND_LINKS PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
             /opt/mitm/bin/pip install -q 'mitmproxy>=12,<13'
     fi
     MITMDUMP=(chroot "$MITM_ROOT" /opt/mitm/bin/mitmdump)
