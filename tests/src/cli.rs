@@ -10,7 +10,8 @@ use std::process::{Command, Output};
 ///
 /// # Panics
 ///
-/// When the binary has not been built: the tests must not pass without it.
+/// When the binary has not been built, or (without `HERMES_BIN`) is older
+/// than a source it is built from: the tests must not pass on it.
 pub fn hermes_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("HERMES_BIN").filter(|b| !b.is_empty()) {
         return PathBuf::from(bin);
@@ -27,7 +28,30 @@ pub fn hermes_bin() -> PathBuf {
         "{} is missing: build it with `cargo build --bin hermes` (scripts/test does)",
         bin.display()
     );
+    // `cargo test -p hermes-tests` does not rebuild another package's
+    // binary: refuse to test an old one rather than report on it.
+    static FRESH: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    if let Some(newer) = FRESH.get_or_init(|| newer_source(&bin)) {
+        panic!(
+            "{} is older than {}: rebuild it with `cargo build --bin hermes` (scripts/test does)",
+            bin.display(),
+            newer.display()
+        );
+    }
     bin
+}
+
+/// A file the binary is built from (as cargo's dep-info beside it,
+/// `hermes.d`, lists them) that changed after it was built, if any.
+fn newer_source(bin: &Path) -> Option<PathBuf> {
+    let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok()?;
+    let deps = std::fs::read_to_string(bin.with_extension("d")).ok()?;
+    let (_, sources) = deps.lines().next()?.split_once(": ")?;
+    sources.split_whitespace().map(PathBuf::from).find(|path| {
+        std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .is_ok_and(|m| m > built)
+    })
 }
 
 /// The variables the cloud backends read their credentials from.
