@@ -108,6 +108,21 @@ async fn create_exec_files_stop_and_start_again() {
         "an environment value reached a command string: {:?}",
         fake.commands()
     );
+    // The values went up in a folder only its owner can enter, gone once
+    // the command started.
+    let env_folders: Vec<(String, String)> = fake
+        .folders()
+        .into_iter()
+        .filter(|(path, _)| path.starts_with("/tmp/.hermes-"))
+        .collect();
+    assert!(!env_folders.is_empty(), "{:?}", fake.folders());
+    for (path, mode) in &env_folders {
+        assert_eq!(mode, "700", "{path}");
+        assert!(
+            !std::path::Path::new(path).exists(),
+            "{path} was left behind"
+        );
+    }
 
     // No input: a command reading its input gets end of input at once.
     let (outcome, out, _) = run(&d, &sandbox.id, &req(&["cat"], Duration::from_secs(20))).await;

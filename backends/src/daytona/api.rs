@@ -190,7 +190,7 @@ pub struct Execute {
 /// arguments with no input. No single quote, so it can be quoted.
 const SESSION_SCRIPT: &str = r#"f=$1; d=$2; shift 2
 set -a; . "$f" || exit 125; set +a
-rm -f -- "$f"
+rm -f -- "$f"; rmdir -- "${f%/*}" 2>/dev/null
 if [ -n "$d" ]; then cd -- "$d" || exit 125; fi
 exec "$@""#;
 

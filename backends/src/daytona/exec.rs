@@ -53,10 +53,13 @@ pub(super) async fn run(
     let toolbox = d.toolbox_base(id).await?;
     let marker = new_exec_id();
     let session = format!("hermes-{marker}");
-    let env_path = format!("/tmp/.hermes-env-{marker}");
+    // In a folder of its own that only its owner can enter: the values
+    // are never readable by another user of the sandbox, even for the
+    // moment before the script removes them.
+    let env_path = format!("/tmp/.hermes-{marker}/env");
     let mut env = req.env.clone();
     env.push((EXEC_ID_ENV.to_owned(), marker.clone()));
-    d.upload(&toolbox, &env_path, api::env_file(&env).as_bytes())
+    d.upload(&toolbox, &env_path, api::env_file(&env).as_bytes(), "700")
         .await?;
 
     let url = format!("{toolbox}/process/session");

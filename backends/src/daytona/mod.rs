@@ -347,13 +347,21 @@ impl DaytonaDriver {
     }
 
     /// Creates the parent folder of `path` then uploads `contents` there.
-    async fn upload(&self, toolbox: &str, path: &str, contents: &[u8]) -> Result<(), DaytonaError> {
+    /// Uploads `contents` to `path`, its parent folder made first with
+    /// `dir_mode` (octal, as the toolbox takes it).
+    async fn upload(
+        &self,
+        toolbox: &str,
+        path: &str,
+        contents: &[u8],
+        dir_mode: &str,
+    ) -> Result<(), DaytonaError> {
         if let Some((parent, _)) = path.rsplit_once('/') {
             if !parent.is_empty() {
                 let url = format!("{toolbox}/files/folder");
                 self.call("create a folder", Retry::Idempotent, &|| {
                     self.request(reqwest::Method::POST, &url)
-                        .query(&[("path", parent), ("mode", "755")])
+                        .query(&[("path", parent), ("mode", dir_mode)])
                 })
                 .await?;
             }
@@ -475,7 +483,7 @@ impl CloudDriver for DaytonaDriver {
 
     async fn write_file(&self, id: &str, path: &str, contents: &[u8]) -> Result<(), DaytonaError> {
         let toolbox = self.toolbox_base(id).await?;
-        self.upload(&toolbox, path, contents).await
+        self.upload(&toolbox, path, contents, "755").await
     }
 
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, DaytonaError> {

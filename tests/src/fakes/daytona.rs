@@ -72,6 +72,8 @@ struct State {
     received: Mutex<Vec<u8>>,
     /// The Daytona snapshots (images) a sandbox can be created from.
     snapshots: Mutex<Vec<String>>,
+    /// `(path, mode)` of every folder made through the toolbox.
+    folders: Mutex<Vec<(String, String)>>,
     counter: AtomicU64,
 }
 
@@ -162,6 +164,7 @@ impl FakeDaytona {
             commands: Mutex::new(Vec::new()),
             received: Mutex::new(Vec::new()),
             snapshots: Mutex::new(Vec::new()),
+            folders: Mutex::new(Vec::new()),
             counter: AtomicU64::new(0),
         });
         let faults = Faults::default();
@@ -217,6 +220,11 @@ impl FakeDaytona {
     /// joined: what reached the service.
     pub fn received(&self) -> Vec<u8> {
         lock(&self.state.received).clone()
+    }
+
+    /// `(path, mode)` of every folder made through the toolbox, in order.
+    pub fn folders(&self) -> Vec<(String, String)> {
+        lock(&self.state.folders).clone()
     }
 
     /// Every session command string the fake was given, in order.
@@ -458,8 +466,17 @@ async fn toolbox(
     let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
     match (method, rest.as_slice()) {
         ("POST", ["files", "folder"]) => {
+            use std::os::unix::fs::PermissionsExt;
             let path = query_param(&req, "path").unwrap_or_default();
-            match std::fs::create_dir_all(resolve(&dir, &path)) {
+            let mode = query_param(&req, "mode").unwrap_or_else(|| "755".to_owned());
+            let Ok(bits) = u32::from_str_radix(&mode, 8) else {
+                return error(400, &format!("mode {mode} is not octal"));
+            };
+            lock(&state.folders).push((path.clone(), mode));
+            let folder = resolve(&dir, &path);
+            match std::fs::create_dir_all(&folder).and_then(|()| {
+                std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(bits))
+            }) {
                 Ok(()) => full(201, "application/json", ""),
                 Err(e) => error(400, &e.to_string()),
             }
