@@ -413,10 +413,9 @@ pub async fn end_cloud_session<C: CloudDriver>(
     book: &SnapshotBook,
     task: &str,
 ) -> anyhow::Result<Option<String>> {
-    let record = book.entry(&desired.profile, task)?;
-    let found = driver
-        .find(&desired.profile, task, record.sandbox.as_deref())
-        .await?;
+    // Not while another hermes process makes the task's sandbox.
+    let _lock = lock_task_making(book).await?;
+    let (_, found) = look(driver, desired, book, task).await?;
     let Some(found) = found.filter(|s| s.state != CloudState::Dead) else {
         // Nothing to keep (a failed or expired sandbox has no filesystem
         // left to snapshot): the older snapshot, if any, stays.
