@@ -75,6 +75,26 @@ pub trait Executor {
     ) -> impl Future<Output = Result<ExecOutcome, Self::Error>>;
 }
 
+/// A value as one line of the header a remote bootstrap script reads (SSH,
+/// Modal): `r` and the value when it holds no line break; else `e` and the
+/// value as `printf %b` reads it back, plain characters as they are and
+/// every other byte as `\0NNN` (octal).
+pub(crate) fn header_line(value: &str) -> String {
+    if !value.contains(['\n', '\r']) {
+        return format!("r{value}");
+    }
+    let mut out = String::with_capacity(value.len() * 2);
+    out.push('e');
+    for &b in value.as_bytes() {
+        if b.is_ascii_alphanumeric() || b"_./=:,@+-".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("\\0{b:03o}"));
+        }
+    }
+    out
+}
+
 /// Stops (so nothing forks any more) every process whose environment holds
 /// the marker `$1`, and every descendant of those (a child that cleared its
 /// environment is still caught by its parent pid), round after round until

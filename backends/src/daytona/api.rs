@@ -211,7 +211,7 @@ pub fn session_command(env_file: &str, cwd: Option<&str>, argv: &[String]) -> St
 }
 
 /// The environment file: `NAME='value'` lines for `set -a; .`. Names must
-/// have been checked ([`valid_env_name`]).
+/// have been checked ([`hermes_model::config::is_env_name`]).
 pub fn env_file(env: &[(String, String)]) -> String {
     let mut out = String::new();
     for (name, value) in env {
@@ -226,13 +226,6 @@ pub fn env_file(env: &[(String, String)]) -> String {
 /// `'value'` for a POSIX shell.
 pub fn shell_quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
-}
-
-/// Whether `name` can be an environment variable exported by a shell.
-pub fn valid_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]
@@ -327,11 +320,7 @@ mod tests {
     }
 
     #[test]
-    fn quoting_and_names() {
+    fn quoting() {
         assert_eq!(shell_quote("a'b"), r"'a'\''b'");
-        assert!(valid_env_name("_A1"));
-        assert!(!valid_env_name("1A"));
-        assert!(!valid_env_name("A-B"));
-        assert!(!valid_env_name(""));
     }
 }

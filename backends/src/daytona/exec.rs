@@ -21,13 +21,13 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
-use super::api::valid_env_name;
 use super::demux::{Demux, Stream};
 use super::{DaytonaDriver, DaytonaError, api, path_segment};
 use crate::cloud_http::Retry;
 use crate::exec::{
     EXEC_ID_ENV, ExecIo, ExecOutcome, ExecRequest, KILL_SCRIPT, TIMEOUT_EXIT_CODE, new_exec_id,
 };
+use hermes_model::config::is_env_name;
 
 /// The GUID of RFC 6455's accept key.
 const WS_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -46,7 +46,7 @@ pub(super) async fn run(
     if req.cmd.is_empty() {
         return Err(DaytonaError::EmptyCommand);
     }
-    if let Some((bad, _)) = req.env.iter().find(|(k, _)| !valid_env_name(k)) {
+    if let Some((bad, _)) = req.env.iter().find(|(k, _)| !is_env_name(k)) {
         return Err(DaytonaError::BadEnvName(bad.clone()));
     }
     let deadline = Instant::now() + req.timeout;

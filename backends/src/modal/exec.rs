@@ -23,12 +23,15 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use hermes_model::config::is_env_name;
+
 use super::error::ModalError;
 use super::pb;
 use super::rpc::{POLL_DEADLINE, POLL_SECS, Retry, Rpc, UNARY_DEADLINE, retryable};
 use crate::cloud::{RETRY_ATTEMPTS, retry_delay};
 use crate::exec::{
-    EXEC_ID_ENV, ExecIo, ExecOutcome, ExecRequest, KILL_SCRIPT, TIMEOUT_EXIT_CODE, new_exec_id,
+    EXEC_ID_ENV, ExecIo, ExecOutcome, ExecRequest, KILL_SCRIPT, TIMEOUT_EXIT_CODE, header_line,
+    new_exec_id,
 };
 
 /// The first line of the header the bootstrap reads.
@@ -254,36 +257,10 @@ fn header(env: &[(String, String)], marker: &str) -> Result<Vec<u8>, ModalError>
         }
         out.push_str(name);
         out.push('\n');
-        out.push_str(&escape(value));
+        out.push_str(&header_line(value));
         out.push('\n');
     }
     Ok(out.into_bytes())
-}
-
-fn is_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// A value as one header line: `r` and the value when it holds no line
-/// break; else `e` and the value as `printf %b` reads it back.
-fn escape(value: &str) -> String {
-    if !value.contains(['\n', '\r']) {
-        return format!("r{value}");
-    }
-    let mut out = String::with_capacity(value.len() * 2);
-    out.push('e');
-    for &b in value.as_bytes() {
-        if b.is_ascii_alphanumeric() || b"_./=:,@+-".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("\\0{b:03o}"));
-        }
-    }
-    out
 }
 
 /// Sends the header, then the caller's input, then end of input.

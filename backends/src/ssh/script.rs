@@ -14,7 +14,9 @@
 //! builtins only, and the workspace is made only when it is missing.
 
 use super::RemoteExec;
-use crate::exec::{EXEC_ID_ENV, ExecRequest, KILL_SCRIPT};
+use hermes_model::config::is_env_name;
+
+use crate::exec::{EXEC_ID_ENV, ExecRequest, KILL_SCRIPT, header_line};
 
 /// The first line of every header.
 const VERSION: &str = "hermes-exec-2";
@@ -129,7 +131,7 @@ pub(crate) fn header(
         }
         out.push_str(name);
         out.push('\n');
-        out.push_str(&escape(value));
+        out.push_str(&header_line(value));
         out.push('\n');
     }
     out.push_str(&format!("{}\n", remote.files.len()));
@@ -140,9 +142,9 @@ pub(crate) fn header(
                 file.path
             )));
         }
-        out.push_str(&escape(&file.path));
+        out.push_str(&header_line(&file.path));
         out.push('\n');
-        out.push_str(&escape(&file.content));
+        out.push_str(&header_line(&file.content));
         out.push('\n');
     }
     let (make, cwd) = match &req.cwd {
@@ -151,45 +153,17 @@ pub(crate) fn header(
     };
     out.push_str(make);
     out.push('\n');
-    out.push_str(&escape(cwd));
+    out.push_str(&header_line(cwd));
     out.push('\n');
     out.push_str(&format!("{}\n", req.cmd.len()));
     for arg in &req.cmd {
         if arg.contains('\0') {
             return Err(BadRequest("an argument holds a NUL byte".to_string()));
         }
-        out.push_str(&escape(arg));
+        out.push_str(&header_line(arg));
         out.push('\n');
     }
     Ok(out.into_bytes())
-}
-
-/// Letters, digits and `_`, not starting with a digit.
-fn is_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// A value as one line of the header: `r` and the value when it holds no
-/// line break; else `e` and the value as `printf %b` reads it back, plain
-/// characters as they are and every other byte as `\0NNN` (octal).
-fn escape(value: &str) -> String {
-    if !value.contains(['\n', '\r']) {
-        return format!("r{value}");
-    }
-    let mut out = String::with_capacity(value.len() * 2);
-    out.push('e');
-    for &b in value.as_bytes() {
-        if b.is_ascii_alphanumeric() || b"_./=:,@+-".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("\\0{b:03o}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -273,3 +273,13 @@ fn the_example_config_holds_every_key_at_its_default() {
         );
     }
 }
+
+#[test]
+fn environment_names_are_letters_digits_and_underscores_not_led_by_a_digit() {
+    assert!(is_env_name("_A1"));
+    assert!(is_env_name("OPENAI_API_KEY"));
+    assert!(!is_env_name("1A"));
+    assert!(!is_env_name("A-B"));
+    assert!(!is_env_name("A B"));
+    assert!(!is_env_name(""));
+}
