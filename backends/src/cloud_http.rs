@@ -22,7 +22,7 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const ERROR_BODY_LIMIT: usize = 512;
 
 /// A credential read from the environment. Its `Debug` shows no byte of
-/// it; only [`Secret::expose`] does, to put it in a header.
+/// it; only [`Secret::bearer`] holds it, in a header.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Secret(String);
 
@@ -31,8 +31,13 @@ impl Secret {
         Secret(value)
     }
 
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
+    /// `Authorization: Bearer <secret>`, marked sensitive so that no
+    /// debug output of the request shows it.
+    pub(crate) fn bearer(&self) -> reqwest::header::HeaderValue {
+        let mut auth = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", self.0))
+            .unwrap_or_else(|_| reqwest::header::HeaderValue::from_static("Bearer invalid"));
+        auth.set_sensitive(true);
+        auth
     }
 
     /// `text` with every occurrence of the secret masked, for a service's
@@ -186,6 +191,23 @@ pub(crate) async fn send(
             }
         }
     }
+}
+
+/// Why a JSON answer could not be read.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    /// The body did not arrive whole.
+    Transport(reqwest::Error),
+    /// It arrived but is not the JSON expected.
+    Json(serde_json::Error),
+}
+
+/// An answer's body, read whole and parsed as JSON.
+pub(crate) async fn read_json<T: serde::de::DeserializeOwned>(
+    response: Response,
+) -> Result<T, BodyError> {
+    let bytes = response.bytes().await.map_err(BodyError::Transport)?;
+    serde_json::from_slice(&bytes).map_err(BodyError::Json)
 }
 
 /// An id as one path segment: anything but `[A-Za-z0-9_-]` percent-encoded

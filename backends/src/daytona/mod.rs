@@ -38,7 +38,9 @@ use std::time::{Duration, Instant};
 use reqwest::{Client, RequestBuilder, Response, StatusCode};
 
 use crate::cloud::{CloudDriver, CloudSandbox, CloudSpec, CloudState};
-use crate::cloud_http::{self, BaseUrlError, REQUEST_TIMEOUT, Retry, Secret, path_segment};
+use crate::cloud_http::{
+    self, BaseUrlError, BodyError, REQUEST_TIMEOUT, Retry, Secret, path_segment,
+};
 use crate::exec::{ExecIo, ExecOutcome, ExecRequest};
 
 pub use api::{LABEL_TASK, MAX_DISK_GIB, sandbox_name};
@@ -159,13 +161,9 @@ impl DaytonaDriver {
 
     /// A request with the key and the ordinary timeout.
     fn request(&self, method: reqwest::Method, url: &str) -> RequestBuilder {
-        let mut auth =
-            reqwest::header::HeaderValue::from_str(&format!("Bearer {}", self.key.expose()))
-                .unwrap_or_else(|_| reqwest::header::HeaderValue::from_static("Bearer invalid"));
-        auth.set_sensitive(true);
         self.http
             .request(method, url)
-            .header(reqwest::header::AUTHORIZATION, auth)
+            .header(reqwest::header::AUTHORIZATION, self.key.bearer())
             .timeout(REQUEST_TIMEOUT)
     }
 
@@ -218,16 +216,15 @@ impl DaytonaDriver {
         what: &str,
         response: Response,
     ) -> Result<T, DaytonaError> {
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|source| DaytonaError::Transport {
+        cloud_http::read_json(response).await.map_err(|e| match e {
+            BodyError::Transport(source) => DaytonaError::Transport {
                 what: what.to_owned(),
                 source,
-            })?;
-        serde_json::from_slice(&bytes).map_err(|e| DaytonaError::Protocol {
-            what: what.to_owned(),
-            detail: e.to_string(),
+            },
+            BodyError::Json(e) => DaytonaError::Protocol {
+                what: what.to_owned(),
+                detail: e.to_string(),
+            },
         })
     }
 

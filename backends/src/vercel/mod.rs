@@ -34,7 +34,9 @@ use std::time::{Duration, Instant};
 use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
 
 use crate::cloud::{CloudDriver, CloudSandbox, CloudSpec, CloudState};
-use crate::cloud_http::{self, BaseUrlError, REQUEST_TIMEOUT, Retry, Secret, path_segment};
+use crate::cloud_http::{
+    self, BaseUrlError, BodyError, REQUEST_TIMEOUT, Retry, Secret, path_segment,
+};
 use crate::exec::{ExecIo, ExecOutcome, ExecRequest};
 
 pub use api::{RUNTIMES, SANDBOX_CWD};
@@ -195,13 +197,9 @@ impl VercelDriver {
 
     /// A request with the token, the team and the ordinary timeout.
     fn request(&self, method: Method, url: &str) -> RequestBuilder {
-        let mut auth =
-            reqwest::header::HeaderValue::from_str(&format!("Bearer {}", self.token.expose()))
-                .unwrap_or_else(|_| reqwest::header::HeaderValue::from_static("Bearer invalid"));
-        auth.set_sensitive(true);
         self.http
             .request(method, url)
-            .header(reqwest::header::AUTHORIZATION, auth)
+            .header(reqwest::header::AUTHORIZATION, self.token.bearer())
             .query(&[("teamId", self.team_id.as_str())])
             .timeout(REQUEST_TIMEOUT)
     }
@@ -254,16 +252,15 @@ impl VercelDriver {
         what: &str,
         response: Response,
     ) -> Result<T, VercelError> {
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|source| VercelError::Transport {
+        cloud_http::read_json(response).await.map_err(|e| match e {
+            BodyError::Transport(source) => VercelError::Transport {
                 what: what.to_owned(),
                 source,
-            })?;
-        serde_json::from_slice(&bytes).map_err(|e| VercelError::Protocol {
-            what: what.to_owned(),
-            detail: e.to_string(),
+            },
+            BodyError::Json(e) => VercelError::Protocol {
+                what: what.to_owned(),
+                detail: e.to_string(),
+            },
         })
     }
 
