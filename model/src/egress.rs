@@ -114,6 +114,27 @@ impl SandboxSpec {
     }
 }
 
+/// Why a command may not be given its own value of `name` (`hermes exec
+/// --env NAME=…`) while the egress proxy is enabled, on any backend: the
+/// proxy's variables route and trust the proxy, and a provider variable
+/// holds the proxy token, so a value of the command's own would take it
+/// around the proxy or hand it a real key. `None`: the name is free.
+pub fn exec_env_refusal(name: &str) -> Option<String> {
+    if crate::config::PROXY_VARIABLES.contains(&name) || name == "NODE_USE_ENV_PROXY" {
+        Some(format!(
+            "--env {name}: hermes sets {name} so that every command goes through the egress \
+             proxy (proxy.enabled); it cannot be set per command"
+        ))
+    } else if crate::providers::key_variables().any(|v| v == name) {
+        Some(format!(
+            "--env {name}: the command gets the egress proxy's token in {name} (proxy.enabled), \
+             which the proxy swaps for the real key; a key cannot be set per command"
+        ))
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -206,5 +227,22 @@ mod tests {
         let offline = spec("terminal:\n  docker_network: false\n").with_egress(&w);
         assert_eq!(offline.network_name, None);
         assert!(!offline.network);
+    }
+
+    #[test]
+    fn a_command_may_not_set_the_proxy_variables_or_a_provider_key() {
+        for name in [
+            "HTTPS_PROXY",
+            "no_proxy",
+            "NODE_EXTRA_CA_CERTS",
+            "NODE_USE_ENV_PROXY",
+        ] {
+            let why = exec_env_refusal(name).unwrap();
+            assert!(why.starts_with(&format!("--env {name}: ")), "{why}");
+        }
+        let why = exec_env_refusal("OPENAI_API_KEY").unwrap();
+        assert!(why.contains("proxy's token"), "{why}");
+        assert_eq!(exec_env_refusal("PATH"), None);
+        assert_eq!(exec_env_refusal("https_proxy_x"), None);
     }
 }

@@ -54,6 +54,15 @@ pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<E
             .unwrap_or(desired.config.terminal.timeout_seconds),
     );
     let env = parse_env(&args.env)?;
+    if desired.config.proxy.enabled {
+        // One rule for every backend, before anything runs.
+        if let Some(why) = env
+            .iter()
+            .find_map(|(name, _)| hermes_model::egress::exec_env_refusal(name))
+        {
+            anyhow::bail!(why);
+        }
+    }
     match desired.backend() {
         Backend::Local => run_local(home, &desired, &args, &env, timeout).await,
         Backend::Docker => run_docker(home, &desired, &args, env, timeout).await,
