@@ -94,9 +94,15 @@ pub struct ControllerArgs {
     #[arg(long)]
     pub once: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics (default address
-    /// 127.0.0.1:9464 when the flag is given without one).
+    /// 127.0.0.1:9464 when the flag is given without one). Only a loopback
+    /// address unless --metrics-expose is given: the metrics have no
+    /// authentication.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Allow --metrics-addr to be a non-loopback address (such as
+    /// 0.0.0.0:9464), reachable by anything that reaches the host.
+    #[arg(long, requires = "metrics_addr")]
+    pub metrics_expose: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -68,6 +68,7 @@ fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
             let options = daemon::Options {
                 once: args.once,
                 metrics_addr: args.metrics_addr,
+                metrics_expose: args.metrics_expose,
             };
             runtime()?.block_on(daemon::run(&home, &profile, options))
         }

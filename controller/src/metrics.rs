@@ -101,16 +101,30 @@ impl Metrics {
     }
 }
 
-/// Binds `addr` and serves `/metrics` until the process ends.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+/// Binds `addr` and serves `/metrics` until the process ends. A
+/// non-loopback address (the unspecified `0.0.0.0` and `::` included) is
+/// refused unless `expose`: the metrics have no authentication.
+pub async fn serve(addr: SocketAddr, expose: bool, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+    if !addr.ip().is_loopback() && !expose {
+        anyhow::bail!(
+            "--metrics-addr {addr}: not a loopback address; the metrics have no authentication, \
+             so serving them there needs --metrics-expose as well"
+        );
+    }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr} for metrics: {e}"))?;
     tracing::info!(%addr, "serving metrics at /metrics");
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, most likely: wait, do not spin.
+                    tracing::warn!(error = %e, "metrics: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
             };
             let metrics = Arc::clone(&metrics);
             tokio::spawn(async move {

@@ -47,6 +47,8 @@ pub struct Options {
     pub once: bool,
     /// Serve Prometheus metrics here.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Whether `metrics_addr` may be a non-loopback address.
+    pub metrics_expose: bool,
 }
 
 /// Why the loop woke.
@@ -89,7 +91,7 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
 
     let metrics = Arc::new(crate::metrics::Metrics::default());
     if let Some(addr) = options.metrics_addr {
-        crate::metrics::serve(addr, Arc::clone(&metrics)).await?;
+        crate::metrics::serve(addr, options.metrics_expose, Arc::clone(&metrics)).await?;
     }
 
     let mut controller = Controller {
