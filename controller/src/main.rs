@@ -95,12 +95,12 @@ fn init_tracing(format: LogFormat, home: Option<&Home>) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
     let redactor = match home {
         Some(home) if !redaction_off(home) => Some(std::sync::Arc::new(
-            hermes_model::redact::Redactor::new(redacting::known_secrets(home)),
+            hermes_model::redact::Redactor::new(redacting::known_secrets(home)).with_proxy_tokens(),
         )),
         Some(_) => None,
-        None => Some(std::sync::Arc::new(hermes_model::redact::Redactor::new(
-            Vec::<String>::new(),
-        ))),
+        None => Some(std::sync::Arc::new(
+            hermes_model::redact::Redactor::new(Vec::<String>::new()).with_proxy_tokens(),
+        )),
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

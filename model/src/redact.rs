@@ -46,6 +46,9 @@ pub struct Redactor {
     /// Key-shaped values that are not secrets (the proxy's own tokens,
     /// which the sandbox holds anyway): left as they are.
     exempt: Vec<Vec<u8>>,
+    /// The shape of the egress proxy's tokens (`<provider>-<32 hex>`),
+    /// masked only where asked ([`Redactor::with_proxy_tokens`]).
+    tokens: Option<Regex>,
 }
 
 /// The key shapes: the first group is the part kept visible at the start
@@ -86,7 +89,26 @@ impl Redactor {
             known,
             shapes,
             exempt: Vec::new(),
+            tokens: None,
         }
+    }
+
+    /// Masks the egress proxy's tokens too, whatever their value (tokens
+    /// rotate under a running process): for hermes's own log lines, where
+    /// a sandbox's create body carries them. A command's output keeps
+    /// them: they are the sandbox's own values.
+    #[must_use]
+    pub fn with_proxy_tokens(mut self) -> Redactor {
+        let names: Vec<String> = crate::providers::PROVIDERS
+            .iter()
+            .map(|p| regex::escape(p.name))
+            .collect();
+        let pattern = format!(r"(?-u:\b)({})-[0-9a-f]{{32}}(?-u:\b)", names.join("|"));
+        // Built from the provider table's plain names, escaped.
+        #[allow(clippy::expect_used)]
+        let tokens = Regex::new(&pattern).expect("the token shape compiles");
+        self.tokens = Some(tokens);
+        self
     }
 
     /// Leaves `values` alone even where they look like keys.
@@ -151,6 +173,15 @@ impl Redactor {
                 .map_or(whole.start(), |g| g.end());
             let keep = prefix - whole.start() + SHOWN;
             spans.push((whole.start(), whole.end(), keep));
+        }
+        if let Some(tokens) = &self.tokens {
+            for caps in tokens.captures_iter(bytes) {
+                let (Some(whole), Some(provider)) = (caps.get(0), caps.get(1)) else {
+                    continue;
+                };
+                let keep = provider.end() - whole.start() + 1 + SHOWN;
+                spans.push((whole.start(), whole.end(), keep));
+            }
         }
         spans.sort();
         // Merge overlaps, keeping the first span's visible prefix.
@@ -263,6 +294,23 @@ mod tests {
         );
         assert_eq!(r.redact_str("sk-short and words"), "sk-short and words");
         assert!(matches!(r.redact_str("nothing here"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn proxy_tokens_are_masked_only_where_asked() {
+        let token = "openai-0123456789abcdef0123456789abcdef";
+        let line = format!("\"Env\":[\"OPENAI_API_KEY={token}\"]");
+        let plain = Redactor::new(Vec::<String>::new());
+        assert_eq!(plain.redact_str(&line), line);
+        let logs = Redactor::new(Vec::<String>::new()).with_proxy_tokens();
+        assert_eq!(
+            logs.redact_str(&line),
+            "\"Env\":[\"OPENAI_API_KEY=openai-01…[redacted]\"]"
+        );
+        // Not a token: another prefix, or too few digits.
+        for other in ["nobody-0123456789abcdef0123456789abcdef", "openai-0123"] {
+            assert_eq!(logs.redact_str(other), other);
+        }
     }
 
     #[test]
