@@ -47,6 +47,22 @@ impl Home {
     pub fn env_file(&self) -> PathBuf {
         self.root.join(".env")
     }
+
+    /// A warning when other users can enter the home (group or world
+    /// bits on its directory): config.yaml may hold `docker_env` values,
+    /// and the sandboxes' files live here. hermes makes the home 0700;
+    /// one made otherwise is reported, never changed behind its owner.
+    pub fn exposure_warning(&self) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&self.root).ok()?.permissions().mode() & 0o777;
+        (mode & 0o077 != 0).then(|| {
+            format!(
+                "the hermes home {root} is open to other users (mode {mode:o}): they can read \
+                 config.yaml and the sandboxes' files; run `chmod 700 {root}`",
+                root = self.root.display()
+            )
+        })
+    }
 }
 
 #[cfg(test)]
@@ -54,6 +70,19 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn a_home_open_to_others_is_reported() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::resolve(Some(dir.path().to_path_buf())).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(home.exposure_warning(), None);
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let warning = home.exposure_warning().unwrap();
+        assert!(warning.contains("mode 755"), "{warning}");
+        assert!(warning.contains("chmod 700"), "{warning}");
+    }
 
     #[test]
     fn a_relative_home_is_made_absolute() {

@@ -11,8 +11,9 @@ use crate::cli::ConfigCommand;
 use crate::fsio;
 use crate::home::Home;
 
-/// Mode of a new config.yaml; an existing file keeps its own.
-const CONFIG_MODE: u32 = 0o644;
+/// Mode of config.yaml, which may hold `docker_env` values: hermes writes
+/// it 0600, an existing file included.
+const CONFIG_MODE: u32 = 0o600;
 /// Secrets: the file 0600, its directory 0700.
 const SECRET_MODE: u32 = 0o600;
 const HOME_MODE: u32 = 0o700;
@@ -151,7 +152,7 @@ fn set(home: &Home, key: &str, raw: &str, force: bool) -> anyhow::Result<ExitCod
     }
     warn_unknown(key);
     fsio::ensure_dir(home.root(), HOME_MODE)?;
-    fsio::write_atomic(&path, new.as_bytes(), CONFIG_MODE, false)
+    fsio::write_atomic(&path, new.as_bytes(), CONFIG_MODE, true)
         .with_context(|| format!("cannot write {file}"))?;
     println!("Set {key} = {} in {file}", value.to_yaml_inline());
     Ok(ExitCode::SUCCESS)
@@ -179,7 +180,7 @@ fn unset(home: &Home, key: &str) -> anyhow::Result<ExitCode> {
     let old = read_config_text(home)?.unwrap_or_default();
     match edit::unset(&old, key).map_err(|e| anyhow::anyhow!("{file}: {e}"))? {
         Some(new) => {
-            fsio::write_atomic(&path, new.as_bytes(), CONFIG_MODE, false)
+            fsio::write_atomic(&path, new.as_bytes(), CONFIG_MODE, true)
                 .with_context(|| format!("cannot write {file}"))?;
             println!("Removed {key} from {file}");
         }
@@ -234,6 +235,9 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
                 eprintln!("warning: {}", w.render(&file));
             }
             if let Some(w) = env_mode_warning {
+                eprintln!("warning: {w}");
+            }
+            if let Some(w) = home.exposure_warning() {
                 eprintln!("warning: {w}");
             }
             println!(

@@ -153,6 +153,9 @@ fn desired_of(
     for w in &loaded.warnings {
         eprintln!("warning: {}", w.render(&file));
     }
+    if let Some(w) = home.exposure_warning() {
+        eprintln!("warning: {w}");
+    }
     let mut desired = Desired::build(loaded.config, profile, home.root(), &host_env(home)?)?;
     wire_egress(home, &mut desired);
     for w in &desired.warnings {
