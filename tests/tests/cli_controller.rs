@@ -225,3 +225,67 @@ fn sigterm_mid_pass_leaves_no_duplicate_and_the_next_controller_converges() {
         ["ROUND=4"]
     );
 }
+
+/// The controller's pass count, from its status file.
+fn passes(home: &TestHome) -> u64 {
+    let text = std::fs::read_to_string(home.path().join("run/controller.json")).unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v["passes"].as_u64())
+        .unwrap_or(0)
+}
+
+/// A change is acted on at once, a burst of writes (renames and in-place
+/// saves, 10 ms apart) makes at most two passes, and a file being written
+/// in place is not read before its writer closes it.
+#[test]
+fn a_change_starts_a_pass_at_once_and_a_burst_makes_at_most_two() {
+    use std::io::Write;
+    let profile = format!("cb{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    let name = format!("hermes-{profile}-default");
+    // No resync pass can come in between: only config changes wake it.
+    write_by_rename(&home, &config("reconcile:\n  resync_seconds: 3600\n"));
+    let _controller = Running::start(&home, &profile);
+    eventually(Duration::from_secs(60), "the sandbox runs", || {
+        containers_of(&profile) == [(name.clone(), "running".to_string())]
+    });
+    // The start's own container events settle.
+    std::thread::sleep(Duration::from_secs(2));
+    let before = passes(&home);
+
+    for i in 0..10u64 {
+        let text = config(&format!("reconcile:\n  resync_seconds: {}\n", 3600 + i));
+        if i % 2 == 0 {
+            write_by_rename(&home, &text);
+        } else {
+            std::fs::write(home.config_path(), text).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let burst = passes(&home) - before;
+    assert!(
+        (1..=2).contains(&burst),
+        "a burst of 10 writes made {burst} passes"
+    );
+
+    // Written in place in two steps, 1.5 s apart: the half (a valid file
+    // that would recreate the sandbox with 256 MB) is never acted on.
+    let id = inspect(&name, "{{.Id}}");
+    let before = passes(&home);
+    let full = config("  container_memory: 2560\nreconcile:\n  resync_seconds: 3600\n");
+    let half = full.find("2560").unwrap() + 3;
+    let mut file = std::fs::File::create(home.config_path()).unwrap();
+    file.write_all(&full.as_bytes()[..half]).unwrap();
+    file.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(passes(&home), before, "a pass read the half-written file");
+    assert_eq!(inspect(&name, "{{.Id}}"), id);
+    file.write_all(&full.as_bytes()[half..]).unwrap();
+    drop(file);
+    eventually(Duration::from_secs(60), "the sandbox is recreated", || {
+        inspect(&name, "{{.HostConfig.Memory}}") == (2560u64 * 1024 * 1024).to_string()
+    });
+}

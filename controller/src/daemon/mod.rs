@@ -1,16 +1,22 @@
 //! `hermes controller`: the loop of DESIGN.md, run continuously.
 //!
-//! Triggers only wake the loop — a change of config.yaml (debounced),
-//! an event of a labelled container, a change of the egress proxy's
-//! health, a retry coming due, the resync timer —
-//! and every pass observes everything and plans from scratch, so a missed
-//! or merged trigger costs latency, never correctness. One pass runs at a
-//! time, so no sandbox ever sees two operations at once; a failed operation
-//! backs its target off (800 ms doubling to 30 s, jittered) while the rest
-//! of the plan goes on. The engine going away is an error of the pass, not
-//! of the controller: it backs off and converges again when the engine is
-//! back. The first SIGTERM or SIGINT lets the operation in flight finish
-//! and exits 0; a second exits at once. Sandboxes keep running.
+//! Triggers only wake the loop — a change of config.yaml (once the file
+//! is whole: a writer closed it, or a rename put it in place), an event of
+//! a labelled container, a change of the egress proxy's health, the
+//! engine answering again, a retry coming due, the resync timer — and
+//! every pass observes everything and plans from scratch, so a missed or
+//! merged trigger costs latency, never correctness. A pass starts on the
+//! first trigger; the triggers that arrive while it runs make one
+//! follow-up pass. One pass runs at a time, so no sandbox ever sees two
+//! operations at once; a failed operation backs its target off (800 ms
+//! doubling to 30 s, jittered) while the rest of the plan goes on. The
+//! engine going away is an error of the pass, not of the controller, and
+//! not one that grows with each wake-up: while the engine does not answer
+//! it is asked every [`ENGINE_PROBE`], and the loop wakes as soon as it
+//! answers, with the targets' back-offs forgotten (what failed while the
+//! engine was away is tried again at once). The first SIGTERM or SIGINT
+//! lets the operation in flight finish and exits 0; a second exits at
+//! once. Sandboxes keep running.
 
 pub mod backoff;
 pub mod lock;
@@ -37,8 +43,19 @@ use self::lock::ControllerLock;
 use self::status::ControllerStatus;
 use self::watch::ConfigWatch;
 
-/// Changes to config.yaml closer together than this make one pass.
-const DEBOUNCE: Duration = Duration::from_millis(200);
+/// A change of config.yaml that comes within this of the end of a pass
+/// for an earlier one is part of a burst (an editor's save, a git
+/// checkout): the follow-up pass waits until the burst has been quiet this
+/// long, so that a burst makes two passes, the first at once.
+const SETTLE: Duration = Duration::from_millis(100);
+/// The longest a follow-up pass waits for a burst to end.
+const SETTLE_MAX: Duration = Duration::from_secs(2);
+
+/// While the engine does not answer, how often it is asked.
+const ENGINE_PROBE: Duration = Duration::from_millis(200);
+/// While the engine does not answer, a pass is tried at least this often
+/// (the probe usually wakes the loop first).
+const ENGINE_RETRY: Duration = Duration::from_secs(2);
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -85,6 +102,8 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
     let mut config_watch = ConfigWatch::new(&home.config(), config_tx)
         .map_err(|e| anyhow::anyhow!("cannot watch {}: {e}", home.config().display()))?;
     let (engine_tx, mut engine_rx) = mpsc::channel::<()>(64);
+    let engine_down = Arc::new(Notify::new());
+    spawn_engine_probe(Arc::clone(&engine_down), engine_tx.clone());
     let (proxy_tx, mut proxy_rx) = mpsc::channel::<()>(4);
     let seen_proxy = SeenProxy::default();
     spawn_proxy_watch(home.clone(), Arc::clone(&seen_proxy), proxy_tx);
@@ -103,6 +122,7 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
         backoff: Backoff::default(),
         engine_failures: 0,
         engine_retry_at: None,
+        engine_down,
         status: ControllerStatus {
             pid: std::process::id(),
             started_at: hermes_reconcilers::unix_seconds(SystemTime::now()),
@@ -113,8 +133,12 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
         seen_proxy,
     };
     let mut wake = Wake::Timer;
+    let mut config_pass_ended: Option<Instant> = None;
     loop {
         controller.pass(wake, &stop).await;
+        if wake == Wake::Config {
+            config_pass_ended = Some(Instant::now());
+        }
         if options.once || stop.load(Ordering::SeqCst) {
             break;
         }
@@ -134,9 +158,11 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
         }
         wake = tokio::select! {
             Some(()) = config_rx.recv() => {
-                // Let a burst of writes (an editor's save, a git checkout)
-                // settle into one pass.
-                tokio::time::sleep(DEBOUNCE).await;
+                // At once: the watch only reports a whole file. The rest
+                // of a burst makes one follow-up pass, once it is over.
+                if config_pass_ended.is_some_and(|end| end.elapsed() < SETTLE) {
+                    settle(&mut config_rx).await;
+                }
                 while config_rx.try_recv().is_ok() {}
                 if let Err(e) = config_watch.refresh() {
                     tracing::warn!(error = %e, "cannot follow config.yaml's directory");
@@ -158,6 +184,21 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
     }
     tracing::info!(passes = controller.status.passes, "controller stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Waits until no change has come for [`SETTLE`] (at most [`SETTLE_MAX`]).
+async fn settle(changes: &mut mpsc::Receiver<()>) {
+    let deadline = Instant::now() + SETTLE_MAX;
+    loop {
+        tokio::time::sleep(SETTLE).await;
+        let mut more = false;
+        while changes.try_recv().is_ok() {
+            more = true;
+        }
+        if !more || Instant::now() >= deadline {
+            return;
+        }
+    }
 }
 
 /// How soon a pass that changed the proxy is followed by the next.
@@ -250,6 +291,9 @@ struct Controller {
     backoff: Backoff,
     engine_failures: u32,
     engine_retry_at: Option<Instant>,
+    /// Told when the engine stops answering: the probe then asks it every
+    /// [`ENGINE_PROBE`] and wakes the loop when it answers.
+    engine_down: Arc<Notify>,
     status: ControllerStatus,
     metrics: Arc<crate::metrics::Metrics>,
     /// Set by a pass that changed the proxy: what waited on it (sandboxes
@@ -387,9 +431,6 @@ impl Controller {
         if let Some(engine) = &self.engine {
             return Some(engine.clone());
         }
-        if self.engine_retry_at.is_some_and(|at| at > Instant::now()) {
-            return None;
-        }
         match Engine::connect().await {
             Ok(engine) => {
                 self.engine = Some(engine.clone());
@@ -410,23 +451,32 @@ impl Controller {
         }
     }
 
+    /// The engine did not answer: not a failure that grows with each
+    /// wake-up (every event of a stopping engine wakes the loop), but a
+    /// state, left when the probe hears the engine again.
     fn engine_failed(&mut self, error: &str) {
         self.engine_failures += 1;
-        let delay = Backoff::base_delay(self.engine_failures);
-        self.engine_retry_at = Some(Instant::now() + delay);
+        self.engine_retry_at = Some(Instant::now() + ENGINE_RETRY);
+        self.engine_down.notify_one();
         let now = hermes_reconcilers::unix_seconds(SystemTime::now());
         self.status.engine_unreachable_since.get_or_insert(now);
         self.status.last_error = Some(error.to_string());
-        tracing::warn!(
-            error,
-            retry_in_ms = delay.as_millis() as u64,
-            "the engine does not answer"
-        );
+        if self.engine_failures == 1 {
+            tracing::warn!(error, "the engine does not answer; waiting for it");
+        } else {
+            tracing::debug!(
+                error,
+                failures = self.engine_failures,
+                "the engine still does not answer"
+            );
+        }
     }
 
     fn engine_ok(&mut self) {
         if self.engine_failures > 0 {
             tracing::info!("the engine answers again");
+            // What failed while it was away failed for that reason.
+            self.backoff = Backoff::default();
         }
         self.engine_failures = 0;
         self.engine_retry_at = None;
@@ -434,13 +484,32 @@ impl Controller {
     }
 }
 
+/// Asks the engine every [`ENGINE_PROBE`] once told it does not answer,
+/// and wakes the loop as soon as it does.
+fn spawn_engine_probe(down: Arc<Notify>, wake: mpsc::Sender<()>) {
+    tokio::spawn(async move {
+        loop {
+            down.notified().await;
+            loop {
+                tokio::time::sleep(ENGINE_PROBE).await;
+                if Engine::connect().await.is_ok() {
+                    let _ = wake.try_send(());
+                    break;
+                }
+            }
+        }
+    });
+}
+
 /// Follows the engine's events of the profile's containers for as long as
-/// the controller
-/// runs, reconnecting with backoff when the stream ends (the engine
-/// restarted). Each event, and each reconnection, wakes the loop.
+/// the controller runs. Each event wakes the loop, and so does the stream's
+/// end (the engine may be restarting: events are missed meanwhile) and
+/// its coming back: while the engine does not answer it is asked every
+/// [`ENGINE_PROBE`], and followed again as soon as it does. A stream that
+/// ends at once with the engine answering is retried with a growing delay.
 fn spawn_event_watch(engine: Engine, profile: String, wake: mpsc::Sender<()>) {
     tokio::spawn(async move {
-        let mut failures = 0u32;
+        let mut empty_streams = 0u32;
         loop {
             let mut events = Box::pin(engine.container_events(&profile));
             let mut got_any = false;
@@ -448,7 +517,6 @@ fn spawn_event_watch(engine: Engine, profile: String, wake: mpsc::Sender<()>) {
                 match event {
                     Ok(event) => {
                         got_any = true;
-                        failures = 0;
                         tracing::debug!(action = %event.action, container = %event.container, "container event");
                         let _ = wake.try_send(());
                     }
@@ -458,13 +526,19 @@ fn spawn_event_watch(engine: Engine, profile: String, wake: mpsc::Sender<()>) {
                     }
                 }
             }
-            if !got_any {
-                failures += 1;
-            }
-            // The stream ended: the engine may have restarted, and events
-            // were missed meanwhile. Look again, then reconnect.
             let _ = wake.try_send(());
-            tokio::time::sleep(Backoff::base_delay(failures.max(1))).await;
+            if engine.docker().ping().await.is_err() {
+                // Down: wait for it, then look again at once.
+                while engine.docker().ping().await.is_err() {
+                    tokio::time::sleep(ENGINE_PROBE).await;
+                }
+                let _ = wake.try_send(());
+                empty_streams = 0;
+                continue;
+            }
+            empty_streams = if got_any { 0 } else { empty_streams + 1 };
+            let delay = ENGINE_PROBE.saturating_mul(1 << empty_streams.min(5));
+            tokio::time::sleep(delay.min(Duration::from_secs(5))).await;
         }
     });
 }

@@ -29,8 +29,7 @@ impl ConfigWatch {
         let seen_names = Arc::clone(&names);
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             let relevant = match &event {
-                // Reading the file (as every pass does) is no change.
-                Ok(event) if matches!(event.kind, notify::EventKind::Access(_)) => false,
+                Ok(event) if !completes_a_change(&event.kind) => false,
                 Ok(event) => {
                     let names = seen_names.lock().unwrap_or_else(|e| e.into_inner());
                     event.paths.iter().any(|p| {
@@ -77,6 +76,23 @@ impl ConfigWatch {
         self.watched = wanted;
         *self.names.lock().unwrap_or_else(|e| e.into_inner()) = names_of_interest(&self.config);
         Ok(())
+    }
+}
+
+/// Whether an event of this kind leaves the file whole: a writer closing
+/// it (`IN_CLOSE_WRITE`), a rename (an editor's save, a symlink or
+/// `..data` swap), a removal. Opening, creating and each write of an
+/// in-place save are not: the file may be half-written then, and the
+/// close that follows wakes the loop. Reading the file (as every pass
+/// does) is no change.
+fn completes_a_change(kind: &notify::EventKind) -> bool {
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode, ModifyKind};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) | EventKind::Create(_) => false,
+        EventKind::Modify(ModifyKind::Data(_)) => false,
+        EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Any | EventKind::Other => true,
     }
 }
 
@@ -147,5 +163,25 @@ mod tests {
         std::fs::write(dir.path().join("unrelated"), "x").unwrap();
         let quiet = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
         assert!(quiet.is_err(), "woken by an unrelated file");
+    }
+
+    #[tokio::test]
+    async fn an_in_place_write_wakes_once_closed_never_half_written() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(&config, "a: 1\n").unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let _watch = ConfigWatch::new(&config, tx).unwrap();
+
+        let mut file = std::fs::File::create(&config).unwrap();
+        file.write_all(b"a: ").unwrap();
+        file.flush().unwrap();
+        let early = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
+        assert!(early.is_err(), "woken while the file was half-written");
+        file.write_all(b"2\n").unwrap();
+        drop(file);
+        assert!(woken(&mut rx).await, "the writer closed the file");
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), "a: 2\n");
     }
 }
