@@ -411,6 +411,21 @@ async fn tunnel_request(
         req.method().as_str(),
         path_without_query_values(&path),
     );
+    // One Host header, naming the tunnel: a second copy (which an upstream
+    // might read instead of the first) is refused before any key goes in.
+    if req.headers().get_all(header::HOST).iter().nth(1).is_some() {
+        let why = format!(
+            "more than one Host header; send one naming {}",
+            tunnel.target
+        );
+        return refuse(
+            &shared,
+            pending,
+            StatusCode::BAD_REQUEST,
+            "duplicate-host",
+            &why,
+        );
+    }
     let host_ok = req
         .headers()
         .get(header::HOST)
@@ -529,6 +544,18 @@ async fn plain(
         Ok(parsed) => parsed,
         Err(e) => return refuse(&shared, pending, StatusCode::BAD_REQUEST, "bad-target", &e),
     };
+    // The URL names the target; one Host header at most (it is replaced
+    // by the URL's authority below).
+    if req.headers().get_all(header::HOST).iter().nth(1).is_some() {
+        let why = "more than one Host header";
+        return refuse(
+            &shared,
+            pending,
+            StatusCode::BAD_REQUEST,
+            "duplicate-host",
+            &why,
+        );
+    }
     if !shared.allow.allows(&target.host) {
         let why = format!("{} is not on the allowlist", target.host);
         return refuse(&shared, pending, StatusCode::FORBIDDEN, "not-allowed", &why);

@@ -271,3 +271,26 @@ fn hop_by_hop_headers_and_proxy_credentials_are_stripped() {
     assert_eq!(upgrade["upgrade"], "websocket");
     assert_eq!(upgrade["connection"], "upgrade");
 }
+
+#[tokio::test]
+async fn a_doubled_host_header_is_refused_on_the_plain_port_too() {
+    let f = fixture().await;
+    let mut tcp = TcpStream::connect(f.plain).await.unwrap();
+    let authority = format!("example.org:{}", f.upstream.addr.port());
+    tcp.write_all(
+        format!(
+            "GET http://{authority}/ HTTP/1.1\r\nHost: {authority}\r\nHost: evil.test\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
+    assert!(
+        response.contains("x-hermes-egress-refused: duplicate-host"),
+        "{response}"
+    );
+    assert_eq!(f.upstream.accepted(), 0);
+}
