@@ -14,6 +14,8 @@
 //! - [`upstream`]: verified TLS (h2 or HTTP/1.1) or plain connections out.
 //! - [`body`]: streamed response bodies that write the access line.
 //! - [`access`]: the JSON access log and the counters.
+//! - [`limits`]: how many connections a client, and the whole data plane,
+//!   may hold open.
 //! - `mgmt`: the management endpoint.
 //! - [`fuzz_targets`]: what the fuzzers (and their stable replay) drive.
 
@@ -23,6 +25,7 @@ pub mod ca;
 pub mod dial;
 #[doc(hidden)]
 pub mod fuzz_targets;
+pub mod limits;
 mod mgmt;
 pub mod policy;
 pub mod rewrite;

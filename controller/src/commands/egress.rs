@@ -190,7 +190,11 @@ fn setup(home: &Home, paths: &Paths, rotate: bool) -> anyhow::Result<ExitCode> {
         Some(old) => old.mgmt_token.clone(),
         None => random_hex(32)?,
     };
-    let proxy_config = ProxyConfigFile::from_model(&config.proxy, mgmt_token);
+    let mut proxy_config = ProxyConfigFile::from_model(&config.proxy, mgmt_token);
+    // The limits are set by hand in config.json: kept.
+    if let Some(old) = &old_config {
+        proxy_config.limits = old.limits.clone();
+    }
     let config_changed = old_config.as_ref() != Some(&proxy_config);
     write_file(
         &paths.config(),

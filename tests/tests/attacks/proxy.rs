@@ -3,6 +3,8 @@
 //! against every other sandbox of the home, an access log grown without
 //! bound, and an allowlisted name pointed at the host's own addresses.
 
+use std::time::Duration;
+
 use hermes_tests::egress::{Proxy, in_container};
 use hermes_tests::upstream::Upstream;
 
@@ -101,4 +103,173 @@ python3 /t/raw.py api.openai.com {port} {target} {target}
     let log = proxy.log();
     assert!(log.contains(r#""reason":"duplicate-host""#), "{log}");
     assert!(!log.contains(OPENAI_KEY) && !log.contains(&token), "{log}");
+}
+
+/// Opens up to `argv[1]` idle connections to the proxy (`HTTPS_PROXY`),
+/// prints how many, then holds them `argv[2]` seconds. Bounded: at most
+/// 40 s of connecting, and it stops after a few failed connects.
+const FLOOD: &str = r#"
+import os, resource, socket, sys, time
+n, hold = int(sys.argv[1]), float(sys.argv[2])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+ph, pp = os.environ["HTTPS_PROXY"].split("//")[1].rsplit(":", 1)
+socks, failed = [], 0
+deadline = time.time() + 40
+while len(socks) < n and failed < 5 and time.time() < deadline:
+    try:
+        socks.append(socket.create_connection((ph, int(pp)), timeout=2))
+    except OSError:
+        failed += 1
+print("OPEN", len(socks), "FAILED", failed, flush=True)
+time.sleep(hold)
+"#;
+
+/// A home on the Docker backend with the proxy enabled, `api.openai.com`
+/// resolving to `upstream`; stops its proxy when dropped.
+struct DockerHome {
+    home: hermes_tests::cli::TestHome,
+    profile: String,
+    _cleanup: hermes_tests::docker_cli::ProfileCleanup,
+}
+
+impl DockerHome {
+    fn new(tag: &str, upstream: &Upstream) -> DockerHome {
+        let home = hermes_tests::cli::TestHome::new();
+        let ca = home.path().join("upstream-ca.pem");
+        std::fs::write(&ca, &upstream.ca_pem).unwrap();
+        let port =
+            hermes_tests::egress::free_port_pair(Some(hermes_tests::egress::bridge_gateway()));
+        home.write_config(format!(
+            "terminal:\n  backend: docker\n  docker_image: {}\nsecurity:\n  redact_secrets: false\nreconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16]\n  upstream_ca_file: {}\n  resolve:\n    api.openai.com: 127.0.0.1\n",
+            hermes_tests::test_image(),
+            ca.display()
+        ));
+        let profile = format!("{tag}{}", std::process::id());
+        DockerHome {
+            home,
+            _cleanup: hermes_tests::docker_cli::ProfileCleanup(profile.clone()),
+            profile,
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> std::process::Command {
+        let mut all = vec!["--profile", self.profile.as_str()];
+        all.extend_from_slice(args);
+        let mut cmd = self.home.command(all);
+        cmd.env("OPENAI_API_KEY", OPENAI_KEY);
+        cmd
+    }
+
+    fn hermes(&self, args: &[&str]) -> hermes_tests::cli::Run {
+        self.command(args).output().unwrap().into()
+    }
+
+    fn workspace(&self, task: &str) -> std::path::PathBuf {
+        self.home.path().join(format!(
+            "sandboxes/docker/{}/{task}/workspace",
+            self.profile
+        ))
+    }
+}
+
+impl Drop for DockerHome {
+    fn drop(&mut self) {
+        let _ = self.home.run(["egress", "stop"]);
+    }
+}
+
+#[test]
+fn one_sandbox_flooding_the_proxy_leaves_the_others_and_the_health_check_alone() {
+    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), &["api.openai.com"]);
+    let host = DockerHome::new("atkflood", &upstream);
+    let setup = host.hermes(&["egress", "setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    // The proxy under a descriptor limit of 2048 (soft and hard), which the
+    // flood below goes well past.
+    let mut start = std::process::Command::new("prlimit");
+    start
+        .arg("--nofile=2048:2048")
+        .arg(hermes_tests::cli::hermes_bin())
+        .arg("--home")
+        .arg(host.home.path())
+        .args(["egress", "start"])
+        .env("OPENAI_API_KEY", OPENAI_KEY)
+        .env_remove("RUST_LOG");
+    let started: hermes_tests::cli::Run = start.output().unwrap().into();
+    assert_eq!(started.code, 0, "{started:?}");
+    for task in ["flood", "other"] {
+        let run = host.hermes(&["exec", "--task", task, "--", "true"]);
+        assert_eq!(run.code, 0, "{task}: {run:?}");
+    }
+    std::fs::write(host.workspace("flood").join("flood.py"), FLOOD).unwrap();
+
+    let mut flood = host
+        .command(&[
+            "exec",
+            "--task",
+            "flood",
+            "--",
+            "python3",
+            "/workspace/flood.py",
+            "3000",
+            "40",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = flood.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let opened = rx
+        .recv_timeout(Duration::from_secs(90))
+        .unwrap_or_else(|e| panic!("the flood did not report: {e}"));
+    assert!(opened.starts_with("OPEN "), "{opened}");
+    let count: usize = opened.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(count > 2048, "the flood opened only {count}: {opened}");
+
+    // While the flood holds its connections: the other sandbox's request
+    // goes through, and the proxy answers its health check.
+    let port = upstream.addr.port();
+    let other = host.hermes(&[
+        "exec",
+        "--task",
+        "other",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "curl -sS --max-time 20 https://api.openai.com:{port}/echo -H \"Authorization: Bearer $OPENAI_API_KEY\""
+        ),
+    ]);
+    let status = host.hermes(&["status", "--output", "json"]);
+    let egress = host.hermes(&["egress", "status", "--output", "json"]);
+    let _ = flood.kill();
+    let _ = flood.wait();
+    assert_eq!(other.code, 0, "{other:?}");
+    let echo: serde_json::Value = serde_json::from_str(other.stdout.trim()).unwrap();
+    assert_eq!(
+        echo["headers"]["authorization"],
+        format!("Bearer {OPENAI_KEY}")
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&status.stdout).unwrap_or_else(|e| panic!("{e}: {status:?}"));
+    assert_eq!(status["proxy"]["healthy"], true, "{status:#}");
+    let egress: serde_json::Value =
+        serde_json::from_str(&egress.stdout).unwrap_or_else(|e| panic!("{e}: {egress:?}"));
+    assert!(egress["counters"].is_object(), "{egress:#}");
+    // The flood was held to its share and the rest closed at once, with
+    // a bounded number of log lines saying so.
+    let log = std::fs::read_to_string(host.home.path().join("proxy/proxy.log")).unwrap();
+    let warnings = log.lines().filter(|l| l.contains("over the limit")).count();
+    assert!((1..=10).contains(&warnings), "{warnings} warnings:\n{log}");
 }
