@@ -14,6 +14,7 @@
 //! - [`upstream`]: verified TLS (h2 or HTTP/1.1) or plain connections out.
 //! - [`body`]: streamed response bodies that write the access line.
 //! - [`access`]: the JSON access log and the counters.
+//! - [`logfile`]: `proxy.log`, rotated by size.
 //! - [`limits`]: how many connections a client, and the whole data plane,
 //!   may hold open.
 //! - `mgmt`: the management endpoint.
@@ -26,6 +27,7 @@ pub mod dial;
 #[doc(hidden)]
 pub mod fuzz_targets;
 pub mod limits;
+pub mod logfile;
 mod mgmt;
 pub mod policy;
 pub mod rewrite;

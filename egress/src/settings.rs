@@ -208,6 +208,10 @@ pub struct Settings {
     pub client_idle_timeout: Duration,
     /// Between requests inside a tunnel.
     pub tunnel_idle_timeout: Duration,
+    /// The size at which `proxy.log` is rotated.
+    pub log_max_bytes: u64,
+    /// How many rotated logs are kept.
+    pub log_files: usize,
 }
 
 impl Settings {
@@ -249,6 +253,8 @@ impl Settings {
                 .limits
                 .tunnel_idle_timeout_seconds
                 .map_or(DEFAULT_TUNNEL_IDLE, Duration::from_secs),
+            log_max_bytes: file.limits.log_max_bytes(),
+            log_files: file.limits.log_files(),
         }
     }
 }

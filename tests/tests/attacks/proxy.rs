@@ -273,3 +273,79 @@ fn one_sandbox_flooding_the_proxy_leaves_the_others_and_the_health_check_alone()
     let warnings = log.lines().filter(|l| l.contains("over the limit")).count();
     assert!((1..=10).contains(&warnings), "{warnings} warnings:\n{log}");
 }
+
+#[test]
+fn huge_paths_leave_the_log_bounded_in_size_files_and_lines() {
+    let mut proxy = Proxy::setup("");
+    // Small files, to see the rotation at work: set by hand in
+    // config.json, as an operator would.
+    let config = proxy.dir().join("config.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    json["limits"] = serde_json::json!({"log_max_bytes": 65536, "log_files": 2});
+    std::fs::write(&config, serde_json::to_vec_pretty(&json).unwrap()).unwrap();
+    proxy.start(&[]);
+    let token = proxy.token("openai");
+    let plain = ("127.0.0.1", proxy.port + 1);
+    let send = |path: &str, host: &str| {
+        use std::io::{Read, Write};
+        let mut tcp = std::net::TcpStream::connect(plain).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            tcp,
+            "GET http://{host}{path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {}\r\nConnection: close\r\n\r\n",
+            "u".repeat(8000)
+        )
+        .unwrap();
+        let mut response = Vec::new();
+        let _ = tcp.read_to_end(&mut response);
+        String::from_utf8_lossy(&response).into_owned()
+    };
+    let long_host = format!("{}.test", "h".repeat(60).repeat(50).replace("hh", "h."));
+    let huge = format!("/v1/{token}/{}", "p".repeat(30_000));
+    for i in 0..300 {
+        let host = if i % 2 == 0 {
+            "elsewhere.test"
+        } else {
+            long_host.as_str()
+        };
+        let response = send(&huge, host);
+        assert!(response.starts_with("HTTP/1.1 4"), "{response:.200}");
+    }
+    let response = send("/the-last-request", "elsewhere.test");
+    assert!(response.starts_with("HTTP/1.1 403"), "{response:.200}");
+    std::thread::sleep(Duration::from_millis(500));
+
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(proxy.dir())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("proxy.log"))
+        .map(|e| {
+            let meta = e.metadata().unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{e:?}");
+            (e.file_name().into_string().unwrap(), meta.len())
+        })
+        .collect();
+    files.sort();
+    let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["proxy.log", "proxy.log.1", "proxy.log.2"],
+        "{files:?}"
+    );
+    for (name, size) in &files {
+        assert!(*size <= 65536, "{name} holds {size} bytes");
+        let text = std::fs::read_to_string(proxy.dir().join(name)).unwrap();
+        assert!(!text.contains(&token), "a proxy token in {name}");
+        for line in text.lines() {
+            assert!(
+                line.len() <= 4096,
+                "a line of {} bytes in {name}",
+                line.len()
+            );
+        }
+    }
+    // The log goes on after its rotations.
+    assert!(proxy.log().contains("/the-last-request"), "{}", proxy.log());
+}
