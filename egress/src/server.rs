@@ -76,6 +76,8 @@ pub struct Bound {
 pub(crate) struct Shared {
     allow: Allowlist,
     deny: DenyList,
+    /// What `deny` refuses besides its ranges: this host's addresses.
+    host_addrs: Arc<crate::policy::HostAddrs>,
     resolve: BTreeMap<String, IpAddr>,
     /// Replaced whole when the tokens are reloaded.
     credentials: std::sync::RwLock<Arc<Credentials>>,
@@ -197,9 +199,14 @@ pub async fn bind(
         settings.max_connections,
     );
     let limits = Limits::new(settings.max_connections_per_client, total);
+    // This host's own addresses are refused like the deny list's ranges,
+    // read now and kept current by `run`.
+    let host_addrs = Arc::new(crate::policy::HostAddrs::default());
+    host_addrs.set(dial::host_addrs());
     let shared = Arc::new(Shared {
         allow: settings.allow,
-        deny: settings.deny,
+        deny: settings.deny.with_host_addrs(host_addrs.clone()),
+        host_addrs,
         resolve: settings.resolve,
         credentials: std::sync::RwLock::new(Arc::new(settings.credentials)),
         leaves: LeafCache::new(settings.ca, provider),
@@ -250,6 +257,7 @@ impl Server {
             tasks.spawn(accept_loop(listener, self.shared.clone()));
         }
         tasks.spawn(crate::mgmt::serve(self.mgmt, self.shared.clone()));
+        tasks.spawn(dial::watch_host_addrs(self.shared.host_addrs.clone()));
         shutdown.await;
         tasks.abort_all();
     }

@@ -349,3 +349,124 @@ fn huge_paths_leave_the_log_bounded_in_size_files_and_lines() {
     // The log goes on after its rotations.
     assert!(proxy.log().contains("/the-last-request"), "{}", proxy.log());
 }
+
+/// A network namespace of the test's own with a veth pair inside it (both
+/// ends), `addrs` on one end: addresses of an interface of the "host" the
+/// proxy runs on, which is not a loopback interface. Removed when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn with_interface(addrs: &[&str]) -> Netns {
+        let name = format!("hermes-atk-hostaddr-{}", std::process::id());
+        let ip = |args: &[&str]| {
+            let out = std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "ip {args:?}: {out:?}");
+        };
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &name])
+            .output();
+        ip(&["netns", "add", &name]);
+        let ns = Netns(name);
+        let n = ns.0.as_str();
+        ip(&["-n", n, "link", "set", "lo", "up"]);
+        ip(&[
+            "-n", n, "link", "add", "hx0", "type", "veth", "peer", "name", "hx1",
+        ]);
+        for addr in addrs {
+            let mut args = vec!["-n", n, "addr", "add", addr, "dev", "hx0"];
+            if addr.contains(':') {
+                args.push("nodad");
+            }
+            ip(&args);
+        }
+        ip(&["-n", n, "link", "set", "hx0", "up"]);
+        ip(&["-n", n, "link", "set", "hx1", "up"]);
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .output();
+    }
+}
+
+#[test]
+fn an_allowlisted_name_resolved_to_the_hosts_own_address_is_refused() {
+    use hermes_tests::upstream::Counter;
+    // Addresses no default deny range covers, as a host's public ones.
+    let ns = Netns::with_interface(&["198.51.100.7/24", "2001:db8:7::7/64"]);
+    let targets = [
+        ("self4.test", "198.51.100.7"),
+        ("self6.test", "2001:db8:7::7"),
+    ];
+    let counters: Vec<Counter> = targets
+        .iter()
+        .map(|(_, ip)| {
+            Counter::start(
+                std::net::SocketAddr::new(ip.parse().unwrap(), 0),
+                Some(&ns.0),
+            )
+        })
+        .collect();
+    let mut yaml = String::from(
+        "  listen: [127.0.0.1]\n  extra_allowed_hosts: [self4.test, self6.test]\n  resolve:\n",
+    );
+    for (name, ip) in targets {
+        yaml.push_str(&format!("    {name}: \"{ip}\"\n"));
+    }
+    let mut proxy = Proxy::setup_in(&yaml, Some(&ns.0));
+    proxy.start(&[]);
+    for ((name, _), counter) in targets.iter().zip(&counters) {
+        for port in [proxy.port, proxy.port + 1] {
+            let (scheme, proxied) = if port == proxy.port {
+                ("https", "%{http_connect}")
+            } else {
+                ("http", "%{http_code}")
+            };
+            let url = format!("{scheme}://{name}:{}/", counter.addr.port());
+            let out = std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &ns.0,
+                    "curl",
+                    "-sv",
+                    "-k",
+                    "--max-time",
+                    "15",
+                ])
+                .args(["-o", "/dev/null", "-w", proxied, "-x"])
+                .arg(format!("http://127.0.0.1:{port}"))
+                .arg(&url)
+                .env_remove("https_proxy")
+                .env_remove("HTTPS_PROXY")
+                .env_remove("http_proxy")
+                .env_remove("HTTP_PROXY")
+                .output()
+                .unwrap();
+            let code = String::from_utf8_lossy(&out.stdout).into_owned();
+            let verbose = String::from_utf8_lossy(&out.stderr).to_ascii_lowercase();
+            assert_eq!(code, "403", "{url} via {port}: {verbose}");
+            assert!(
+                verbose.contains("x-hermes-egress-refused: denied-address"),
+                "{verbose}"
+            );
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        counters.iter().map(Counter::accepted).collect::<Vec<_>>(),
+        [0, 0]
+    );
+    let log = proxy.log();
+    assert!(
+        log.contains("is an address of this host") || log.contains("denied-address"),
+        "{log}"
+    );
+}
