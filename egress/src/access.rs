@@ -55,14 +55,16 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// Each field is cut to its bound ([`MAX_HOST`], [`MAX_METHOD`],
+    /// [`MAX_PATH`]) and anything shaped like a proxy token is masked.
     pub fn new(client: std::net::SocketAddr, host: String, method: &str, path: String) -> Pending {
         Pending {
             started: Instant::now(),
             time: now_rfc3339(),
             client: client.to_string(),
-            host,
-            method: method.to_string(),
-            path,
+            host: field(host, MAX_HOST),
+            method: field(method.to_string(), MAX_METHOD),
+            path: field(path, MAX_PATH),
         }
     }
 
@@ -87,6 +89,55 @@ impl Pending {
             reason,
             token,
         }
+    }
+}
+
+/// The longest host written to the log, in bytes.
+pub const MAX_HOST: usize = 256;
+/// The longest method written to the log.
+pub const MAX_METHOD: usize = 32;
+/// The longest path written to the log.
+pub const MAX_PATH: usize = 1024;
+
+/// `text` cut to `max` bytes (at a character boundary, ending with `…`),
+/// with every proxy token in it masked.
+fn field(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max.saturating_sub(3);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    mask_tokens(&mut text);
+    text
+}
+
+/// Masks what looks like a proxy token (`<provider>-<32 hex>`): the 32 hex
+/// digits after a `-`, standing alone, become `…`.
+fn mask_tokens(text: &mut String) {
+    let bytes = text.as_bytes();
+    let mut spans = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'-' {
+            let start = i + 1;
+            let mut end = start;
+            while end < bytes.len() && bytes[end].is_ascii_hexdigit() {
+                end += 1;
+            }
+            let alone = end == bytes.len() || !bytes[end].is_ascii_alphanumeric();
+            if end - start == 32 && alone {
+                spans.push((start, end));
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    for (start, end) in spans.into_iter().rev() {
+        text.replace_range(start..end, "…");
     }
 }
 
@@ -215,5 +266,32 @@ impl AccessLog {
         if self.tx.try_send(record).is_err() {
             c.log_dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn fields_are_bounded_and_tokens_masked() {
+        let token = format!("openai-{}", "ab12".repeat(8));
+        let client = "10.0.0.2:5000".parse().unwrap();
+        let p = Pending::new(
+            client,
+            format!("{token}@api.openai.com:443"),
+            &"M".repeat(100),
+            format!("/v1/{token}/x?k=&{}", "é".repeat(4000)),
+        );
+        assert!(!p.host.contains(&token) && p.host.starts_with("openai-…@"));
+        assert_eq!(p.method.len(), MAX_METHOD - 3 + "…".len());
+        assert!(p.path.len() <= MAX_PATH && p.path.starts_with("/v1/openai-…/x"));
+        // Hex runs of other lengths, or inside words, are kept.
+        let mut other = format!("/sha-{} /x-{}y", "a".repeat(40), "b".repeat(32));
+        let before = other.clone();
+        mask_tokens(&mut other);
+        assert_eq!(other, before);
     }
 }

@@ -119,6 +119,41 @@ pub async fn connect(addrs: &[SocketAddr], deny: &DenyList) -> Result<TcpStream,
     })
 }
 
+/// How often the host's own addresses are read again.
+pub const HOST_ADDRS_EVERY: Duration = Duration::from_secs(2);
+
+/// The addresses of this host's interfaces, except its loopback
+/// interfaces (`IFF_LOOPBACK`), whose addresses the deny list governs.
+pub fn host_addrs() -> Vec<IpAddr> {
+    let Ok(all) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut out: Vec<IpAddr> = all
+        .filter(|ifa| {
+            !ifa.flags
+                .contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK)
+        })
+        .filter_map(|ifa| {
+            let addr = ifa.address?;
+            addr.as_sockaddr_in()
+                .map(|a| IpAddr::V4(a.ip()))
+                .or_else(|| addr.as_sockaddr_in6().map(|a| IpAddr::V6(a.ip())))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Keeps `host` on this host's current addresses: read now, then every
+/// [`HOST_ADDRS_EVERY`] (interfaces come and go: Docker networks, VPNs).
+pub async fn watch_host_addrs(host: std::sync::Arc<crate::policy::HostAddrs>) {
+    loop {
+        host.set(host_addrs());
+        tokio::time::sleep(HOST_ADDRS_EVERY).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -175,5 +210,30 @@ mod tests {
         let open = DenyList::new(vec!["169.254.0.0/16".parse().unwrap()]);
         connect(&[addr], &open).await.unwrap();
         assert!(listener.accept().await.is_ok());
+    }
+}
+
+#[cfg(test)]
+mod host_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::policy::HostAddrs;
+
+    #[test]
+    fn the_hosts_own_addresses_are_refused_whatever_the_list() {
+        let host = std::sync::Arc::new(HostAddrs::default());
+        host.set(vec!["198.51.100.7".parse().unwrap()]);
+        let deny = DenyList::new(vec!["192.0.2.0/24".parse().unwrap()]).with_host_addrs(host);
+        for addr in ["198.51.100.7", "::ffff:198.51.100.7"] {
+            let err = deny.check(addr.parse().unwrap()).unwrap_err();
+            assert!(
+                matches!(err, crate::policy::Denied::HostAddress { .. }),
+                "{err}"
+            );
+        }
+        assert!(deny.check("198.51.100.8".parse().unwrap()).is_ok());
+        // Loopback interfaces are left to the list.
+        assert!(!host_addrs().iter().any(IpAddr::is_loopback));
     }
 }

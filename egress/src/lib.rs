@@ -14,6 +14,9 @@
 //! - [`upstream`]: verified TLS (h2 or HTTP/1.1) or plain connections out.
 //! - [`body`]: streamed response bodies that write the access line.
 //! - [`access`]: the JSON access log and the counters.
+//! - [`logfile`]: `proxy.log`, rotated by size.
+//! - [`limits`]: how many connections a client, and the whole data plane,
+//!   may hold open.
 //! - `mgmt`: the management endpoint.
 //! - [`fuzz_targets`]: what the fuzzers (and their stable replay) drive.
 
@@ -23,6 +26,8 @@ pub mod ca;
 pub mod dial;
 #[doc(hidden)]
 pub mod fuzz_targets;
+pub mod limits;
+pub mod logfile;
 mod mgmt;
 pub mod policy;
 pub mod rewrite;

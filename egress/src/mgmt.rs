@@ -1,9 +1,12 @@
 //! The management endpoint, on 127.0.0.1 behind a bearer token:
 //! `GET /health` answers the proxy's version, where it listens and its
-//! counters. `hermes egress status` reads it.
+//! counters and its connection limits. `hermes egress status` reads it.
+//! It has a budget of its own ([`MGMT_CONNECTIONS`]), apart from the data
+//! plane's, so a flood of client connections never makes it look dead.
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
@@ -15,6 +18,7 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use crate::body::ProxyBody;
+use crate::limits::MGMT_CONNECTIONS;
 use crate::server::Shared;
 
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
@@ -23,8 +27,16 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             continue;
         };
+        // Its own budget, apart from the data plane's: a flood of client
+        // connections never makes the proxy look dead.
+        if shared.mgmt_open.fetch_add(1, Ordering::AcqRel) >= MGMT_CONNECTIONS {
+            shared.mgmt_open.fetch_sub(1, Ordering::AcqRel);
+            drop(stream);
+            continue;
+        }
         let shared = shared.clone();
         tokio::spawn(async move {
+            let open = Open(shared.clone());
             let service = service_fn(move |req| {
                 let shared = shared.clone();
                 async move { Ok::<_, Infallible>(handle(&shared, &req)) }
@@ -34,7 +46,17 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                 .header_read_timeout(std::time::Duration::from_secs(10))
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
+            drop(open);
         });
+    }
+}
+
+/// One open management connection, counted until dropped.
+struct Open(Arc<Shared>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.mgmt_open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -72,6 +94,12 @@ fn handle(shared: &Shared, req: &Request<Incoming>) -> Response<ProxyBody> {
             "tunnel": addrs(bound.map(|b| &b.tunnel)),
             "http": addrs(bound.map(|b| &b.http)),
             "counters": shared.counters().snapshot(),
+            "limits": {
+                "connections_per_client": shared.limits.per_client(),
+                "connections": shared.limits.total(),
+                "open": shared.limits.open(),
+                "refused": shared.limits.refused(),
+            },
         }),
     )
 }

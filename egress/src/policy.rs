@@ -182,29 +182,76 @@ pub enum Denied {
     /// the configured list says.
     #[error("{addr} is not a unicast destination")]
     NotUnicast { addr: IpAddr },
+    /// An address of one of this host's own interfaces (other than its
+    /// loopback interfaces, which follow the list): never a destination,
+    /// whatever the configured list says.
+    #[error("{addr} is an address of this host")]
+    HostAddress { addr: IpAddr },
 }
 
-/// The ranges no upstream address may lie in.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The addresses of this host's own interfaces, except those of its
+/// loopback interfaces (which the deny list governs, as it does 127/8):
+/// replaced whole while the proxy runs, as interfaces come and go.
+#[derive(Debug, Default)]
+pub struct HostAddrs(std::sync::RwLock<Vec<IpAddr>>);
+
+impl HostAddrs {
+    pub fn set(&self, addrs: Vec<IpAddr>) {
+        match self.0.write() {
+            Ok(mut a) => *a = addrs,
+            Err(poisoned) => *poisoned.into_inner() = addrs,
+        }
+    }
+
+    pub fn contains(&self, addr: IpAddr) -> bool {
+        let addr = addr.to_canonical();
+        match self.0.read() {
+            Ok(a) => a.contains(&addr),
+            Err(poisoned) => poisoned.into_inner().contains(&addr),
+        }
+    }
+}
+
+/// The ranges no upstream address may lie in, and this host's own
+/// addresses.
+#[derive(Debug, Clone)]
 pub struct DenyList {
     nets: Vec<IpNet>,
+    host: std::sync::Arc<HostAddrs>,
 }
+
+impl PartialEq for DenyList {
+    fn eq(&self, other: &Self) -> bool {
+        self.nets == other.nets
+    }
+}
+
+impl Eq for DenyList {}
 
 impl Default for DenyList {
     fn default() -> Self {
-        DenyList {
-            nets: DEFAULT_DENY
+        DenyList::new(
+            DEFAULT_DENY
                 .iter()
                 .filter_map(|net| net.parse().ok())
                 .collect(),
-        }
+        )
     }
 }
 
 impl DenyList {
     /// A list that replaces the default one.
     pub fn new(nets: Vec<IpNet>) -> DenyList {
-        DenyList { nets }
+        DenyList {
+            nets,
+            host: std::sync::Arc::default(),
+        }
+    }
+
+    /// The same list, also refusing the addresses in `host`.
+    pub fn with_host_addrs(mut self, host: std::sync::Arc<HostAddrs>) -> DenyList {
+        self.host = host;
+        self
     }
 
     /// `Some(list)` replaces the default list; `None` keeps it.
@@ -228,6 +275,9 @@ impl DenyList {
         for candidate in candidates {
             if !is_unicast(candidate) {
                 return Err(Denied::NotUnicast { addr });
+            }
+            if self.host.contains(candidate) {
+                return Err(Denied::HostAddress { addr });
             }
             if let Some(range) = self.nets.iter().find(|net| net.contains(&candidate)) {
                 return Err(Denied::Range {

@@ -29,6 +29,7 @@ use crate::access::{AccessLog, Counters, Decision, Pending};
 use crate::body::{Logged, ProxyBody};
 use crate::ca::LeafCache;
 use crate::dial::{self, DialError};
+use crate::limits::{Limits, Slot};
 use crate::policy::{Allowlist, DenyList, Host, parse_host};
 use crate::rewrite::{inject, path_without_query_values};
 use crate::settings::Settings;
@@ -36,10 +37,6 @@ use crate::target::{Target, host_header_matches, parse_absolute, parse_connect};
 use crate::tokens::Credentials;
 use crate::upstream::{self, Sender, UpstreamError, UpstreamTls};
 
-/// How long a client may take to send a request head outside a tunnel.
-const CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a tunnel may sit idle between requests.
-const TUNNEL_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long the client's TLS handshake inside a tunnel may take.
 const CLIENT_TLS_TIMEOUT: Duration = Duration::from_secs(15);
 /// How many targets keep a shared HTTP/2 connection.
@@ -79,6 +76,8 @@ pub struct Bound {
 pub(crate) struct Shared {
     allow: Allowlist,
     deny: DenyList,
+    /// What `deny` refuses besides its ranges: this host's addresses.
+    host_addrs: Arc<crate::policy::HostAddrs>,
     resolve: BTreeMap<String, IpAddr>,
     /// Replaced whole when the tokens are reloaded.
     credentials: std::sync::RwLock<Arc<Credentials>>,
@@ -87,6 +86,15 @@ pub(crate) struct Shared {
     /// One HTTP/2 connection per target, shared by every tunnel to it.
     h2_pool: std::sync::Mutex<std::collections::HashMap<Target, Sender>>,
     header_timeout: Duration,
+    /// hyper's header read timeout, which runs from the moment a
+    /// connection waits for a request head: before the first request and
+    /// while idle between requests (keep-alive).
+    client_idle: Duration,
+    tunnel_idle: Duration,
+    /// The data plane's connections, per client and in all.
+    pub(crate) limits: Arc<Limits>,
+    /// The management endpoint's open connections (its own small budget).
+    pub(crate) mgmt_open: std::sync::atomic::AtomicUsize,
     log: AccessLog,
     pub(crate) mgmt_token: String,
     pub(crate) bound: std::sync::OnceLock<Bound>,
@@ -184,15 +192,31 @@ pub async fn bind(
     };
     let counters = Arc::new(Counters::default());
     let log = AccessLog::spawn(log_out, counters).map_err(ServerError::Log)?;
+    // The data plane's budget stays below the descriptor limit, so that
+    // the management endpoint always has descriptors to answer with.
+    let total = crate::limits::budget(
+        crate::limits::descriptor_limit().unwrap_or(1024),
+        settings.max_connections,
+    );
+    let limits = Limits::new(settings.max_connections_per_client, total);
+    // This host's own addresses are refused like the deny list's ranges,
+    // read now and kept current by `run`.
+    let host_addrs = Arc::new(crate::policy::HostAddrs::default());
+    host_addrs.set(dial::host_addrs());
     let shared = Arc::new(Shared {
         allow: settings.allow,
-        deny: settings.deny,
+        deny: settings.deny.with_host_addrs(host_addrs.clone()),
+        host_addrs,
         resolve: settings.resolve,
         credentials: std::sync::RwLock::new(Arc::new(settings.credentials)),
         leaves: LeafCache::new(settings.ca, provider),
         upstream,
         h2_pool: std::sync::Mutex::new(std::collections::HashMap::new()),
         header_timeout: settings.upstream_header_timeout,
+        client_idle: settings.client_idle_timeout,
+        tunnel_idle: settings.tunnel_idle_timeout,
+        limits,
+        mgmt_open: std::sync::atomic::AtomicUsize::new(0),
         log,
         mgmt_token: settings.mgmt_token,
         bound: std::sync::OnceLock::new(),
@@ -233,6 +257,7 @@ impl Server {
             tasks.spawn(accept_loop(listener, self.shared.clone()));
         }
         tasks.spawn(crate::mgmt::serve(self.mgmt, self.shared.clone()));
+        tasks.spawn(dial::watch_host_addrs(self.shared.host_addrs.clone()));
         shutdown.await;
         tasks.abort_all();
     }
@@ -249,26 +274,36 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
+        // Over a limit: closed at once (counted, logged at a bounded rate).
+        let Ok(slot) = shared.limits.admit(peer.ip()) else {
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         tokio::spawn(async move {
             let counters = shared.counters().clone();
             counters.connections.fetch_add(1, Ordering::Relaxed);
             counters.open_connections.fetch_add(1, Ordering::Relaxed);
-            serve_client(shared, stream, peer).await;
+            serve_client(shared, stream, peer, Arc::new(slot)).await;
             counters.open_connections.fetch_sub(1, Ordering::Relaxed);
         });
     }
 }
 
-async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+/// Serves one client connection; `slot` (its place in the limits) is held
+/// until the connection and whatever it was upgraded to (a tunnel, a
+/// WebSocket) have ended.
+async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, slot: Arc<Slot>) {
+    let idle = shared.client_idle;
     let service = service_fn(move |req| {
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(proxy_request(shared, peer, req).await) }
+        let slot = slot.clone();
+        async move { Ok::<_, Infallible>(proxy_request(shared, peer, req, slot).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(CLIENT_HEADER_TIMEOUT)
+        .header_read_timeout(idle)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     if let Err(e) = conn.await {
@@ -280,11 +315,12 @@ async fn proxy_request(
     shared: Arc<Shared>,
     peer: SocketAddr,
     req: Request<Incoming>,
+    slot: Arc<Slot>,
 ) -> Response<ProxyBody> {
     if req.method() == Method::CONNECT {
-        connect(shared, peer, req).await
+        connect(shared, peer, req, slot).await
     } else {
-        plain(shared, peer, req).await
+        plain(shared, peer, req, slot).await
     }
 }
 
@@ -293,6 +329,7 @@ async fn connect(
     shared: Arc<Shared>,
     peer: SocketAddr,
     req: Request<Incoming>,
+    slot: Arc<Slot>,
 ) -> Response<ProxyBody> {
     let authority = req
         .uri()
@@ -316,7 +353,7 @@ async fn connect(
     let tunnel_shared = shared.clone();
     tokio::spawn(async move {
         match hyper::upgrade::on(req).await {
-            Ok(upgraded) => tunnel(tunnel_shared, peer, target, addrs, upgraded).await,
+            Ok(upgraded) => tunnel(tunnel_shared, peer, target, addrs, upgraded, slot).await,
             Err(e) => tracing::debug!(%peer, error = %e, "CONNECT upgrade failed"),
         }
     });
@@ -334,6 +371,8 @@ struct Tunnel {
     target: Target,
     addrs: Vec<SocketAddr>,
     upstream: Mutex<Option<Sender>>,
+    /// The client connection's place in the limits.
+    slot: Arc<Slot>,
 }
 
 async fn tunnel(
@@ -342,6 +381,7 @@ async fn tunnel(
     target: Target,
     addrs: Vec<SocketAddr>,
     upgraded: hyper::upgrade::Upgraded,
+    slot: Arc<Slot>,
 ) {
     let acceptor =
         LazyConfigAcceptor::new(rustls::server::Acceptor::default(), TokioIo::new(upgraded));
@@ -377,7 +417,9 @@ async fn tunnel(
         target,
         addrs,
         upstream: Mutex::new(None),
+        slot,
     });
+    let idle = shared.tunnel_idle;
     let service = service_fn(move |req| {
         let shared = shared.clone();
         let tunnel = tunnel.clone();
@@ -385,7 +427,7 @@ async fn tunnel(
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(TUNNEL_IDLE_TIMEOUT)
+        .header_read_timeout(idle)
         .serve_connection(TokioIo::new(tls), service)
         .with_upgrades();
     if let Err(e) = conn.await {
@@ -411,6 +453,21 @@ async fn tunnel_request(
         req.method().as_str(),
         path_without_query_values(&path),
     );
+    // One Host header, naming the tunnel: a second copy (which an upstream
+    // might read instead of the first) is refused before any key goes in.
+    if req.headers().get_all(header::HOST).iter().nth(1).is_some() {
+        let why = format!(
+            "more than one Host header; send one naming {}",
+            tunnel.target
+        );
+        return refuse(
+            &shared,
+            pending,
+            StatusCode::BAD_REQUEST,
+            "duplicate-host",
+            &why,
+        );
+    }
     let host_ok = req
         .headers()
         .get(header::HOST)
@@ -446,7 +503,8 @@ async fn tunnel_request(
             .upstream
             .connect(&tunnel.target, &tunnel.addrs, &shared.deny, true)
             .await;
-        return forward_upgrade(&shared, pending, token, sender, req, &tunnel.target).await;
+        let slot = tunnel.slot.clone();
+        return forward_upgrade(&shared, pending, token, sender, req, &tunnel.target, slot).await;
     }
     let sent =
         tokio::time::timeout(shared.header_timeout, send_in_tunnel(&shared, &tunnel, req)).await;
@@ -520,6 +578,7 @@ async fn plain(
     shared: Arc<Shared>,
     peer: SocketAddr,
     mut req: Request<Incoming>,
+    slot: Arc<Slot>,
 ) -> Response<ProxyBody> {
     let uri = req.uri().clone();
     let shown_path = path_without_query_values(uri.path_and_query().map_or("/", |pq| pq.as_str()));
@@ -529,6 +588,18 @@ async fn plain(
         Ok(parsed) => parsed,
         Err(e) => return refuse(&shared, pending, StatusCode::BAD_REQUEST, "bad-target", &e),
     };
+    // The URL names the target; one Host header at most (it is replaced
+    // by the URL's authority below).
+    if req.headers().get_all(header::HOST).iter().nth(1).is_some() {
+        let why = "more than one Host header";
+        return refuse(
+            &shared,
+            pending,
+            StatusCode::BAD_REQUEST,
+            "duplicate-host",
+            &why,
+        );
+    }
     if !shared.allow.allows(&target.host) {
         let why = format!("{} is not on the allowlist", target.host);
         return refuse(&shared, pending, StatusCode::FORBIDDEN, "not-allowed", &why);
@@ -562,7 +633,7 @@ async fn plain(
     }
     let sender = upstream::connect_plain(&addrs, &shared.deny).await;
     if upgrade {
-        return forward_upgrade(&shared, pending, None, sender, req, &target).await;
+        return forward_upgrade(&shared, pending, None, sender, req, &target, slot).await;
     }
     let sent = tokio::time::timeout(shared.header_timeout, async {
         let mut sender = sender?;
@@ -573,7 +644,8 @@ async fn plain(
 }
 
 /// Sends an upgrade request (WebSocket) on a connection of its own and,
-/// when the upstream switches protocols, joins the two upgraded streams.
+/// when the upstream switches protocols, joins the two upgraded streams,
+/// holding the client connection's `slot` until they end.
 async fn forward_upgrade(
     shared: &Shared,
     pending: Pending,
@@ -581,6 +653,7 @@ async fn forward_upgrade(
     sender: Result<Sender, UpstreamError>,
     mut req: Request<Incoming>,
     target: &Target,
+    slot: Arc<Slot>,
 ) -> Response<ProxyBody> {
     let client_upgrade = hyper::upgrade::on(&mut req);
     let sent = tokio::time::timeout(shared.header_timeout, async {
@@ -592,6 +665,7 @@ async fn forward_upgrade(
         Ok(Ok(mut response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
             let upstream_upgrade = hyper::upgrade::on(&mut response);
             tokio::spawn(async move {
+                let _slot = slot;
                 match tokio::join!(client_upgrade, upstream_upgrade) {
                     (Ok(client), Ok(upstream)) => {
                         let mut client = TokioIo::new(client);

@@ -41,6 +41,7 @@ impl Lines {
 struct Fixture {
     proxy: SocketAddr,
     plain: SocketAddr,
+    mgmt: SocketAddr,
     ca_pem: String,
     token: String,
     upstream: Upstream,
@@ -49,6 +50,10 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
+    fixture_with(crate::settings::Limits::default()).await
+}
+
+async fn fixture_with(limits: crate::settings::Limits) -> Fixture {
     let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), &["api.openai.com"]);
     let new = generate().unwrap();
     let ca = Ca::load(&new.cert_pem, &new.key_pem).unwrap();
@@ -68,6 +73,7 @@ async fn fixture() -> Fixture {
         credential_source: "env".into(),
         enforce_network: false,
         mgmt_token: "m".repeat(32),
+        limits,
     };
     let mut settings = Settings::new(
         &file,
@@ -88,6 +94,7 @@ async fn fixture() -> Fixture {
     Fixture {
         proxy: bound.tunnel[0],
         plain: bound.http[0],
+        mgmt: bound.mgmt,
         ca_pem: new.cert_pem,
         token: tokens.tokens["openai"].clone(),
         upstream,
@@ -270,4 +277,159 @@ fn hop_by_hop_headers_and_proxy_credentials_are_stripped() {
     strip_hop_by_hop(&mut upgrade, true);
     assert_eq!(upgrade["upgrade"], "websocket");
     assert_eq!(upgrade["connection"], "upgrade");
+}
+
+#[tokio::test]
+async fn a_doubled_host_header_is_refused_on_the_plain_port_too() {
+    let f = fixture().await;
+    let mut tcp = TcpStream::connect(f.plain).await.unwrap();
+    let authority = format!("example.org:{}", f.upstream.addr.port());
+    tcp.write_all(
+        format!(
+            "GET http://{authority}/ HTTP/1.1\r\nHost: {authority}\r\nHost: evil.test\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
+    assert!(
+        response.contains("x-hermes-egress-refused: duplicate-host"),
+        "{response}"
+    );
+    assert_eq!(f.upstream.accepted(), 0);
+}
+
+/// Whether the proxy closes `tcp` within `within` (reads end-of-file).
+async fn closed_within(tcp: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 512];
+    let read = async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(within, read).await.is_ok()
+}
+
+async fn health(mgmt: SocketAddr) -> String {
+    let mut tcp = TcpStream::connect(mgmt).await.unwrap();
+    let token = "m".repeat(32);
+    tcp.write_all(
+        format!("GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(5), tcp.read_to_string(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    response
+}
+
+#[tokio::test]
+async fn a_client_over_its_connection_limit_is_closed_at_once_and_health_answers() {
+    let f = fixture_with(crate::settings::Limits {
+        max_connections_per_client: Some(3),
+        ..Default::default()
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(TcpStream::connect(f.proxy).await.unwrap());
+    }
+    // The three are admitted (a CONNECT on one still gets its answer)...
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // ...the fourth and fifth, on either port, are closed at once.
+    for addr in [f.proxy, f.plain] {
+        let mut over = TcpStream::connect(addr).await.unwrap();
+        assert!(closed_within(&mut over, Duration::from_secs(2)).await);
+    }
+    let response = health(f.mgmt).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains(r#""refused":2"#), "{response}");
+    assert!(response.contains(r#""open":3"#), "{response}");
+    // A place freed is a place taken again.
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let authority = format!("api.openai.com:{}", f.upstream.addr.port());
+    let (tcp, head) = connect(f.proxy, &authority).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let auth = format!("Bearer {}", f.token);
+    let (status, _, _) = request(
+        tcp,
+        &f.ca_pem,
+        "api.openai.com",
+        get(&authority, "/echo", Some(&auth)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_before_the_first_request_and_between_requests() {
+    let f = fixture_with(crate::settings::Limits {
+        client_idle_timeout_seconds: Some(1),
+        tunnel_idle_timeout_seconds: Some(1),
+        ..Default::default()
+    })
+    .await;
+    // Nothing sent at all.
+    let mut idle = TcpStream::connect(f.proxy).await.unwrap();
+    let started = std::time::Instant::now();
+    assert!(closed_within(&mut idle, Duration::from_secs(5)).await);
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    // Half a request head, then nothing.
+    let mut slow = TcpStream::connect(f.plain).await.unwrap();
+    slow.write_all(b"GET http://example.org/ HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    assert!(closed_within(&mut slow, Duration::from_secs(5)).await);
+
+    // A tunnel left idle after one request (kept alive) is closed too.
+    let authority = format!("api.openai.com:{}", f.upstream.addr.port());
+    let (tcp, _) = connect(f.proxy, &authority).await;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(f.ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(
+            rustls_pki_types::ServerName::try_from("api.openai.com").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let auth = format!("Bearer {}", f.token);
+    let response = sender
+        .send_request(get(&authority, "/echo", Some(&auth)))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.into_body().collect().await.unwrap();
+    let started = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("the idle tunnel was not closed")
+        .unwrap()
+        .ok();
+    assert!(started.elapsed() >= Duration::from_millis(900));
 }

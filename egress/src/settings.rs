@@ -38,6 +38,80 @@ pub struct ProxyConfigFile {
     pub enforce_network: bool,
     /// The bearer token of the management endpoint.
     pub mgmt_token: String,
+    /// Connection limits, idle timeouts and the log's rotation: set by
+    /// hand in this file (`egress setup` keeps them); absent, the defaults.
+    #[serde(default, skip_serializing_if = "Limits::is_default")]
+    pub limits: Limits,
+}
+
+/// The tunable limits of `config.json`'s `limits` object; every field is
+/// optional and falls back to the default named on it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Connections one client address may hold open
+    /// ([`crate::limits::DEFAULT_PER_CLIENT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_client: Option<usize>,
+    /// Ceiling of the data plane's connections ([`crate::limits::DEFAULT_TOTAL`]),
+    /// lowered further to stay below the descriptor limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<usize>,
+    /// How long a client connection may wait before its first request
+    /// and between requests ([`DEFAULT_CLIENT_IDLE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_idle_timeout_seconds: Option<u64>,
+    /// How long a tunnel may sit idle between requests ([`DEFAULT_TUNNEL_IDLE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel_idle_timeout_seconds: Option<u64>,
+    /// Size at which `proxy.log` is rotated ([`DEFAULT_LOG_MAX_BYTES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_max_bytes: Option<u64>,
+    /// Rotated logs kept, `proxy.log.1` to `proxy.log.N` ([`DEFAULT_LOG_FILES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_files: Option<usize>,
+}
+
+/// How long a client connection may wait for its first request, and
+/// between requests (hyper's header read timeout covers both).
+pub const DEFAULT_CLIENT_IDLE: Duration = Duration::from_secs(30);
+/// How long a tunnel may sit idle between requests.
+pub const DEFAULT_TUNNEL_IDLE: Duration = Duration::from_secs(300);
+/// The size at which `proxy.log` is rotated.
+pub const DEFAULT_LOG_MAX_BYTES: u64 = 10 * 1024 * 1024;
+/// How many rotated logs are kept.
+pub const DEFAULT_LOG_FILES: usize = 5;
+
+impl Limits {
+    pub fn is_default(&self) -> bool {
+        *self == Limits::default()
+    }
+
+    pub fn log_max_bytes(&self) -> u64 {
+        self.log_max_bytes.unwrap_or(DEFAULT_LOG_MAX_BYTES)
+    }
+
+    pub fn log_files(&self) -> usize {
+        self.log_files.unwrap_or(DEFAULT_LOG_FILES)
+    }
+
+    fn check(&self) -> Result<(), &'static str> {
+        if self.max_connections_per_client == Some(0) || self.max_connections == Some(0) {
+            return Err("limits: connection limits must be at least 1");
+        }
+        if self.client_idle_timeout_seconds == Some(0)
+            || self.tunnel_idle_timeout_seconds == Some(0)
+        {
+            return Err("limits: idle timeouts must be at least 1 second");
+        }
+        if self.log_max_bytes.is_some_and(|b| b < 64 * 1024) {
+            return Err("limits: log_max_bytes must be at least 65536");
+        }
+        if self.log_files.is_some_and(|n| !(1..=100).contains(&n)) {
+            return Err("limits: log_files must be 1-100");
+        }
+        Ok(())
+    }
 }
 
 impl ProxyConfigFile {
@@ -55,6 +129,7 @@ impl ProxyConfigFile {
             credential_source: proxy.credential_source.clone(),
             enforce_network: proxy.enforce_network,
             mgmt_token,
+            limits: Limits::default(),
         }
     }
 
@@ -90,6 +165,7 @@ impl ProxyConfigFile {
         if file.mgmt_token.len() < 32 {
             return Err(invalid("mgmt_token is missing or too short"));
         }
+        file.limits.check().map_err(invalid)?;
         Ok(file)
     }
 
@@ -124,6 +200,18 @@ pub struct Settings {
     pub upstream_header_timeout: Duration,
     pub credentials: Credentials,
     pub ca: Arc<Ca>,
+    /// Connections one client address may hold open.
+    pub max_connections_per_client: usize,
+    /// Ceiling of the data plane's connections (see [`crate::limits::budget`]).
+    pub max_connections: usize,
+    /// Before the first request and between requests, outside tunnels.
+    pub client_idle_timeout: Duration,
+    /// Between requests inside a tunnel.
+    pub tunnel_idle_timeout: Duration,
+    /// The size at which `proxy.log` is rotated.
+    pub log_max_bytes: u64,
+    /// How many rotated logs are kept.
+    pub log_files: usize,
 }
 
 impl Settings {
@@ -149,6 +237,24 @@ impl Settings {
             upstream_header_timeout: Duration::from_secs(file.upstream_header_timeout_seconds),
             credentials,
             ca: Arc::new(ca),
+            max_connections_per_client: file
+                .limits
+                .max_connections_per_client
+                .unwrap_or(crate::limits::DEFAULT_PER_CLIENT),
+            max_connections: file
+                .limits
+                .max_connections
+                .unwrap_or(crate::limits::DEFAULT_TOTAL),
+            client_idle_timeout: file
+                .limits
+                .client_idle_timeout_seconds
+                .map_or(DEFAULT_CLIENT_IDLE, Duration::from_secs),
+            tunnel_idle_timeout: file
+                .limits
+                .tunnel_idle_timeout_seconds
+                .map_or(DEFAULT_TUNNEL_IDLE, Duration::from_secs),
+            log_max_bytes: file.limits.log_max_bytes(),
+            log_files: file.limits.log_files(),
         }
     }
 }
@@ -177,8 +283,20 @@ mod tests {
         let mut wild = file.clone();
         wild.listen = Some(vec!["0.0.0.0".parse().unwrap()]);
         assert!(ProxyConfigFile::parse(wild.render().as_bytes()).is_err());
-        let mut weak = file;
+        let mut weak = file.clone();
         weak.mgmt_token = String::new();
         assert!(ProxyConfigFile::parse(weak.render().as_bytes()).is_err());
+        // No limits set: none written, the defaults used.
+        assert!(!file.render().contains("limits"));
+        let mut tuned = file;
+        tuned.limits.max_connections_per_client = Some(8);
+        tuned.limits.log_files = Some(2);
+        let parsed = ProxyConfigFile::parse(tuned.render().as_bytes()).unwrap();
+        assert_eq!(parsed.limits, tuned.limits);
+        tuned.limits.max_connections_per_client = Some(0);
+        assert!(ProxyConfigFile::parse(tuned.render().as_bytes()).is_err());
+        tuned.limits.max_connections_per_client = None;
+        tuned.limits.log_files = Some(0);
+        assert!(ProxyConfigFile::parse(tuned.render().as_bytes()).is_err());
     }
 }

@@ -7,7 +7,8 @@
 //! symlink), reads the real keys from the environment and `.env` into
 //! memory only, binds, writes `state.json` (where it listens) and serves
 //! until SIGTERM. `start` runs `serve` as a daemon logging to `proxy.log`
-//! and waits until it listens; `stop` ends it; `status` reports.
+//! (which the daemon then rotates by size) and waits until it listens;
+//! `stop` ends it; `status` reports.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, Read, Write};
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use hermes_egress::ca::{self, Ca};
+use hermes_egress::logfile::{RotatingLog, SharedLog, own_stdio};
 use hermes_egress::settings::{CONFIG_FILE, ProxyConfigFile, Settings};
 use hermes_egress::tokens::{
     self, Credentials, MAPPINGS_FILE, MappingsFile, TOKENS_FILE, TokensFile,
@@ -190,7 +192,11 @@ fn setup(home: &Home, paths: &Paths, rotate: bool) -> anyhow::Result<ExitCode> {
         Some(old) => old.mgmt_token.clone(),
         None => random_hex(32)?,
     };
-    let proxy_config = ProxyConfigFile::from_model(&config.proxy, mgmt_token);
+    let mut proxy_config = ProxyConfigFile::from_model(&config.proxy, mgmt_token);
+    // The limits are set by hand in config.json: kept.
+    if let Some(old) = &old_config {
+        proxy_config.limits = old.limits.clone();
+    }
     let config_changed = old_config.as_ref() != Some(&proxy_config);
     write_file(
         &paths.config(),
@@ -484,13 +490,19 @@ fn serve_with_pid_file(
     fingerprint: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     raise_open_files_limit();
+    // Started by `start`, with its output going to proxy.log: from here on
+    // the daemon writes that file itself, rotated by size.
+    let own_log = own_log(paths, settings.log_max_bytes, settings.log_files);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("egress")
         .build()?;
     runtime.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
-        let access = Box::new(std::io::BufWriter::new(std::io::stdout()));
+        let access: Box<dyn Write + Send> = match own_log {
+            Some(log) => Box::new(log),
+            None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+        };
         let server = hermes_egress::server::bind(settings, access).await?;
         let bound = server.bound().clone();
         // What the daemon runs with, for `status` and the proxy planner:
@@ -549,6 +561,28 @@ fn serve_with_pid_file(
     })?;
     runtime.shutdown_timeout(Duration::from_millis(200));
     Ok(ExitCode::SUCCESS)
+}
+
+/// When this process's stdout is `proxy.log` (as `start` arranges), the
+/// log rotated by size, with stdout and stderr following it.
+fn own_log(paths: &Paths, max_bytes: u64, keep: usize) -> Option<SharedLog> {
+    use std::os::unix::fs::MetadataExt;
+    let out = nix::sys::stat::fstat(std::io::stdout()).ok()?;
+    let log = fs::symlink_metadata(paths.log()).ok()?;
+    if !log.is_file() || out.st_dev != log.dev() || out.st_ino != log.ino() {
+        return None;
+    }
+    let shared = SharedLog::new(RotatingLog::open(&paths.log(), max_bytes, keep).ok()?);
+    match own_stdio(&shared) {
+        Ok(()) => Some(shared),
+        Err(e) => {
+            eprintln!(
+                "hermes egress proxy: cannot rotate {}: {e}",
+                paths.log().display()
+            );
+            None
+        }
+    }
 }
 
 fn join(addrs: &[SocketAddr]) -> String {
