@@ -58,13 +58,12 @@ pub enum Action {
 impl Describe for Action {
     fn kind(&self) -> Kind {
         match self {
-            Action::Create(_) | Action::Start { .. } | Action::PrepareWorkspace { .. } => {
-                Kind::Create
-            }
+            Action::Create(_) | Action::PrepareWorkspace { .. } => Kind::Create,
             Action::ProxySetup | Action::ProxyStart => Kind::Create,
-            Action::InstanceStart(_) | Action::CloudCreate { .. } | Action::CloudResume { .. } => {
-                Kind::Create
-            }
+            // An instance that is not running does not exist.
+            Action::InstanceStart(_) | Action::CloudCreate { .. } => Kind::Create,
+            // A stopped container or sandbox exists: starting it changes it.
+            Action::Start { .. } | Action::CloudResume { .. } => Kind::Change,
             Action::InstanceRestart(_) | Action::CloudRecreate { .. } => Kind::Change,
             Action::Recreate { .. } | Action::ProxyRestart => Kind::Change,
             Action::Remove { .. } | Action::ProxyStop => Kind::Remove,

@@ -199,8 +199,8 @@ mod tests {
         let d = desired(DAYTONA, DAYTONA_KEY);
         assert_eq!(
             plan_text(&d, seen(Some(("sb-7", CloudSandboxState::Stopped)), None)),
-            "+ daytona default/default   resume      sandbox sb-7 is stopped; its filesystem is kept\n\
-             Plan: 1 to create, 0 to change, 0 to remove."
+            "~ daytona default/default   resume      sandbox sb-7 is stopped; its filesystem is kept\n\
+             Plan: 0 to create, 1 to change, 0 to remove."
         );
         assert_eq!(
             plan_text(&d, seen(Some(("sb-7", CloudSandboxState::Running)), None)),

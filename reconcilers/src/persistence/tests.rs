@@ -88,15 +88,15 @@ fn an_exited_or_created_container_with_the_same_hash_is_started() {
             &d,
             vec![container("a", ContainerState::Exited, Some(&hash))]
         ),
-        "+ sandbox default/default   start       exited 14m ago\n\
-         Plan: 1 to create, 0 to change, 0 to remove."
+        "~ sandbox default/default   start       exited 14m ago\n\
+         Plan: 0 to create, 1 to change, 0 to remove."
     );
     let mut created = container("a", ContainerState::Created, Some(&hash));
     created.created = NOW - 30;
     assert_eq!(
         render(&d, vec![created]),
-        "+ sandbox default/default   start       created 30s ago, never started\n\
-         Plan: 1 to create, 0 to change, 0 to remove."
+        "~ sandbox default/default   start       created 30s ago, never started\n\
+         Plan: 0 to create, 1 to change, 0 to remove."
     );
 }
 
