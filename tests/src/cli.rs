@@ -90,10 +90,14 @@ impl From<Output> for Run {
 }
 
 impl TestHome {
+    /// A new home, 0700 as hermes makes one (hermes warns about a home
+    /// open to other users).
     pub fn new() -> TestHome {
-        TestHome {
-            dir: tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}")),
-        }
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .unwrap_or_else(|e| panic!("chmod 700 {}: {e}", dir.path().display()));
+        TestHome { dir }
     }
 
     pub fn path(&self) -> &Path {

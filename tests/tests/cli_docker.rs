@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use hermes_tests::cli::TestHome;
+use hermes_tests::cli::{Run, TestHome};
 use hermes_tests::docker_cli::{ProfileCleanup, containers_of, docker};
 
 fn docker_home(profile: &str) -> (TestHome, ProfileCleanup) {
@@ -330,4 +330,46 @@ fn a_failed_pull_names_the_image_keeps_the_old_sandbox_and_the_rest_of_the_plan_
         apply.stdout
     );
     assert_eq!(containers_of(&profile), [(name, "running".to_string())]);
+}
+
+/// With no engine at `DOCKER_HOST` (no socket, or a socket nobody
+/// listens on), every command says so in one line: the cause once, and
+/// what to check.
+#[test]
+fn an_engine_that_does_not_answer_is_named_once_with_what_to_check() {
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: docker\n");
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.sock");
+    let dead = dir.path().join("dead.sock");
+    // Bound and closed: the file stays, and connecting is refused.
+    drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
+    for (socket, cause) in [
+        (&missing, "No such file or directory (os error 2)"),
+        (&dead, "Connection refused (os error 111)"),
+    ] {
+        let host = format!("unix://{}", socket.display());
+        for args in [
+            &["reconcile"][..],
+            &["reconcile", "--dry-run"],
+            &["exec", "--", "true"],
+            &["sandbox", "list"],
+        ] {
+            let run: Run = home
+                .command(args)
+                .env("DOCKER_HOST", &host)
+                .output()
+                .unwrap()
+                .into();
+            assert_eq!(run.code, 1, "{args:?}: {run:?}");
+            assert_eq!(
+                run.stderr,
+                format!(
+                    "error: cannot reach the Docker engine at {host}: {cause}; \
+                     is dockerd running, and is DOCKER_HOST right?\n"
+                ),
+                "{args:?}"
+            );
+        }
+    }
 }

@@ -10,13 +10,13 @@ use bollard::errors::Error as BollardError;
 #[derive(Debug, thiserror::Error)]
 pub enum DockerError {
     /// The engine did not answer at `host` (`DOCKER_HOST`, or the local
-    /// socket).
-    #[error("cannot reach the Docker engine at {host}: {source}")]
-    Connect {
-        host: String,
-        #[source]
-        source: BollardError,
-    },
+    /// socket). The message names the cause once (the innermost of
+    /// bollard's chain) and what to check.
+    #[error(
+        "cannot reach the Docker engine at {host}: {}; {UNREACHABLE_HINT}",
+        root_cause(error)
+    )]
+    Connect { host: String, error: BollardError },
 
     /// The container does not exist ("No such container") or is not
     /// running: the caller may recreate it and retry once.
@@ -84,14 +84,55 @@ pub enum DockerError {
     #[error("network {network} exists but {reason}; remove it or turn proxy.enforce_network off")]
     ForeignNetwork { network: String, reason: String },
 
-    /// Any other answer of the engine: `action` on `target` failed.
-    #[error("{action} {target}: {source}")]
+    /// Any other answer of the engine: `action` on `target` failed (the
+    /// engine's own message, or, when it could not be reached, the cause
+    /// once and what to check).
+    #[error("{action} {target}: {}", engine_cause(error))]
     Engine {
         action: &'static str,
         target: String,
-        #[source]
-        source: BollardError,
+        error: BollardError,
     },
+}
+
+/// What to check when the engine cannot be reached.
+pub const UNREACHABLE_HINT: &str = "is dockerd running, and is DOCKER_HOST right?";
+
+/// The innermost message of an error's chain: what actually failed
+/// (`No such file or directory (os error 2)`), without the layers that
+/// repeat it (`error in the hyper legacy client: client error (Connect):
+/// …`).
+pub fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut innermost = error;
+    while let Some(next) = innermost.source() {
+        innermost = next;
+    }
+    innermost.to_string()
+}
+
+/// Whether the engine was never reached: the request did not get an
+/// answer (no socket, connection refused or reset, a timeout), as opposed
+/// to an answer that is an error.
+pub fn is_unreachable(error: &BollardError) -> bool {
+    matches!(
+        error,
+        BollardError::HyperResponseError { .. }
+            | BollardError::HyperLegacyError { .. }
+            | BollardError::IOError { .. }
+            | BollardError::RequestTimeoutError
+            | BollardError::SocketNotFoundError(_)
+    )
+}
+
+fn engine_cause(error: &BollardError) -> String {
+    if is_unreachable(error) {
+        format!(
+            "cannot reach the Docker engine: {}; {UNREACHABLE_HINT}",
+            root_cause(error)
+        )
+    } else {
+        error.to_string()
+    }
 }
 
 impl DockerError {
@@ -100,7 +141,7 @@ impl DockerError {
         DockerError::Engine {
             action,
             target: target.to_string(),
-            source,
+            error: source,
         }
     }
 
@@ -113,8 +154,8 @@ impl DockerError {
     /// The engine's HTTP status, when the engine answered with an error.
     pub fn status_code(&self) -> Option<u16> {
         match self {
-            DockerError::Connect { source, .. } | DockerError::Engine { source, .. } => {
-                status_code(source)
+            DockerError::Connect { error, .. } | DockerError::Engine { error, .. } => {
+                status_code(error)
             }
             _ => None,
         }

@@ -65,9 +65,9 @@ impl Engine {
     /// engine several milliseconds.
     pub async fn connect() -> Result<Engine, DockerError> {
         let host = docker_host();
-        let connect_error = |source| DockerError::Connect {
+        let connect_error = |error| DockerError::Connect {
             host: host.clone(),
-            source,
+            error,
         };
         let pinged = match host.strip_prefix("unix://") {
             Some(path) => version::ping_unix(path).await.map_err(connect_error)?,
