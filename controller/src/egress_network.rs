@@ -36,6 +36,8 @@ pub struct ProxyNetwork {
     pub bridge: String,
     /// The host firewall chain that admits only the proxy's ports.
     pub chain: String,
+    /// The home's identity, the network's `hermes-home` label.
+    pub home_id: String,
 }
 
 impl ProxyNetwork {
@@ -47,6 +49,7 @@ impl ProxyNetwork {
             name: format!("hermes-egress-{h}"),
             bridge: format!("hermes-{h}"),
             chain: format!("HERMES-{h}"),
+            home_id: home.scope().id,
         }
     }
 
@@ -142,6 +145,10 @@ impl ProxyNetwork {
                 "1".to_string(),
             ),
             ("hermes-egress-network".to_string(), "1".to_string()),
+            (
+                hermes_model::homes::LABEL_HOME.to_string(),
+                self.home_id.clone(),
+            ),
         ]);
         let net = engine
             .ensure_internal_network(&self.name, &self.bridge, &labels)
@@ -231,6 +238,7 @@ mod tests {
             name: "hermes-egress-0a1b2c3d".to_string(),
             bridge: "hermes-0a1b2c3d".to_string(),
             chain: "HERMES-0a1b2c3d".to_string(),
+            home_id: "0a1b2c3d4e5f6071".to_string(),
         }
     }
 

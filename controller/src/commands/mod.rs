@@ -250,6 +250,8 @@ pub fn refresh_egress(home: &Home, desired: &mut Desired) {
 /// Sets the desired egress from the proxy's files, with the warnings
 /// worth a word.
 fn wire_egress(home: &Home, desired: &mut Desired) {
+    // Every sandbox this home makes carries its identity.
+    desired.set_home_id(home.scope().id);
     let egress = crate::egress_state::desired(home, &desired.config);
     let proxy = &desired.config.proxy;
     if proxy.enabled && !proxy.enforce_on_docker {

@@ -142,3 +142,163 @@ fn reconcile_refuses_such_a_config_and_changes_no_sandbox() {
         );
     }
 }
+
+/// The container's id, `None` when there is none of that name.
+fn container_id(name: &str) -> Option<String> {
+    let out = std::process::Command::new("docker")
+        .args(["inspect", "-f", "{{.Id}}", name])
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn names_listed(home: &TestHome, profile: &str) -> Vec<String> {
+    let run = hermes(home, profile, &["sandbox", "list", "--output", "json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let list: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn two_homes_with_one_profile_name_never_touch_each_others_sandboxes() {
+    let profile = profile("homes");
+    let _cleanup = ProfileCleanup(profile.clone());
+    let (a, b) = (TestHome::new(), TestHome::new());
+    a.write_config(docker_config(""));
+    // B wants something else of the same names: another environment (a
+    // recreate) and no warm sandbox at all (a removal, with --prune).
+    b.write_config(docker_config(
+        "  container_persistent: false\n  docker_env: {FROM: b}\n",
+    ));
+    let made = hermes(&a, &profile, &["reconcile"]);
+    assert_eq!(made.code, 0, "{made:?}");
+    let name = format!("hermes-{profile}-default");
+    let a_id = container_id(&name).unwrap();
+
+    let run = hermes(&b, &profile, &["reconcile", "--prune"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(container_id(&name).as_deref(), Some(a_id.as_str()));
+    assert!(!names_listed(&b, &profile).contains(&name));
+
+    // B's own sandboxes live beside A's, and A does not see them.
+    let own = hermes(
+        &b,
+        &profile,
+        &["exec", "--task", "mine", "--", "sh", "-c", "echo $FROM"],
+    );
+    assert_eq!((own.code, own.stdout.as_str()), (0, "b\n"), "{own:?}");
+    let b_name = format!("hermes-{profile}-mine-default");
+    let b_id = container_id(&b_name).unwrap();
+    assert_eq!(names_listed(&b, &profile), std::slice::from_ref(&b_name));
+    assert_eq!(names_listed(&a, &profile), std::slice::from_ref(&name));
+    let run = hermes(&a, &profile, &["reconcile", "--prune"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(container_id(&b_name).as_deref(), Some(b_id.as_str()));
+
+    // A home that wants a name another home's container holds gets an
+    // error naming it, and the container stays.
+    b.write_config(docker_config("  docker_env: {FROM: b}\n"));
+    let run = hermes(&b, &profile, &["reconcile"]);
+    assert_ne!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout
+            .contains(&format!("container {name} is not this home's"))
+            || run
+                .stderr
+                .contains(&format!("container {name} is not this home's")),
+        "{run:?}"
+    );
+    let exec = hermes(&b, &profile, &["exec", "--", "true"]);
+    assert_ne!(exec.code, 0, "{exec:?}");
+    assert!(exec.stderr.contains("is not this home's"), "{exec:?}");
+    assert_eq!(container_id(&name).as_deref(), Some(a_id.as_str()));
+    let inside = docker(&["exec", &name, "sh", "-c", "echo ${FROM:-unset}"]);
+    assert_eq!(inside, "unset\n");
+}
+
+#[test]
+fn a_container_from_before_the_home_label_is_adopted_by_its_home_only() {
+    let profile = profile("adopt");
+    let _cleanup = ProfileCleanup(profile.clone());
+    let (a, b) = (TestHome::new(), TestHome::new());
+    a.write_config(docker_config(""));
+    b.write_config(docker_config(""));
+    let made = hermes(&a, &profile, &["reconcile"]);
+    assert_eq!(made.code, 0, "{made:?}");
+    let name = format!("hermes-{profile}-default");
+    // Make it again as an older hermes did: the same labels but the home's,
+    // the same binds.
+    let labels: std::collections::BTreeMap<String, String> = serde_json::from_str(&docker(&[
+        "inspect",
+        "-f",
+        "{{json .Config.Labels}}",
+        &name,
+    ]))
+    .unwrap();
+    assert!(labels.contains_key("hermes-home"), "{labels:?}");
+    let binds: Vec<String> = serde_json::from_str(&docker(&[
+        "inspect",
+        "-f",
+        "{{json .HostConfig.Binds}}",
+        &name,
+    ]))
+    .unwrap();
+    docker(&["rm", "-f", &name]);
+    let legacy = |name: &str,
+                  binds: &[String],
+                  labels: &std::collections::BTreeMap<String, String>| {
+        let mut args: Vec<String> = vec!["run".into(), "-d".into(), "--name".into(), name.into()];
+        for (k, v) in labels.iter().filter(|(k, _)| *k != "hermes-home") {
+            args.extend(["--label".to_string(), format!("{k}={v}")]);
+        }
+        for bind in binds {
+            args.extend(["-v".to_string(), bind.clone()]);
+        }
+        args.extend([
+            hermes_tests::test_image(),
+            "sleep".into(),
+            "infinity".into(),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        docker(&args).trim().to_string()
+    };
+    let old_id = legacy(&name, &binds, &labels);
+
+    // A adopts it as it is: no recreate, and it is listed.
+    let dry = hermes(&a, &profile, &["reconcile", "--dry-run"]);
+    assert_eq!(
+        (dry.code, dry.stdout.as_str()),
+        (0, "No changes. The host is converged.\n"),
+        "{dry:?}"
+    );
+    assert_eq!(names_listed(&a, &profile), std::slice::from_ref(&name));
+    // B leaves it alone.
+    assert!(names_listed(&b, &profile).is_empty());
+    let run = hermes(&b, &profile, &["reconcile", "--prune"]);
+    assert_ne!(run.code, 0, "{run:?}");
+    assert_eq!(container_id(&name).as_deref(), Some(old_id.as_str()));
+
+    // One without the label whose binds are elsewhere is nobody's here.
+    let stray_dir = tempfile::tempdir().unwrap();
+    let mut stray_labels = labels.clone();
+    stray_labels.insert("hermes-task-id".into(), "stray".into());
+    let stray = format!("hermes-{profile}-stray");
+    let stray_id = legacy(
+        &stray,
+        &[format!("{}:/workspace", stray_dir.path().display())],
+        &stray_labels,
+    );
+    assert_eq!(names_listed(&a, &profile), std::slice::from_ref(&name));
+    assert!(names_listed(&b, &profile).is_empty());
+    for home in [&a, &b] {
+        hermes(home, &profile, &["reconcile", "--prune"]);
+    }
+    assert_eq!(container_id(&stray).as_deref(), Some(stray_id.as_str()));
+    assert_eq!(container_id(&name).as_deref(), Some(old_id.as_str()));
+}
