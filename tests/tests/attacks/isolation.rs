@@ -302,3 +302,294 @@ fn a_container_from_before_the_home_label_is_adopted_by_its_home_only() {
     assert_eq!(container_id(&stray).as_deref(), Some(stray_id.as_str()));
     assert_eq!(container_id(&name).as_deref(), Some(old_id.as_str()));
 }
+
+/// From inside `container`: a TCP connection to `ip:port`, within 3 s.
+fn connects(container: &str, ip: &str, port: u16) -> bool {
+    let probe = format!(
+        "import socket\ns = socket.socket()\ns.settimeout(3)\ntry:\n    s.connect(('{ip}', {port}))\n    print('CONNECTED')\nexcept Exception as e:\n    print('FAILED', e)\n"
+    );
+    let out = std::process::Command::new("docker")
+        .args(["exec", container, "python3", "-c", &probe])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("CONNECTED") || text.contains("FAILED"),
+        "{out:?}"
+    );
+    text.contains("CONNECTED")
+}
+
+/// The address of `container` on `network`.
+fn address_on(container: &str, network: &str) -> String {
+    docker(&[
+        "inspect",
+        "-f",
+        &format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}"),
+        container,
+    ])
+    .trim()
+    .to_string()
+}
+
+/// The proxy-only network of one test, and everything that goes with it:
+/// the proxy stops, the sandboxes, the network and the firewall rules go.
+struct EnforcedCleanup<'a> {
+    home: &'a TestHome,
+    profile: String,
+    network: String,
+}
+
+impl Drop for EnforcedCleanup<'_> {
+    fn drop(&mut self) {
+        let _ = self.home.run(["egress", "stop"]);
+        drop(ProfileCleanup(self.profile.clone()));
+        let _ = std::process::Command::new("docker")
+            .args(["network", "rm", &self.network])
+            .output();
+        let suffix = self.network.trim_start_matches("hermes-egress-");
+        let (bridge, chain) = (format!("hermes-{suffix}"), format!("HERMES-{suffix}"));
+        let forward = [
+            "-i",
+            &bridge,
+            "-o",
+            &bridge,
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "icmp-port-unreachable",
+        ];
+        for parent in ["DOCKER-USER", "FORWARD"] {
+            let mut args = vec!["-w", "-D", parent];
+            args.extend(forward);
+            let _ = std::process::Command::new("iptables").args(args).output();
+        }
+        for args in [
+            vec!["-w", "-D", "INPUT", "-i", &bridge, "-j", &chain],
+            vec!["-w", "-F", &chain],
+            vec!["-w", "-X", &chain],
+        ] {
+            let _ = std::process::Command::new("iptables").args(args).output();
+        }
+    }
+}
+
+#[test]
+fn sandboxes_on_the_proxy_only_network_reach_neither_each_other_nor_is_the_proxy_on_docker0() {
+    let profile = profile("icc");
+    let home = TestHome::new();
+    let docker0 = hermes_tests::egress::bridge_gateway();
+    let port = hermes_tests::egress::free_port_pair(Some(docker0));
+    home.write_config(docker_config(&format!(
+        "reconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n  enforce_network: true\n  tunnel_port: {port}\n"
+    )));
+    let made = hermes(&home, &profile, &["reconcile"]);
+    let a = format!("hermes-{profile}-default");
+    let network = docker(&[
+        "inspect",
+        "--format",
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}",
+        &a,
+    ])
+    .trim()
+    .to_string();
+    let _cleanup = EnforcedCleanup {
+        home: &home,
+        profile: profile.clone(),
+        network: network.clone(),
+    };
+    assert_eq!(made.code, 0, "{made:?}");
+    assert!(network.starts_with("hermes-egress-"), "{network}");
+
+    // Another sandbox of the same profile, and a server in the first.
+    let other = hermes(&home, &profile, &["exec", "--task", "other", "--", "true"]);
+    assert_eq!(other.code, 0, "{other:?}");
+    let b = format!("hermes-{profile}-other");
+    docker(&[
+        "exec",
+        "-d",
+        &a,
+        "python3",
+        "-m",
+        "http.server",
+        "8000",
+        "--bind",
+        "0.0.0.0",
+    ]);
+    let a_ip = address_on(&a, &network);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !connects(&a, &a_ip, 8000) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let started = std::time::Instant::now();
+    assert!(!connects(&b, &a_ip, 8000), "a sandbox reached another one");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // The proxy answers on the network's gateway, and nowhere on docker0.
+    let gateway = docker(&[
+        "network",
+        "inspect",
+        "--format",
+        "{{(index .IPAM.Config 0).Gateway}}",
+        &network,
+    ])
+    .trim()
+    .to_string();
+    assert!(
+        connects(&b, &gateway, port),
+        "the proxy is not on the gateway"
+    );
+    assert_eq!(
+        docker(&[
+            "network",
+            "inspect",
+            "--format",
+            "{{index .Options \"com.docker.network.bridge.enable_icc\"}}",
+            &network,
+        ])
+        .trim(),
+        "false"
+    );
+    let plain = std::process::Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            &hermes_tests::test_image(),
+            "python3",
+            "-c",
+            &format!(
+                "import socket\nfor p in ({port}, {}):\n    s = socket.socket(); s.settimeout(3)\n    try:\n        s.connect(('{docker0}', p)); print('CONNECTED', p)\n    except Exception as e:\n        print('FAILED', p, e)\n",
+                port + 1
+            ),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&plain.stdout);
+    assert!(
+        text.matches("FAILED").count() == 2 && !text.contains("CONNECTED"),
+        "a container on the default bridge reached the proxy: {text} {}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+}
+
+#[test]
+fn a_proxy_only_network_made_before_icc_was_off_is_replaced_with_its_sandboxes_on_it() {
+    let profile = profile("old");
+    let home = TestHome::new();
+    let port = hermes_tests::egress::free_port_pair(Some(hermes_tests::egress::bridge_gateway()));
+    home.write_config(docker_config(&format!(
+        "reconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n  enforce_network: true\n  tunnel_port: {port}\n"
+    )));
+    let made = hermes(&home, &profile, &["reconcile"]);
+    let a = format!("hermes-{profile}-default");
+    let network = docker(&[
+        "inspect",
+        "--format",
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}",
+        &a,
+    ])
+    .trim()
+    .to_string();
+    let _cleanup = EnforcedCleanup {
+        home: &home,
+        profile: profile.clone(),
+        network: network.clone(),
+    };
+    assert_eq!(made.code, 0, "{made:?}");
+    // The network as an older hermes made it: no enable_icc option, and no
+    // rule of hermes's own between its containers.
+    let bridge = format!("hermes-{}", network.trim_start_matches("hermes-egress-"));
+    docker(&["rm", "-f", &a]);
+    docker(&["network", "rm", &network]);
+    docker(&[
+        "network",
+        "create",
+        "--internal",
+        "-o",
+        &format!("com.docker.network.bridge.name={bridge}"),
+        "--label",
+        "hermes-agent=1",
+        "--label",
+        "hermes-egress-network=1",
+        &network,
+    ]);
+    // Its sandboxes, made on it.
+    let run = hermes(&home, &profile, &["reconcile"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let run = hermes(&home, &profile, &["exec", "--task", "other", "--", "true"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let b = format!("hermes-{profile}-other");
+    for parent in ["DOCKER-USER", "FORWARD"] {
+        let _ = std::process::Command::new("iptables")
+            .args(["-w", "-D", parent, "-i", &bridge, "-o", &bridge])
+            .args(["-j", "REJECT", "--reject-with", "icmp-port-unreachable"])
+            .output();
+    }
+    // The hole, as it was.
+    let serve = |a: &str| {
+        docker(&[
+            "exec",
+            "-d",
+            a,
+            "python3",
+            "-m",
+            "http.server",
+            "8000",
+            "--bind",
+            "0.0.0.0",
+        ]);
+        let a_ip = address_on(a, &network);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !connects(a, &a_ip, 8000) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        a_ip
+    };
+    let a_ip = serve(&a);
+    assert!(
+        connects(&b, &a_ip, 8000),
+        "the old network should let them talk"
+    );
+
+    let again = hermes(&home, &profile, &["reconcile"]);
+    assert_eq!(again.code, 0, "{again:?}");
+    assert_eq!(
+        docker(&[
+            "network",
+            "inspect",
+            "--format",
+            "{{index .Options \"com.docker.network.bridge.enable_icc\"}}",
+            &network,
+        ])
+        .trim(),
+        "false"
+    );
+    // Both sandboxes are on the new network (the one made before it moved
+    // over, or was recreated by the plan), and cannot reach each other.
+    assert!(container_id(&b).is_some());
+    for name in [&a, &b] {
+        let on = docker(&[
+            "inspect",
+            "--format",
+            "{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}",
+            name,
+        ]);
+        assert_eq!(on.trim(), network, "{name}");
+    }
+    // A sandbox that was moved over keeps its processes; one recreated
+    // serves anew.
+    let a_ip = address_on(&a, &network);
+    let a_ip = if connects(&a, &a_ip, 8000) {
+        a_ip
+    } else {
+        serve(&a)
+    };
+    assert!(!connects(&b, &a_ip, 8000), "a sandbox reached another one");
+}
