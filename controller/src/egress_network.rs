@@ -12,9 +12,17 @@
 //! network `hermes-egress-<h>`, bridge `hermes-<h>` (an interface name has
 //! at most 15 bytes), chain `HERMES-<h>`, with `<h>` 8 hex digits.
 //!
+//! Sandboxes on the network do not reach each other: the network is made
+//! with `enable_icc=false` (Docker then drops bridge-to-same-bridge
+//! traffic itself), and the firewall holds a rule of hermes's own that
+//! rejects it too ([`ProxyNetwork::forward_rule`]), in `DOCKER-USER` (which
+//! Docker evaluates before its own forwarding rules and never flushes), or
+//! at the head of `FORWARD` where there is no such chain.
+//!
 //! The chain is written with `iptables-restore --noflush` (one atomic
-//! commit that replaces the chain's rules) and checked with
-//! `iptables-save` (one process, no rule ever half-written).
+//! commit that replaces the chain's rules and inserts the forward rule
+//! when it is missing) and checked with `iptables-save` (one process, no
+//! rule ever half-written).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -36,6 +44,8 @@ pub struct ProxyNetwork {
     pub bridge: String,
     /// The host firewall chain that admits only the proxy's ports.
     pub chain: String,
+    /// The home's identity, the network's `hermes-home` label.
+    pub home_id: String,
 }
 
 impl ProxyNetwork {
@@ -47,6 +57,7 @@ impl ProxyNetwork {
             name: format!("hermes-egress-{h}"),
             bridge: format!("hermes-{h}"),
             chain: format!("HERMES-{h}"),
+            home_id: home.scope().id,
         }
     }
 
@@ -77,24 +88,41 @@ impl ProxyNetwork {
         ]
     }
 
+    /// The rule that rejects traffic from one container of the network to
+    /// another, in `parent` (`DOCKER-USER` or `FORWARD`), in
+    /// `iptables-save`'s spelling (without the `-A parent`).
+    pub fn forward_rule(&self) -> String {
+        let bridge = &self.bridge;
+        format!("-i {bridge} -o {bridge} -j REJECT --reject-with icmp-port-unreachable")
+    }
+
     /// Whether the host firewall holds exactly this network's rules.
     pub fn firewall_in_place(&self, tunnel_port: u16) -> anyhow::Result<bool> {
         let saved = iptables_save()?;
-        Ok(chain_matches(
-            &saved,
-            &self.chain,
-            &self.firewall_rules(tunnel_port),
-        ))
+        Ok(
+            chain_matches(&saved, &self.chain, &self.firewall_rules(tunnel_port))
+                && forward_rule_in(&saved, &self.forward_rule()).is_some(),
+        )
     }
 
-    /// Writes the chain (replacing whatever it held) and the jump to it.
+    /// Writes the chain (replacing whatever it held), the rule between the
+    /// network's containers, and the jump to the chain.
     pub fn install_firewall(&self, tunnel_port: u16) -> anyhow::Result<()> {
         let rules = self.firewall_rules(tunnel_port);
         let (jump, chain_rules) = rules.split_first().context("no rules")?;
+        let before = iptables_save()?;
         let mut script = format!("*filter\n:{} - [0:0]\n", self.chain);
         for rule in chain_rules {
             script.push_str(rule);
             script.push('\n');
+        }
+        if forward_rule_in(&before, &self.forward_rule()).is_none() {
+            let parent = if before.lines().any(|l| l.starts_with(":DOCKER-USER ")) {
+                "DOCKER-USER"
+            } else {
+                "FORWARD"
+            };
+            script.push_str(&format!("-I {parent} 1 {}\n", self.forward_rule()));
         }
         script.push_str("COMMIT\n");
         iptables_restore(&script)?;
@@ -111,9 +139,20 @@ impl ProxyNetwork {
         Ok(())
     }
 
-    /// Removes the jump and the chain; what is not there is skipped.
+    /// Removes the jump, the forward rule and the chain; what is not there
+    /// is skipped.
     pub fn remove_firewall(&self) -> anyhow::Result<()> {
         let saved = iptables_save()?;
+        let forward = self.forward_rule();
+        while let Some(parent) = forward_rule_in(&iptables_save()?, &forward) {
+            let mut cmd = Command::new("iptables");
+            cmd.args(["-w", "-D", parent])
+                .args(forward.split_whitespace());
+            run(
+                cmd,
+                "iptables -D (the rule between the network's containers)",
+            )?;
+        }
         let jump = format!("-A INPUT -i {} -j {}", self.bridge, self.chain);
         for _ in saved.lines().filter(|l| *l == jump) {
             let mut cmd = Command::new("iptables");
@@ -134,22 +173,38 @@ impl ProxyNetwork {
         Ok(())
     }
 
-    /// Makes sure the network exists; returns its gateway.
-    pub async fn ensure_network(&self, engine: &Engine) -> anyhow::Result<IpAddr> {
+    /// Makes sure the network exists, with no traffic between its
+    /// containers (one made before is replaced, its containers connected
+    /// again); returns its gateway, and whether it was replaced.
+    pub async fn ensure_network(&self, engine: &Engine) -> anyhow::Result<(IpAddr, bool)> {
         let labels = HashMap::from([
             (
                 hermes_model::sandbox::LABEL_AGENT.to_string(),
                 "1".to_string(),
             ),
             ("hermes-egress-network".to_string(), "1".to_string()),
+            (
+                hermes_model::homes::LABEL_HOME.to_string(),
+                self.home_id.clone(),
+            ),
         ]);
         let net = engine
             .ensure_internal_network(&self.name, &self.bridge, &labels)
             .await?;
-        net.gateway
+        let gateway = net
+            .gateway
             .or_else(|| self.gateway().map(IpAddr::V4))
-            .with_context(|| format!("the network {} has no gateway address", self.name))
+            .with_context(|| format!("the network {} has no gateway address", self.name))?;
+        Ok((gateway, net.replaced))
     }
+}
+
+/// The chain (`DOCKER-USER` or `FORWARD`) of `saved` (iptables-save's
+/// output) that holds `rule`, if any.
+fn forward_rule_in(saved: &str, rule: &str) -> Option<&'static str> {
+    ["DOCKER-USER", "FORWARD"]
+        .into_iter()
+        .find(|parent| saved.lines().any(|l| l == format!("-A {parent} {rule}")))
 }
 
 /// Whether `saved` (iptables-save's output) holds the jump and exactly the
@@ -231,6 +286,7 @@ mod tests {
             name: "hermes-egress-0a1b2c3d".to_string(),
             bridge: "hermes-0a1b2c3d".to_string(),
             chain: "HERMES-0a1b2c3d".to_string(),
+            home_id: "0a1b2c3d4e5f6071".to_string(),
         }
     }
 
@@ -254,6 +310,29 @@ mod tests {
                 "-A HERMES-0a1b2c3d -p tcp -m tcp --dport 9091 -j ACCEPT",
                 "-A HERMES-0a1b2c3d -j REJECT --reject-with icmp-port-unreachable",
             ]
+        );
+    }
+
+    #[test]
+    fn the_forward_rule_is_found_in_either_parent_chain() {
+        let rule = net().forward_rule();
+        assert_eq!(
+            rule,
+            "-i hermes-0a1b2c3d -o hermes-0a1b2c3d -j REJECT --reject-with icmp-port-unreachable"
+        );
+        let saved = |line: String| format!("*filter\n{line}\n-A DOCKER-USER -j RETURN\nCOMMIT\n");
+        assert_eq!(
+            forward_rule_in(&saved(format!("-A DOCKER-USER {rule}")), &rule),
+            Some("DOCKER-USER")
+        );
+        assert_eq!(
+            forward_rule_in(&saved(format!("-A FORWARD {rule}")), &rule),
+            Some("FORWARD")
+        );
+        let other = rule.replace("0a1b2c3d", "ffffffff");
+        assert_eq!(
+            forward_rule_in(&saved(format!("-A FORWARD {other}")), &rule),
+            None
         );
     }
 

@@ -39,7 +39,9 @@ pub fn settings_fingerprint(home: &Home, paths: &Paths) -> Option<String> {
     if enforce_network {
         let gateway = ProxyNetwork::for_home(home).gateway();
         let gateway = gateway.map_or_else(|| "none".to_string(), |g| g.to_string());
-        return Some(format!("{fingerprint}@{gateway}"));
+        // `only`: the proxy listens on the gateway and loopback only (a
+        // proxy started when it listened on docker0 too is restarted).
+        return Some(format!("{fingerprint}@{gateway}/only"));
     }
     Some(fingerprint)
 }

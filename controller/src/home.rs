@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use hermes_model::homes::HomeScope;
+
 /// The hermes home directory (always an absolute path) and the paths
 /// inside it.
 #[derive(Debug, Clone)]
@@ -40,6 +42,13 @@ impl Home {
         &self.root
     }
 
+    /// This home's identity ([`hermes_model::homes`]): its path with
+    /// symlinks resolved (those of the part that exists, for a home not
+    /// made yet) hashed, and the directories its sandboxes bind from.
+    pub fn scope(&self) -> HomeScope {
+        HomeScope::new(&canonical(&self.root), &self.root)
+    }
+
     pub fn config(&self) -> PathBuf {
         self.root.join("config.yaml")
     }
@@ -62,6 +71,27 @@ impl Home {
                 root = self.root.display()
             )
         })
+    }
+}
+
+/// `path` with symlinks resolved: the longest part that exists,
+/// canonicalized, with the rest appended, so that the answer is the same
+/// before and after the home is made.
+fn canonical(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut base = path;
+    loop {
+        if let Ok(mut resolved) = std::fs::canonicalize(base) {
+            resolved.extend(rest.iter().rev());
+            return resolved;
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                base = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
     }
 }
 
@@ -89,5 +119,21 @@ mod tests {
         let home = Home::resolve(Some(PathBuf::from("rel/home"))).unwrap();
         assert!(home.root().is_absolute(), "{}", home.root().display());
         assert!(home.root().ends_with("rel/home"));
+    }
+
+    #[test]
+    fn the_scope_is_the_same_before_and_after_the_home_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let home = Home::resolve(Some(link.join("hermes"))).unwrap();
+        let before = home.scope();
+        std::fs::create_dir(real.join("hermes")).unwrap();
+        let after = home.scope();
+        assert_eq!(before, after);
+        assert!(after.dirs[0].starts_with(std::fs::canonicalize(&real).unwrap()));
+        assert_eq!(after.dirs[1], home.root());
     }
 }

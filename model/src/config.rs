@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::path::Path;
 
 use ipnet::IpNet;
 
@@ -240,13 +241,23 @@ impl std::default::Default for Config {
 }
 
 /// Loads config text: parses, validates and merges over the defaults.
+/// Without the home directory, a volume of it is not recognised: callers
+/// that know it use [`load_for`].
 pub fn load(text: &str) -> Result<Loaded, ConfigError> {
+    load_for(text, &[])
+}
+
+/// [`load`], knowing the hermes home (each spelling of it: as given, and
+/// with symlinks resolved), so that a volume that would put it into a
+/// sandbox is refused (or warned about without the proxy).
+pub fn load_for(text: &str, home: &[&Path]) -> Result<Loaded, ConfigError> {
     let root = yaml::parse(text).map_err(|e| ConfigError(vec![e.into()]))?;
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let empty = root.is_none();
     if let Some(root) = &root {
         validate(root, &mut errors, &mut warnings);
+        isolation::check(root, home, &mut errors, &mut warnings);
     }
     if !errors.is_empty() {
         errors.sort_by_key(|i| i.pos);
@@ -340,17 +351,12 @@ pub const PROXY_VARIABLES: &[&str] = &[
 /// The host name the sandbox reaches the proxy by.
 pub const PROXY_HOST_NAME: &str = "host.docker.internal";
 
-/// With the proxy enforced on Docker sandboxes (`proxy.enabled` and
-/// `proxy.enforce_on_docker`), config may not set the proxy variables, hand
-/// a provider key to the sandbox, or remap the proxy's host name: each
-/// such entry is an error naming its key.
+/// With the proxy enforced on Docker sandboxes ([`proxy_enforced`]),
+/// config may not set the proxy variables or hand a provider key to the
+/// sandbox: each such entry is an error naming its key. (Remapping the
+/// proxy's host name is checked with the rest of `isolation`.)
 fn check_egress_overrides(root: &Node, errors: &mut Vec<Issue>) {
-    let flag = |section: &str, key: &str, default: bool| {
-        root.get(section)
-            .and_then(|s| s.value.get(key))
-            .map_or(default, |e| e.value.to_value() == Value::Bool(true))
-    };
-    if !(flag("proxy", "enabled", false) && flag("proxy", "enforce_on_docker", true)) {
+    if !proxy_enforced(root) {
         return;
     }
     let Some(terminal) = root.get("terminal") else {
@@ -416,11 +422,7 @@ fn check_egress_overrides(root: &Node, errors: &mut Vec<Issue>) {
                 let Some(value) = value else { continue };
                 let message = match option {
                     "-e" | "--env" => why(value.split('=').next().unwrap_or_default()),
-                    "--add-host" if value.split(':').next() == Some(PROXY_HOST_NAME) => {
-                        Some(format!(
-                            "`{PROXY_HOST_NAME}` is the egress proxy's address, set by hermes while the proxy is enforced"
-                        ))
-                    }
+                    // `--add-host` of the proxy's name: see `isolation`.
                     _ => None,
                 };
                 if let Some(message) = message {
@@ -1045,6 +1047,9 @@ impl Reader<'_> {
         }
     }
 }
+
+mod isolation;
+pub use isolation::{is_secret_name, proxy_enforced};
 
 #[cfg(test)]
 mod tests;

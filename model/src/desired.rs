@@ -71,6 +71,9 @@ pub struct Desired {
     /// On the singularity backend, the warm instances (the default task's,
     /// when persistent).
     pub instances: Vec<InstanceSpec>,
+    /// The home's identity ([`crate::homes::home_id`]), set by the caller
+    /// that can resolve the home's path: every sandbox is labelled with it.
+    pub home_id: Option<String>,
 }
 
 /// The egress side of the desired state: what the config asks of the
@@ -178,6 +181,7 @@ impl Desired {
             ssh: None,
             cloud,
             instances: Vec::new(),
+            home_id: None,
         };
         if desired.config.terminal.backend == Backend::Ssh {
             desired.ssh = Some(crate::ssh::SshTarget::from_config(
@@ -206,13 +210,18 @@ impl Desired {
     /// The sandbox of a key of the active profile, wired to the egress
     /// proxy when it is on.
     pub fn sandbox(&self, key: SandboxKey) -> SandboxSpec {
-        let spec = SandboxSpec::new(
+        let mut spec = SandboxSpec::new(
             &self.config,
             key,
             &self.home,
             &self.forward_env,
             &self.extra_args,
         );
+        if let Some(id) = &self.home_id {
+            // Not part of the spec hash: see `crate::homes`.
+            spec.labels
+                .insert(crate::homes::LABEL_HOME.to_string(), id.clone());
+        }
         match &self.egress {
             Egress::On { wiring, .. } => spec.with_egress(wiring),
             _ => spec,
@@ -233,6 +242,14 @@ impl Desired {
     /// chooses a Docker sandbox.
     pub fn exec_instance(&self, task: &str, session: Option<&str>) -> InstanceSpec {
         self.instance(self.exec_sandbox(task, session).key)
+    }
+
+    /// Sets the home's identity and rebuilds the warm sandboxes' specs
+    /// with its label.
+    pub fn set_home_id(&mut self, id: String) {
+        self.home_id = Some(id);
+        let keys: Vec<SandboxKey> = self.sandboxes.iter().map(|s| s.key.clone()).collect();
+        self.sandboxes = keys.into_iter().map(|k| self.sandbox(k)).collect();
     }
 
     /// Sets the egress side (read from the proxy's files) and rebuilds

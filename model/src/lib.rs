@@ -10,6 +10,7 @@
 //! - [`desired`]: what the host should look like, derived from the config.
 //! - [`sandbox`]: the Docker sandbox wanted: names, labels, hardened spec, spec hash.
 //! - [`observed`]: the labelled containers a pass saw.
+//! - [`homes`]: which hermes home a container belongs to.
 //! - [`singularity`]: the Apptainer instance wanted: image cache, overlay, egress wiring.
 //! - [`ssh`]: the remote host of the SSH backend: target, workspace, what a pass found.
 //! - [`cloud`]: the remote sandbox services: credentials, the sandbox wanted, snapshot records.
@@ -23,6 +24,7 @@ pub mod dotenv;
 pub mod edit;
 pub mod egress;
 pub mod fingerprint;
+pub mod homes;
 pub mod observed;
 pub mod plan;
 pub mod providers;

@@ -415,7 +415,11 @@ impl SandboxSpec {
         for (k, v) in self
             .labels
             .iter()
-            .filter(|(k, _)| *k != LABEL_SPEC_HASH && *k != LABEL_RUNNER)
+            // The home's label is identity, not a setting: a sandbox made
+            // before it existed is adopted, not recreated for it.
+            .filter(|(k, _)| {
+                *k != LABEL_SPEC_HASH && *k != LABEL_RUNNER && *k != crate::homes::LABEL_HOME
+            })
         {
             field("label", &format!("{k}={v}"));
         }

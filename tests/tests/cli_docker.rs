@@ -293,10 +293,19 @@ fn a_failed_pull_names_the_image_keeps_the_old_sandbox_and_the_rest_of_the_plan_
         "{{index .Config.Labels \"hermes-spec-hash\"}}",
         &name,
     ]);
+    // Of this home: hermes sees no other home's containers.
+    let home_id = docker(&[
+        "inspect",
+        "--format",
+        "{{index .Config.Labels \"hermes-home\"}}",
+        &name,
+    ]);
     docker(&[
         "create",
         "--name",
         &format!("{name}-copy"),
+        "--label",
+        &format!("hermes-home={}", home_id.trim()),
         "--label",
         "hermes-agent=1",
         "--label",

@@ -416,6 +416,19 @@ impl Drop for NetworkCleanup {
         let (bridge, chain) = (format!("hermes-{suffix}"), format!("HERMES-{suffix}"));
         for args in [
             vec!["-w", "-D", "INPUT", "-i", &bridge, "-j", &chain],
+            vec![
+                "-w",
+                "-D",
+                "DOCKER-USER",
+                "-i",
+                &bridge,
+                "-o",
+                &bridge,
+                "-j",
+                "REJECT",
+                "--reject-with",
+                "icmp-port-unreachable",
+            ],
             vec!["-w", "-F", &chain],
             vec!["-w", "-X", &chain],
         ] {

@@ -30,6 +30,14 @@ pub enum DockerError {
     )]
     Foreign { container: String },
 
+    /// A container has the name of a sandbox but belongs to another hermes
+    /// home (its `hermes-home` label, or its bind mounts without one):
+    /// hermes neither adopts nor replaces it.
+    #[error(
+        "container {container} is not this home's: {why}; hermes leaves it alone (use another profile name here, or remove it from its own home)"
+    )]
+    OtherHome { container: String, why: String },
+
     /// Creating a sandbox met a container of its name built from another
     /// spec (one the same pass is about to remove, or a stale one): the
     /// create is not done, and the next pass sorts it out.

@@ -11,7 +11,9 @@
 //! process tree on timeout.
 //!
 //! Nothing without the `hermes-agent=1` label is ever read into the
-//! observed world.
+//! observed world. An engine scoped to a home ([`Engine::for_home`]) also
+//! leaves out every container of another home ([`hermes_model::homes`]),
+//! and [`Engine::find`] refuses one.
 
 mod apply;
 mod error;
@@ -25,6 +27,7 @@ mod version;
 use std::sync::Arc;
 
 use bollard::{API_DEFAULT_VERSION, Docker};
+use hermes_model::homes::HomeScope;
 
 pub use crate::exec::{EXEC_ID_ENV, ExecOutcome, ExecRequest, TIMEOUT_EXIT_CODE};
 pub use apply::{CreateOutcome, DeviceMapping, ImageOutcome, RemoveOutcome, parse_device};
@@ -50,6 +53,9 @@ const REQUEST_TIMEOUT_SECS: u64 = 120;
 pub struct Engine {
     docker: Docker,
     host: Arc<str>,
+    /// The home whose containers this handle sees; `None`: every labelled
+    /// container.
+    scope: Option<Arc<HomeScope>>,
 }
 
 impl Engine {
@@ -92,6 +98,7 @@ impl Engine {
         Ok(Engine {
             docker,
             host: host.into(),
+            scope: None,
         })
     }
 
@@ -101,7 +108,21 @@ impl Engine {
         Engine {
             docker,
             host: docker_host().into(),
+            scope: None,
         }
+    }
+
+    /// This handle, seeing only the containers of `scope`'s home: the
+    /// others are left out of every observation, and [`Engine::find`]
+    /// refuses them ([`DockerError::OtherHome`]).
+    pub fn for_home(mut self, scope: HomeScope) -> Engine {
+        self.scope = Some(Arc::new(scope));
+        self
+    }
+
+    /// The home this handle is scoped to, if any.
+    pub fn scope(&self) -> Option<&HomeScope> {
+        self.scope.as_deref()
     }
 
     /// The bollard client underneath.

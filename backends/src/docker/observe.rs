@@ -1,4 +1,5 @@
-//! Reading the Docker world: the containers labelled `hermes-agent=1`.
+//! Reading the Docker world: the containers labelled `hermes-agent=1`
+//! (of this home only, when the engine is scoped to one).
 //!
 //! [`Engine::observe_states`] costs one list call, plus one inspect for
 //! each container that ever started (for its start and finish times).
@@ -11,7 +12,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use bollard::models::{ContainerInspectResponse, ContainerSummary, ContainerTopResponse};
+use bollard::models::{
+    ContainerInspectResponse, ContainerSummary, ContainerTopResponse, MountPoint,
+};
 use bollard::query_parameters::ListContainersOptionsBuilder;
 use futures_util::{StreamExt, TryStreamExt};
 use hermes_model::observed::{ContainerState, ObservedContainer};
@@ -81,9 +84,17 @@ impl Engine {
         let mut seen = Vec::with_capacity(summaries.len());
         let mut to_complete = Vec::new();
         for summary in summaries {
+            let sources = mount_sources(summary.mounts.as_deref());
             let Some(container) = from_summary(summary) else {
                 continue;
             };
+            if let Some(scope) = self.scope() {
+                if let Err(why) = scope.owns(&container.labels, sources.iter().map(String::as_str))
+                {
+                    tracing::trace!(container = %container.name, %why, "another home's container, left out");
+                    continue;
+                }
+            }
             let other_profile = profile.is_some_and(|p| container.profile() != Some(p));
             if container.state == ContainerState::Created || other_profile {
                 seen.push(container);
@@ -134,7 +145,9 @@ impl Engine {
     /// container. `processes` is not read here (`None`).
     ///
     /// A container of that name without the `hermes-agent=1` label is
-    /// [`DockerError::Foreign`]: hermes neither adopts nor replaces it.
+    /// [`DockerError::Foreign`], one of another home (when this handle is
+    /// scoped to a home) [`DockerError::OtherHome`]: hermes neither adopts
+    /// nor replaces them.
     pub async fn find(&self, key: &SandboxKey) -> Result<Option<ObservedContainer>, DockerError> {
         let name = key.container_name();
         let info = match self.docker.inspect_container(&name, None).await {
@@ -142,9 +155,18 @@ impl Engine {
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(DockerError::engine("inspect container", &name, e)),
         };
+        let sources = mount_sources(info.mounts.as_deref());
         let container = from_inspect(info, &name);
         if container.label(LABEL_AGENT) != Some("1") {
             return Err(DockerError::Foreign { container: name });
+        }
+        if let Some(scope) = self.scope() {
+            scope
+                .owns(&container.labels, sources.iter().map(String::as_str))
+                .map_err(|why| DockerError::OtherHome {
+                    container: name,
+                    why,
+                })?;
         }
         Ok(Some(container))
     }
@@ -185,6 +207,15 @@ impl Engine {
             }
         }
     }
+}
+
+/// The host sources of a container's mounts.
+fn mount_sources(mounts: Option<&[MountPoint]>) -> Vec<String> {
+    mounts
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| m.source.clone())
+        .collect()
 }
 
 fn labels(map: Option<HashMap<String, String>>) -> BTreeMap<String, String> {

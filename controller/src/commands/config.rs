@@ -133,7 +133,7 @@ fn set(home: &Home, key: &str, raw: &str, force: bool) -> anyhow::Result<ExitCod
     let new = edit::set(&old, key, &value, force).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     // Refuse a value that makes this key invalid; problems elsewhere in the
     // file were there before and are only reported.
-    if let Err(errors) = config::load(&new) {
+    if let Err(errors) = super::load_text(home, &new) {
         let (ours, theirs): (Vec<Issue>, Vec<Issue>) = errors.0.into_iter().partition(|i| {
             i.path == key
                 || i.path.starts_with(&format!("{key}."))
@@ -219,7 +219,7 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let loaded = config::load(&text).and_then(|loaded| {
+    let loaded = super::load_text(home, &text).and_then(|loaded| {
         // A cloud backend without its credentials cannot run a command:
         // an error here rather than a surprise at the first exec.
         let missing = hermes_model::cloud::check_credentials(&text, &env);

@@ -244,10 +244,16 @@ fn setup_network(home: &Home, config: &hermes_model::config::Config) -> anyhow::
         .enable_all()
         .build()?;
     if config.proxy.enforce_network {
-        let gateway = runtime.block_on(async {
+        let (gateway, replaced) = runtime.block_on(async {
             let engine = hermes_backends::docker::Engine::connect().await?;
             network.ensure_network(&engine).await
         })?;
+        if replaced {
+            println!(
+                "Network:  {} made anew: its sandboxes could reach each other (made before enable_icc=false)",
+                network.name
+            );
+        }
         network.install_firewall(config.proxy.tunnel_port)?;
         println!(
             "Network:  {} (internal; gateway {gateway}; only ports {} and {} of the host reachable)",
@@ -255,7 +261,7 @@ fn setup_network(home: &Home, config: &hermes_model::config::Config) -> anyhow::
             config.proxy.tunnel_port,
             config.proxy.tunnel_port.saturating_add(1)
         );
-        return Ok(before.map(IpAddr::V4) != Some(gateway));
+        return Ok(replaced || before.map(IpAddr::V4) != Some(gateway));
     }
     if before.is_some() {
         network.remove_firewall()?;
@@ -445,6 +451,11 @@ fn load_settings(home: &Home, paths: &Paths) -> anyhow::Result<Settings> {
     let mut file = file;
     let mut listen = default_listen();
     if file.enforce_network {
+        // Not on the default bridge, where every other container of the
+        // host could use the proxy: the network's gateway (below) and
+        // loopback (the SSH forwards and singularity instances reach the
+        // proxy there).
+        listen = vec![IpAddr::V4(Ipv4Addr::LOCALHOST)];
         let network = crate::egress_network::ProxyNetwork::for_home(home);
         let gateway = IpAddr::V4(network.gateway().ok_or_else(|| {
             anyhow::anyhow!(

@@ -329,7 +329,7 @@ async fn run_docker(
         return Ok(code);
     }
     let spec = desired.exec_sandbox(&args.task, args.session.as_deref());
-    let engine = Engine::connect().await?;
+    let engine = Engine::connect().await?.for_home(home.scope());
     let request = ExecRequest {
         cmd: args.command.clone(),
         env,

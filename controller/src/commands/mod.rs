@@ -125,8 +125,7 @@ pub async fn apply_backends(
 pub fn load_config(home: &Home) -> anyhow::Result<hermes_model::config::Config> {
     let file = home.config().display().to_string();
     let text = config::read_config_text(home)?.unwrap_or_default();
-    let loaded =
-        hermes_model::config::load(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
+    let loaded = load_text(home, &text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
     for w in &loaded.warnings {
         eprintln!("warning: {}", w.render(&file));
     }
@@ -138,9 +137,20 @@ pub fn load_config(home: &Home) -> anyhow::Result<hermes_model::config::Config> 
 pub fn load_desired(home: &Home, profile: &str) -> anyhow::Result<Desired> {
     let file = home.config().display().to_string();
     let text = config::read_config_text(home)?.unwrap_or_default();
-    let loaded =
-        hermes_model::config::load(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
+    let loaded = load_text(home, &text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
     desired_of(home, profile, loaded)
+}
+
+/// Loads config text knowing this home, as given and with symlinks
+/// resolved, so that a volume of it is refused.
+pub fn load_text(
+    home: &Home,
+    text: &str,
+) -> Result<hermes_model::config::Loaded, hermes_model::config::ConfigError> {
+    let canonical = std::fs::canonicalize(home.root()).ok();
+    let mut spellings = vec![home.root()];
+    spellings.extend(canonical.as_deref());
+    hermes_model::config::load_for(text, &spellings)
 }
 
 /// Prints a loaded config's warnings and builds the desired state.
@@ -189,7 +199,7 @@ pub fn load_for_pass(home: &Home, profile: &str) -> anyhow::Result<PassDesired> 
     let file = home.config().display().to_string();
     let last_good = last_good_path(home);
     let (problem, detail) = match config::read_config_text(home) {
-        Ok(Some(text)) => match hermes_model::config::load(&text) {
+        Ok(Some(text)) => match load_text(home, &text) {
             Ok(loaded) if !loaded.empty => {
                 remember_good(&last_good, &text);
                 return Ok(PassDesired {
@@ -243,6 +253,8 @@ pub fn refresh_egress(home: &Home, desired: &mut Desired) {
 /// Sets the desired egress from the proxy's files, with the warnings
 /// worth a word.
 fn wire_egress(home: &Home, desired: &mut Desired) {
+    // Every sandbox this home makes carries its identity.
+    desired.set_home_id(home.scope().id);
     let egress = crate::egress_state::desired(home, &desired.config);
     let proxy = &desired.config.proxy;
     if proxy.enabled && !proxy.enforce_on_docker {

@@ -29,7 +29,7 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     if args.prune {
         desired.config.reconcile.prune = true;
     }
-    let engine = connect(desired.backend()).await?;
+    let engine = connect(home, desired.backend()).await?;
     let (observed, backend_error) = see(engine.as_ref(), home, &desired).await?;
     if let Some(e) = &backend_error {
         eprintln!("error: {e}");
@@ -121,12 +121,12 @@ const OPTIONAL_ENGINE_WAIT: std::time::Duration = std::time::Duration::from_secs
 /// Docker config are still looked at when an engine answers, so they are
 /// reported (or pruned), never silently forgotten; no engine there is
 /// nothing to look at.
-async fn connect(backend: Backend) -> anyhow::Result<Option<Engine>> {
+async fn connect(home: &Home, backend: Backend) -> anyhow::Result<Option<Engine>> {
     if backend == Backend::Docker {
-        return Ok(Some(Engine::connect().await?));
+        return Ok(Some(Engine::connect().await?.for_home(home.scope())));
     }
     match tokio::time::timeout(OPTIONAL_ENGINE_WAIT, Engine::connect()).await {
-        Ok(Ok(engine)) => Ok(Some(engine)),
+        Ok(Ok(engine)) => Ok(Some(engine.for_home(home.scope()))),
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "no engine; no containers to look at");
             Ok(None)

@@ -1,4 +1,4 @@
-//! `hermes sandbox list`: every labelled container, whatever its profile,
+//! `hermes sandbox list`: every labelled container of this home, whatever its profile,
 //! with whether its spec matches the config, its age and how long it has
 //! been idle (busy while an exec or a background process runs inside); on
 //! singularity the instances, on a cloud backend the task's sandbox there.
@@ -22,7 +22,7 @@ pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow:
     if desired.cloud.is_some() {
         return list_cloud(home, &desired, output).await;
     }
-    let engine = Engine::connect().await?;
+    let engine = Engine::connect().await?.for_home(home.scope());
     let mut observed = observe(&engine, home).await?;
     observed
         .containers

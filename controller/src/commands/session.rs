@@ -37,7 +37,7 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
             _ => {}
         }
     }
-    let engine = Engine::connect().await?;
+    let engine = Engine::connect().await?.for_home(home.scope());
     let observed = observe(&engine, home).await?;
     let profile = sanitize(profile);
     let mut sessions: Vec<_> = observed

@@ -34,7 +34,7 @@ pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<E
     let pass = load_for_pass(home, profile)?;
     let desired = &pass.desired;
     let engine = match tokio::time::timeout(ENGINE_WAIT, Engine::connect()).await {
-        Ok(Ok(engine)) => Some(engine),
+        Ok(Ok(engine)) => Some(engine.for_home(home.scope())),
         _ => None,
     };
     let observed = match &engine {

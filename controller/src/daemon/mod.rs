@@ -433,6 +433,7 @@ impl Controller {
         }
         match Engine::connect().await {
             Ok(engine) => {
+                let engine = engine.for_home(self.home.scope());
                 self.engine = Some(engine.clone());
                 if !self.events_started {
                     self.events_started = true;
