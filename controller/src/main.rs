@@ -11,6 +11,7 @@ mod cli;
 mod cloud;
 mod commands;
 mod daemon;
+mod disk;
 mod egress_network;
 mod egress_state;
 mod fsio;

@@ -246,6 +246,10 @@ pub struct SandboxSpec {
     /// The hermes home: `host_dirs` are made from there without following
     /// a symbolic link. Not part of the spec hash (the binds are).
     pub home: PathBuf,
+    /// `terminal.container_disk`, in MB: the size of a persistent
+    /// sandbox's data image when one is made (fixed then; not part of the
+    /// spec hash).
+    pub disk_mb: u64,
     /// Mount point → options (`rw,nosuid,size=512m`).
     pub tmpfs: BTreeMap<String, String>,
     pub cap_drop: Vec<String>,
@@ -392,6 +396,7 @@ impl SandboxSpec {
             binds,
             host_dirs,
             home: home.to_path_buf(),
+            disk_mb: t.container_disk_mb,
             tmpfs,
             cap_drop: vec!["ALL".to_string()],
             cap_add,
