@@ -12,6 +12,8 @@
 //! - [`docker`]: the Docker engine through bollard: observing labelled
 //!   containers, idempotent create/start/remove, image pulls, and exec with
 //!   live output and timeouts that kill the whole process tree.
+//! - [`host_dir`]: the directories made on the host for a sandbox, never
+//!   through a symbolic link.
 //! - [`ssh`]: a remote host through russh: trust on first use into an
 //!   OpenSSH `known_hosts`, exec with live output and remote tree kill, a
 //!   remote port forward, and the holder that keeps one connection open for
@@ -38,6 +40,7 @@ pub mod cloud_http;
 pub mod daytona;
 pub mod docker;
 pub mod exec;
+pub mod host_dir;
 #[cfg(feature = "modal")]
 pub mod modal;
 pub mod singularity;

@@ -186,7 +186,10 @@ pub async fn apply_one(engine: &Engine, op: &Op<Action>) -> Result<bool, DockerE
             ensure_image(engine, spec).await?;
             create_and_start(engine, spec).await?;
         }
-        Action::Start { id } => engine.start(id).await?,
+        Action::Start { id } => {
+            crate::disk::remount(engine, id).await?;
+            engine.start(id).await?;
+        }
         Action::Recreate { old_id, spec } => {
             // Pull first: a failed pull must not cost the old container.
             ensure_image(engine, spec).await?;
@@ -243,6 +246,7 @@ async fn ensure_image(engine: &Engine, spec: &SandboxSpec) -> Result<(), DockerE
 /// killed pass started, which the engine finishes on its own) is waited
 /// for, up to [`REMOVAL_WAIT`], and the create tried again.
 pub async fn create_and_start(engine: &Engine, spec: &SandboxSpec) -> Result<String, DockerError> {
+    crate::disk::prepare(spec).await?;
     let deadline = tokio::time::Instant::now() + REMOVAL_WAIT;
     let id = loop {
         match engine.create(spec).await? {

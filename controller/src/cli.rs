@@ -2,7 +2,10 @@
 
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser;
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use hermes_model::names::{self, NameKind};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -16,7 +19,7 @@ pub struct Cli {
     pub home: Option<PathBuf>,
 
     /// The active profile (default: $HERMES_PROFILE, else `default`).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME", value_parser = NameParser(NameKind::Profile))]
     pub profile: Option<String>,
 
     /// Log format on stderr; the level comes from RUST_LOG (default: warn).
@@ -115,6 +118,7 @@ pub enum SessionCommand {
     /// Remove a session's sandboxes (of every task), with their files.
     End {
         /// The session id given to `hermes exec --session`.
+        #[arg(value_parser = NameParser(NameKind::Session))]
         id: String,
     },
 }
@@ -148,7 +152,7 @@ pub enum EgressCommand {
 #[derive(Debug, Args)]
 pub struct ExecArgs {
     /// The task whose sandbox runs the command.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default", value_parser = NameParser(NameKind::Task))]
     pub task: String,
     /// Seconds before the command is killed, with everything it started
     /// (default: terminal.timeout). Exit code 124 on timeout.
@@ -163,7 +167,12 @@ pub struct ExecArgs {
     /// Run in this session's own sandbox (tmpfs /workspace and /root,
     /// nothing carried over), shared by every exec that names it; removed
     /// by `hermes session end ID` or when idle for terminal.lifetime_seconds.
-    #[arg(long, env = "HERMES_SESSION_ID", value_name = "ID")]
+    #[arg(
+        long,
+        env = "HERMES_SESSION_ID",
+        value_name = "ID",
+        value_parser = NameParser(NameKind::Session)
+    )]
     pub session: Option<String>,
     /// Start the command and return at once; it keeps the sandbox busy
     /// (never reaped as idle) while it runs. Its output is not kept.
@@ -232,4 +241,53 @@ pub struct ReconcileArgs {
     /// reconcile.prune: true does).
     #[arg(long)]
     pub prune: bool,
+}
+
+/// Checks a task, session or profile name where clap reads it
+/// ([`hermes_model::names`]); the error names the flag (and the variable
+/// the flag falls back to), the escaped value and the rule.
+#[derive(Debug, Clone, Copy)]
+pub struct NameParser(pub NameKind);
+
+impl TypedValueParser for NameParser {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let origin = arg.map_or_else(
+            || "a name".to_string(),
+            |arg| {
+                let flag = match arg.get_long() {
+                    Some(long) => format!("--{long}"),
+                    None => arg
+                        .get_value_names()
+                        .and_then(|names| names.first())
+                        .map_or_else(|| arg.get_id().to_string(), |n| n.to_string()),
+                };
+                match arg.get_env() {
+                    Some(env) => format!("{flag} (or ${})", env.to_string_lossy()),
+                    None => flag,
+                }
+            },
+        );
+        let fail = |message: String| {
+            let mut cmd = cmd.clone();
+            cmd.error(ErrorKind::ValueValidation, message)
+        };
+        let Some(text) = value.to_str() else {
+            return Err(fail(format!(
+                "{origin}: {} {:?} is not UTF-8; a {} must be {}",
+                self.0,
+                value,
+                self.0,
+                names::RULE
+            )));
+        };
+        names::validate(self.0, text).map_err(|e| fail(e.from_origin(origin).to_string()))?;
+        Ok(text.to_string())
+    }
 }

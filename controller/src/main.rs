@@ -11,6 +11,7 @@ mod cli;
 mod cloud;
 mod commands;
 mod daemon;
+mod disk;
 mod egress_network;
 mod egress_state;
 mod fsio;
@@ -44,14 +45,23 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
     let home = home?;
-    let profile = cli
-        .profile
-        .or_else(|| {
-            std::env::var("HERMES_PROFILE")
-                .ok()
-                .filter(|p| !p.is_empty())
-        })
-        .unwrap_or_else(|| "default".to_string());
+    let profile = match cli.profile {
+        Some(profile) => profile,
+        None => match std::env::var("HERMES_PROFILE") {
+            Ok(p) if !p.is_empty() => {
+                hermes_model::names::validate(hermes_model::names::NameKind::Profile, &p)
+                    .map_err(|e| e.from_origin("HERMES_PROFILE"))?;
+                p
+            }
+            Err(std::env::VarError::NotUnicode(_)) => {
+                anyhow::bail!(
+                    "HERMES_PROFILE is not UTF-8; a profile name must be {}",
+                    hermes_model::names::RULE
+                )
+            }
+            _ => "default".to_string(),
+        },
+    };
     match cli.command {
         Command::Config(command) => commands::config::run(&home, command),
         Command::Reconcile(args) => {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{Backend, Config};
 use crate::egress::EgressWiring;
+use crate::names::{self, NameError, NameKind};
 use crate::sandbox::{self, ExtraArgs, SandboxKey, SandboxSpec};
 use crate::singularity::InstanceSpec;
 
@@ -96,15 +97,10 @@ pub enum Egress {
     },
 }
 
-/// Why a session id was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("session id `{0}` must be 1 to 63 characters of letters, digits, `_`, `.` and `-`")]
-pub struct BadSession(pub String);
-
 /// Checks a session id: it becomes part of a label and a container name,
-/// and two ids must never map to one container.
-pub fn check_session(session: &str) -> Result<(), BadSession> {
-    check_profile(session).map_err(|_| BadSession(session.to_string()))
+/// and two ids must never map to one container ([`crate::names`]).
+pub fn check_session(session: &str) -> Result<(), NameError> {
+    names::validate(NameKind::Session, session)
 }
 
 /// What the config says about one labelled container of the active profile
@@ -120,23 +116,10 @@ pub enum Role {
     NotDesired,
 }
 
-/// Why a profile name was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("profile `{0}` must be 1 to 63 characters of letters, digits, `_`, `.` and `-`")]
-pub struct BadProfile(pub String);
-
-/// Checks a profile name: it becomes part of labels and container names.
-pub fn check_profile(profile: &str) -> Result<(), BadProfile> {
-    let ok = !profile.is_empty()
-        && profile.len() <= 63
-        && profile
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(BadProfile(profile.to_string()))
-    }
+/// Checks a profile name: it becomes part of labels, container names and
+/// host paths ([`crate::names`]).
+pub fn check_profile(profile: &str) -> Result<(), NameError> {
+    names::validate(NameKind::Profile, profile)
 }
 
 impl Desired {
@@ -145,7 +128,7 @@ impl Desired {
         profile: &str,
         home: &Path,
         env: &HostEnv,
-    ) -> Result<Desired, BadProfile> {
+    ) -> Result<Desired, NameError> {
         check_profile(profile)?;
         let mut warnings = Vec::new();
         let t = &config.terminal;
@@ -329,6 +312,7 @@ mod tests {
         assert!(check_profile("").is_err());
         assert!(check_profile("a/b").is_err());
         assert!(check_profile(&"x".repeat(64)).is_err());
+        assert!(check_profile("..").is_err());
     }
 
     #[test]
@@ -419,6 +403,7 @@ mod tests {
         assert_eq!(d.exec_sandbox("t", None).name, "hermes-default-t-default");
         assert!(check_session("a.b_c-1").is_ok());
         assert!(check_session("a b").is_err());
+        assert!(check_session("..").is_err());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! - [`config`]: text → validated, typed [`config::Config`], errors with key path and line.
 //! - [`edit`]: `config set`/`unset` as text edits that keep comments and order.
 //! - [`dotenv`]: reading and editing `.env` files.
+//! - [`names`]: the one rule for task, session and profile names (paths, labels).
 //! - [`desired`]: what the host should look like, derived from the config.
 //! - [`sandbox`]: the Docker sandbox wanted: names, labels, hardened spec, spec hash.
 //! - [`observed`]: the labelled containers a pass saw.
@@ -25,6 +26,7 @@ pub mod edit;
 pub mod egress;
 pub mod fingerprint;
 pub mod homes;
+pub mod names;
 pub mod observed;
 pub mod plan;
 pub mod providers;

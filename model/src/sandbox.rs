@@ -78,16 +78,22 @@ impl SandboxKey {
     }
 }
 
-/// A label value: `[A-Za-z0-9_.-]`, at most 63 characters.
+/// A label value or one path component: `[A-Za-z0-9_.-]`, at most 63
+/// characters, the first a letter or a digit. The names that reach it were
+/// checked at the edge ([`crate::names`]) and it leaves them as they are;
+/// for anything else (a label of a container made before the check
+/// existed) it still never yields `.`, `..`, a slash or an empty string.
 pub fn sanitize(value: &str) -> String {
     let mut out: String = value
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                c
+        .enumerate()
+        .map(|(i, c)| {
+            let ok = if i == 0 {
+                c.is_ascii_alphanumeric()
             } else {
-                '_'
-            }
+                c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+            };
+            if ok { c } else { '_' }
         })
         .take(63)
         .collect();
@@ -235,8 +241,15 @@ pub struct SandboxSpec {
     /// command line.
     pub env: Vec<(String, String)>,
     pub binds: Vec<Bind>,
-    /// Directories on the host that the binds need.
+    /// Directories on the host that the binds need, all below `home`.
     pub host_dirs: Vec<PathBuf>,
+    /// The hermes home: `host_dirs` are made from there without following
+    /// a symbolic link. Not part of the spec hash (the binds are).
+    pub home: PathBuf,
+    /// `terminal.container_disk`, in MB: the size of a persistent
+    /// sandbox's data image when one is made (fixed then; not part of the
+    /// spec hash).
+    pub disk_mb: u64,
     /// Mount point → options (`rw,nosuid,size=512m`).
     pub tmpfs: BTreeMap<String, String>,
     pub cap_drop: Vec<String>,
@@ -382,6 +395,8 @@ impl SandboxSpec {
             env,
             binds,
             host_dirs,
+            home: home.to_path_buf(),
+            disk_mb: t.container_disk_mb,
             tmpfs,
             cap_drop: vec!["ALL".to_string()],
             cap_add,
@@ -648,6 +663,10 @@ mod tests {
     fn names_and_labels_are_sanitized() {
         assert_eq!(sanitize("a b/c"), "a_b_c");
         assert_eq!(sanitize(&"x".repeat(80)).len(), 63);
+        assert_eq!(sanitize(".."), "_.");
+        assert_eq!(sanitize("."), "_");
+        assert_eq!(sanitize("-x"), "_x");
+        assert_eq!(sanitize("work-2.a_b"), "work-2.a_b");
         let key = SandboxKey {
             profile: "p".into(),
             task: "t 1".into(),

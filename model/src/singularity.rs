@@ -38,6 +38,9 @@ pub struct InstanceSpec {
     pub sif: PathBuf,
     /// The instance's directory on the host (its overlay and records).
     pub dir: PathBuf,
+    /// The hermes home: `dir` and `overlay` are made from there without
+    /// following a symbolic link.
+    pub home: PathBuf,
     /// The overlay directory of a persistent instance; `None`: a writable
     /// tmpfs (a session's instance keeps nothing).
     pub overlay: Option<PathBuf>,
@@ -191,6 +194,7 @@ impl InstanceSpec {
             source,
             sif,
             dir,
+            home: home.to_path_buf(),
             overlay,
             binds,
             memory_mb: t.container_memory_mb,

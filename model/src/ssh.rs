@@ -65,25 +65,16 @@ impl SshTarget {
 
 /// Why a name cannot be part of a remote path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "`{0}` cannot name a remote directory: use 1 to 63 letters, digits, `_`, `.` and `-`, not only dots"
-)]
-pub struct BadPathName(pub String);
+#[error("cannot name a remote directory: {0}")]
+pub struct BadPathName(pub crate::names::NameError);
 
 /// The workspace of a profile's task on the remote host, relative to the
-/// remote home: `.hermes-sandbox/<profile>/<task>/workspace`.
+/// remote home: `.hermes-sandbox/<profile>/<task>/workspace`. Both names
+/// keep the rule of [`crate::names`], so neither can climb.
 pub fn remote_workspace(profile: &str, task: &str) -> Result<String, BadPathName> {
-    for name in [profile, task] {
-        let ok = !name.is_empty()
-            && name.len() <= 63
-            && !name.chars().all(|c| c == '.')
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
-        if !ok {
-            return Err(BadPathName(name.to_string()));
-        }
-    }
+    use crate::names::{NameKind, validate};
+    validate(NameKind::Profile, profile).map_err(BadPathName)?;
+    validate(NameKind::Task, task).map_err(BadPathName)?;
     Ok(format!(".hermes-sandbox/{profile}/{task}/workspace"))
 }
 

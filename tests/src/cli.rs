@@ -151,6 +151,26 @@ impl TestHome {
     }
 }
 
+impl Drop for TestHome {
+    /// Unmounts what hermes mounted below the home (the sandboxes' disk
+    /// images) before the directory is removed, deepest first, lazily: a
+    /// container still holding one lets go when it is removed.
+    fn drop(&mut self) {
+        let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+            return;
+        };
+        let mut below: Vec<&str> = mountinfo
+            .lines()
+            .filter_map(|line| line.split(' ').nth(4))
+            .filter(|point| Path::new(point).starts_with(self.path()))
+            .collect();
+        below.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for point in below {
+            let _ = Command::new("umount").arg("-l").arg(point).output();
+        }
+    }
+}
+
 impl Default for TestHome {
     fn default() -> Self {
         TestHome::new()

@@ -47,16 +47,24 @@ pub type DeviceMapping = bollard::models::DeviceMapping;
 
 impl Engine {
     /// Creates the container of `spec` (not started). Makes the host
-    /// directories the binds need first (mode 0700, parents included). Every
-    /// field of the spec goes into the create call's body: environment
-    /// values never appear on a command line.
+    /// directories the binds need first (mode 0700, parents included),
+    /// from the home down without following a symbolic link: a bind source
+    /// that is or passes through one is refused and no container is made
+    /// ([`crate::host_dir`]). Every field of the spec goes into the create
+    /// call's body: environment values never appear on a command line.
     pub async fn create(&self, spec: &SandboxSpec) -> Result<CreateOutcome, DockerError> {
         for dir in &spec.host_dirs {
-            let mut builder = tokio::fs::DirBuilder::new();
-            builder.recursive(true).mode(0o700);
-            builder
-                .create(dir)
+            let (home, path) = (spec.home.clone(), dir.clone());
+            tokio::task::spawn_blocking(move || crate::host_dir::make_below(&home, &path))
                 .await
+                .map_err(|e| DockerError::HostDir {
+                    container: spec.name.clone(),
+                    path: dir.clone(),
+                    source: crate::host_dir::HostDirError::Io {
+                        path: dir.clone(),
+                        source: std::io::Error::other(e),
+                    },
+                })?
                 .map_err(|source| DockerError::HostDir {
                     container: spec.name.clone(),
                     path: dir.clone(),

@@ -76,7 +76,7 @@ pub enum DockerError {
         container: String,
         path: PathBuf,
         #[source]
-        source: std::io::Error,
+        source: crate::host_dir::HostDirError,
     },
 
     /// Writing an exec's output to the caller's writer failed.

@@ -209,9 +209,12 @@ impl Runtime {
     /// Starts the instance (its image built first when needed) and records
     /// its spec hash beside it.
     pub async fn start(&self, spec: &InstanceSpec) -> Result<(), SingularityError> {
-        make_dir(&spec.dir)?;
-        if let Some(overlay) = &spec.overlay {
-            make_dir(overlay)?;
+        for dir in std::iter::once(&spec.dir).chain(&spec.overlay) {
+            crate::host_dir::make_below(&spec.home, dir).map_err(|e| SingularityError::Files {
+                what: "refused to make",
+                path: dir.clone(),
+                source: std::io::Error::other(e),
+            })?;
         }
         self.ensure_image(spec).await?;
         self.run(

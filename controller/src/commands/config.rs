@@ -234,16 +234,23 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
             for w in &loaded.warnings {
                 eprintln!("warning: {}", w.render(&file));
             }
+            let mut count = loaded.warnings.len();
             if let Some(w) = env_mode_warning {
                 eprintln!("warning: {w}");
             }
             if let Some(w) = home.exposure_warning() {
                 eprintln!("warning: {w}");
+                count += 1;
+            }
+            if loaded.config.terminal.backend == hermes_model::config::Backend::Docker
+                && let Some(why) = crate::disk::unavailable()
+            {
+                eprintln!("warning: terminal.container_disk is not enforced on this host: {why}");
+                count += 1;
             }
             println!(
-                "{file} is valid ({} warning{}).",
-                loaded.warnings.len(),
-                if loaded.warnings.len() == 1 { "" } else { "s" }
+                "{file} is valid ({count} warning{}).",
+                if count == 1 { "" } else { "s" }
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -129,6 +129,7 @@ pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<E
                     "listening": listening,
                 },
                 "blocked": blocked,
+                "container_disk": crate::disk::status(),
                 "controller": {
                     "running": controller_pid.is_some(),
                     "pid": controller_pid,
@@ -146,6 +147,9 @@ pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<E
                 ),
             }
             println!("Backend:     {} (profile {profile})", desired.backend());
+            if desired.backend() == hermes_model::config::Backend::Docker {
+                println!("Disk limit:  {}", crate::disk::status());
+            }
             match (&engine, sandboxes.is_empty()) {
                 (None, _) => println!("Sandboxes:   no Docker engine answers"),
                 (Some(_), true) => println!("Sandboxes:   none"),
