@@ -17,6 +17,7 @@ mod apply;
 mod error;
 mod events;
 mod exec;
+mod hostkill;
 mod network;
 mod observe;
 mod runner;

@@ -193,3 +193,48 @@ fn the_runner_shows_the_sandbox_no_host_pid_and_no_script() {
     assert!(child.wait().unwrap().success());
     host.expect_processes(0, Duration::from_secs(5));
 }
+
+/// The finding: a fork bomb filled the sandbox's pids limit; the kill of
+/// the timeout needed to start a process and fork inside the sandbox,
+/// could not, and the bomb outlived its timeout (the sandbox "busy" for
+/// ever, never reaped). Now the kill is done from the host: the exec ends
+/// with 124 in bounded time, and nothing of the command is left.
+#[test]
+fn a_fork_bomb_is_killed_at_its_timeout_under_a_full_pids_limit() {
+    let host = Host::new("atb");
+    assert_eq!(host.hermes(&["exec", "--", "true"]).code, 0);
+    let limit = docker(&["inspect", "-f", "{{.HostConfig.PidsLimit}}", &host.name()]);
+    let limit: u64 = limit.trim().parse().unwrap();
+    assert!(limit > 0 && limit <= 4096, "pids limit {limit}");
+
+    // Shells that keep forking sleepers, retrying when the limit is full.
+    let bomb = "for i in 1 2 3 4; do bash -c 'while :; do sleep 1000 & done' 2>/dev/null & done; wait";
+    let started = Instant::now();
+    let run = host.hermes(&["exec", "--timeout", "3", "--", "sh", "-c", bomb]);
+    let took = started.elapsed();
+    assert_eq!(run.code, 124, "{run:?}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+
+    // Seen from the host (the engine's top needs no room in the sandbox).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let top = docker(&["top", &host.name(), "-o", "pid,args"]);
+        let left = top
+            .lines()
+            .filter(|l| l.contains("sleep 1000") || l.contains("bash -c"))
+            .count();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} processes of the bomb left:\n{}",
+            top.lines().take(20).collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Not busy, and it still serves commands.
+    host.expect_processes(0, Duration::from_secs(10));
+    let run = host.hermes(&["exec", "--", "echo", "alive"]);
+    assert_eq!((run.code, run.stdout.as_str()), (0, "alive\n"), "{run:?}");
+}
