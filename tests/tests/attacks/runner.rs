@@ -208,7 +208,8 @@ fn a_fork_bomb_is_killed_at_its_timeout_under_a_full_pids_limit() {
     assert!(limit > 0 && limit <= 4096, "pids limit {limit}");
 
     // Shells that keep forking sleepers, retrying when the limit is full.
-    let bomb = "for i in 1 2 3 4; do bash -c 'while :; do sleep 1000 & done' 2>/dev/null & done; wait";
+    let bomb =
+        "for i in 1 2 3 4; do bash -c 'while :; do sleep 1000 & done' 2>/dev/null & done; wait";
     let started = Instant::now();
     let run = host.hermes(&["exec", "--timeout", "3", "--", "sh", "-c", bomb]);
     let took = started.elapsed();

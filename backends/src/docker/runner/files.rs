@@ -155,12 +155,18 @@ impl RunnerDir {
         let fd = open_private(path, 0o022)?;
         let host_path = host_dir(path)
             .ok_or_else(|| Refused(format!("{} has no host-only directory", path.display())))?;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&host_path)
-            .map_err(|e| refused(&format!("cannot make {}", host_path.display()), e))?;
-        let host = open_private(&host_path, 0o077)?;
+        let host = match open_private(&host_path, 0o077) {
+            Ok(host) => host,
+            Err(_) if !host_path.exists() => {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&host_path)
+                    .map_err(|e| refused(&format!("cannot make {}", host_path.display()), e))?;
+                open_private(&host_path, 0o077)?
+            }
+            Err(e) => return Err(e),
+        };
         Ok(RunnerDir {
             fd,
             host,
@@ -174,7 +180,7 @@ impl RunnerDir {
     /// of pipes (only under [`RunnerDir::lock`]: a runner being started has
     /// not opened its pipe yet).
     pub(crate) fn live_pipe(&self, retire: bool) -> Result<Option<Pipe>, Refused> {
-        let pipes = self.sweep_and_list()?;
+        let pipes = self.sweep_and_list(retire)?;
         for name in &pipes {
             match self.open_pipe(name) {
                 Ok(Some(pipe)) => return Ok(Some(pipe)),
@@ -437,8 +443,11 @@ impl RunnerDir {
     }
 
     /// Sweeps stale requests (a few a call) and lists the request pipes of
-    /// the host-only directory, in order.
-    fn sweep_and_list(&self) -> Result<Vec<String>, Refused> {
+    /// the host-only directory, in order. A request hermes made leaves its
+    /// lock behind when its process dies, so it is found on the host side;
+    /// the mount is looked through too (for what has no lock there) when
+    /// `whole`.
+    fn sweep_and_list(&self, whole: bool) -> Result<Vec<String>, Refused> {
         let mut pipes = Vec::new();
         let mut swept = 0;
         for name in self.names(&self.host)? {
@@ -459,7 +468,12 @@ impl RunnerDir {
                 }
             }
         }
-        for name in self.names(&self.fd)? {
+        let mount = if whole {
+            self.names(&self.fd)?
+        } else {
+            Vec::new()
+        };
+        for name in mount {
             if swept >= SWEEP_PER_SCAN {
                 break;
             }
@@ -928,7 +942,7 @@ pub(crate) mod tests {
         ] {
             std::fs::File::open(p).unwrap().set_modified(old).unwrap();
         }
-        root.live_pipe(false).unwrap();
+        root.live_pipe(true).unwrap();
         assert!(!gone.exists());
         assert!(!half.exists());
         assert!(!host.join("x.00ff.lock").exists());
