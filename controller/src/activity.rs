@@ -84,11 +84,14 @@ impl Activity {
             return Ok(());
         }
         let runner = hermes_model::sandbox::runner_dir(&self.home, container);
-        match fs::remove_dir_all(&runner) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                tracing::debug!(dir = %runner.display(), error = %e, "cannot remove a runner's directory");
+        let host_side = hermes_backends::docker::runner_host_dir(&runner);
+        for dir in std::iter::once(runner).chain(host_side) {
+            match fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    tracing::debug!(dir = %dir.display(), error = %e, "cannot remove a runner's directory");
+                }
+                _ => {}
             }
-            _ => {}
         }
         match fs::remove_file(self.dir.join(container)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
@@ -140,8 +143,11 @@ mod tests {
         std::fs::write(kept.join("file"), "keep").unwrap();
         std::os::unix::fs::symlink(&kept, runner.join("link")).unwrap();
         std::os::unix::fs::symlink(&kept, runner.join("x.1.ab/link")).unwrap();
+        let host_side = dir.path().join("run/runner-host/hermes-p-t");
+        std::fs::create_dir_all(&host_side).unwrap();
         activity.forget("hermes-p-t").unwrap();
         assert!(!runner.exists());
+        assert!(!host_side.exists());
         assert_eq!(std::fs::read_to_string(kept.join("file")).unwrap(), "keep");
         let other = dir.path().join("run/sandboxes/hermes-p-u");
         std::fs::create_dir_all(&other).unwrap();

@@ -2,11 +2,14 @@
 //!
 //! Output streams live, stdout and stderr apart, chunk by chunk as the
 //! engine sends it. Every exec carries a unique marker in its environment
-//! ([`EXEC_ID_ENV`]); on timeout a second exec, as root, stops and kills
-//! every process that carries the marker and every descendant of those, so
-//! a timed-out command leaves nothing running inside the container (killing
-//! only the client would leave the processes there until the pids limit is
-//! exhausted).
+//! ([`EXEC_ID_ENV`]); on timeout every process that carries the marker and
+//! every descendant of those is stopped and killed, so a timed-out command
+//! leaves nothing running inside the container (killing only the client
+//! would leave the processes there until the pids limit is exhausted).
+//! The kill is done from the host ([`super::hostkill`]: no process in the
+//! sandbox, so a command that filled the pids limit cannot stop it); where
+//! hermes cannot see or signal the container's processes, a second exec,
+//! as root, does it inside.
 
 use std::time::Duration;
 
@@ -18,6 +21,7 @@ use tokio::time::Instant;
 
 use super::Engine;
 use super::error::{DockerError, exec_error, is_not_found};
+use super::hostkill::NotFromHost;
 use crate::exec::{
     EXEC_ID_ENV, ExecIo, ExecOutcome, ExecRequest, Executor, KILL_SCRIPT, TIMEOUT_EXIT_CODE,
     new_exec_id,
@@ -205,9 +209,44 @@ impl Engine {
         }
     }
 
-    /// Stops and kills, as root, every process of `container` that carries
-    /// `marker`, and their descendants. Best effort: failures are logged.
+    /// Stops and kills every process of `container` that carries `marker`,
+    /// and their descendants: from the host when it can, as root inside
+    /// the container otherwise. Best effort: failures are logged.
     pub(super) async fn kill_marked(&self, container: &str, marker: &str) {
+        match self.kill_marked_from_host(container, marker).await {
+            Ok(killed) => {
+                tracing::debug!(container, killed, "timed-out command killed from the host");
+                return;
+            }
+            Err(why) => {
+                tracing::debug!(container, why = %why.0, "cannot kill from the host; killing from inside the container");
+            }
+        }
+        self.kill_marked_inside(container, marker).await;
+    }
+
+    /// [`super::hostkill::kill_marked`] for `container`.
+    async fn kill_marked_from_host(
+        &self,
+        container: &str,
+        marker: &str,
+    ) -> Result<usize, NotFromHost> {
+        let info = self
+            .docker
+            .inspect_container(container, None)
+            .await
+            .map_err(|e| NotFromHost(format!("cannot inspect the container: {e}")))?;
+        let id = info.id.unwrap_or_default();
+        let pid = info.state.and_then(|s| s.pid).unwrap_or(0);
+        let marker = marker.to_string();
+        tokio::task::spawn_blocking(move || super::hostkill::kill_marked(&id, pid, &marker))
+            .await
+            .map_err(|e| NotFromHost(format!("the kill did not finish: {e}")))?
+    }
+
+    /// The kill of [`Engine::kill_marked`] by an engine exec of
+    /// [`KILL_SCRIPT`], as root inside the container.
+    async fn kill_marked_inside(&self, container: &str, marker: &str) {
         let options = CreateExecOptions::<String> {
             cmd: Some(vec![
                 "sh".to_string(),

@@ -19,6 +19,7 @@ mod apply;
 mod error;
 mod events;
 mod exec;
+mod hostkill;
 mod network;
 mod observe;
 mod runner;
@@ -39,7 +40,7 @@ pub use events::ContainerEvent;
 pub use exec::Container;
 pub use network::InternalNetwork;
 pub use observe::parse_engine_time;
-pub use runner::{is_runner_process, runner_dir};
+pub use runner::{is_runner_process, runner_dir, runner_host_dir};
 
 /// Where `connect_with_defaults` looks when `DOCKER_HOST` is not set.
 const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";

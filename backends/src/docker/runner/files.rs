@@ -1,48 +1,77 @@
-//! The runner's directory on the host, handled as the container's ground.
+//! The runner's directory on the host, handled as the container's ground,
+//! and the host-only directory beside it that holds what hermes trusts.
 //!
-//! The container (root inside) can write anything into the directory: so
-//! hermes names nothing there by path. It opens the directory once, with
-//! `O_NOFOLLOW`, and then works relative to that descriptor with the `*at`
-//! calls: every open is `O_NOFOLLOW` (a planted symlink fails, it is never
-//! followed), every file hermes writes is created with `O_EXCL` under a
-//! fresh name of 128 random bits, every pipe is opened without blocking
-//! and checked to be a pipe, and removals (`unlinkat`) remove a name, never
-//! what it points to. Hard links and device nodes cannot be planted: links
-//! do not cross the bind mount, and the sandbox has no `CAP_MKNOD`. So what
-//! the container can do here is make its own commands fail or fall back to
-//! the engine's exec, nothing on the host.
+//! The container (root inside) can write anything into the mounted
+//! directory: so hermes names nothing there by path. It opens the directory
+//! once, with `O_NOFOLLOW`, and then works relative to that descriptor with
+//! the `*at` calls: every open is `O_NOFOLLOW` (a planted symlink fails, it
+//! is never followed), every file hermes writes is created with `O_EXCL`
+//! under a fresh name of 128 random bits, and removals (`unlinkat`) remove
+//! a name, never what it points to. Hard links and device nodes cannot be
+//! planted: links do not cross the bind mount, and the sandbox has no
+//! `CAP_MKNOD`.
 //!
-//! Layout (`/run/hermes` inside):
+//! **Only its own channels.** Hermes never opens a pipe through the
+//! mounted directory. Every pipe it reads or writes is made in the
+//! sandbox's host-only directory (`$HERMES_HOME/run/runner-host/<container>/`,
+//! 0700, not mounted): a request pipe is made there and hard-linked into
+//! the mount for the runner, and hermes opens it again only through its
+//! host-only name, which the container can neither replace nor rename (the
+//! host-only link also keeps the inode alive, so its number is never
+//! reused for a pipe the container makes). A request's directory is built
+//! there whole (its `cmd` and `env` files, its pipes opened for reading)
+//! and only then moved into the mount (`renameat2`, `RENAME_NOREPLACE`):
+//! nothing of it is in the container's reach before it is complete, and
+//! hermes reads the answers from the descriptors it opened before the
+//! move. A pipe the container makes, or a name it swaps, is never opened.
+//! Both directories must be on one filesystem (links and moves do not
+//! cross filesystems); where they are not, the engine's exec runs every
+//! command.
+//!
+//! Layout of the mount (`/run/hermes` inside):
 //!
 //! - `ctl.<hex>`: a request pipe, read by one runner; a line a request;
-//! - `x.<pid>.<hex>/`: one request of the hermes process `<pid>`: `cmd`
-//!   and `env` (0600; the runner empties both once read, hermes then
-//!   removes them), the pipes `out`, `err` and `status`, and `claim`,
-//!   created by whichever side has the request;
+//!   `ctl.<hex>.sh`: the runner's script, which its processes run;
+//! - `x.<hex>/`: one request: `cmd` and `env` (0600; the runner empties
+//!   both once read, hermes then removes them), the pipes `out`, `err` and
+//!   `status`, and `claim`, created by whichever side has the request;
 //! - `unsupported.<container id>`: the runner cannot run in that container.
+//!
+//! And of the host-only directory: the `ctl.<hex>` pipes (the same inodes),
+//! a request's directory while it is built, and `x.<hex>.lock`, locked
+//! (`flock`) by the hermes process of the request for as long as it lives:
+//! a request whose lock nobody holds is stale and is swept. No name says
+//! anything about the host (no process id).
 
 use std::ffi::CStr;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg, OFlag, openat};
+use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag, RenameFlags, openat, renameat2};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
-use nix::unistd::{UnlinkatFlags, mkfifoat, unlinkat};
+use nix::unistd::{UnlinkatFlags, linkat, mkfifoat, unlinkat};
 use tokio::net::unix::pipe;
 
 /// Entries of the directory looked at, at most: a container that floods it
 /// only slows its own commands down, and then not beyond this.
 const MAX_ENTRIES: usize = 4096;
 
-/// A request directory whose hermes process is gone is removed after this.
+/// A request whose lock nobody holds is removed once this old.
 const STALE_AFTER: Duration = Duration::from_secs(60);
 
 /// Stale request directories removed per scan, at most.
 const SWEEP_PER_SCAN: usize = 8;
+
+/// The suffix of a request's lock in the host-only directory.
+const LOCK_SUFFIX: &str = ".lock";
+
+/// The suffix of a runner's script beside its request pipe.
+const SCRIPT_SUFFIX: &str = ".sh";
 
 /// Why the runner's directory cannot serve a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,10 +81,13 @@ fn refused(what: &str, e: impl std::fmt::Display) -> Refused {
     Refused(format!("{what}: {e}"))
 }
 
-/// The runner's directory of one sandbox, open.
+/// The runner's directory of one sandbox, open, with its host-only twin.
 #[derive(Debug)]
 pub(crate) struct RunnerDir {
+    /// The mounted directory (the container's ground).
     fd: OwnedFd,
+    /// The host-only directory.
+    host: OwnedFd,
     path: PathBuf,
 }
 
@@ -72,6 +104,8 @@ pub(crate) struct Request<'a> {
     root: &'a RunnerDir,
     name: String,
     fd: OwnedFd,
+    /// Held for as long as the request lives: it is not stale.
+    _lock: Flock<OwnedFd>,
 }
 
 /// The three pipes hermes reads a request's results from.
@@ -82,64 +116,99 @@ pub(crate) struct Readers {
     pub status: pipe::Receiver,
 }
 
-/// What a look at the directory found.
-#[derive(Debug, Default)]
-struct Scan {
-    pipes: Vec<String>,
-    stale: Vec<String>,
+/// The host-only directory of the runner directory `dir`
+/// (`$HERMES_HOME/run/sandboxes/<container>` gives
+/// `$HERMES_HOME/run/runner-host/<container>`).
+pub(crate) fn host_dir(dir: &Path) -> Option<PathBuf> {
+    let name = dir.file_name()?;
+    Some(dir.parent()?.parent()?.join("runner-host").join(name))
+}
+
+/// Opens the directory at `path`, which must be a directory of this user
+/// that nobody else may write to (`mask`: the mode bits that must be 0).
+fn open_private(path: &Path, mask: u32) -> Result<OwnedFd, Refused> {
+    let fd = nix::fcntl::open(
+        path,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| refused(&format!("cannot open {}", path.display()), e))?;
+    let st = fstat(&fd).map_err(|e| refused("fstat", e))?;
+    if !is(&st, SFlag::S_IFDIR)
+        || st.st_uid != nix::unistd::geteuid().as_raw()
+        || st.st_mode & mask != 0
+    {
+        return Err(Refused(format!(
+            "{} is not a directory of this user that only it may write",
+            path.display()
+        )));
+    }
+    Ok(fd)
 }
 
 impl RunnerDir {
     /// Opens the directory at `path`, which must be a directory of this
     /// user that nobody else may write to (hermes made it; the container's
-    /// root writes through the mount).
+    /// root writes through the mount), and its host-only directory, made
+    /// (0700) when missing.
     pub(crate) fn open(path: &Path) -> Result<RunnerDir, Refused> {
-        let fd = nix::fcntl::open(
-            path,
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| refused(&format!("cannot open {}", path.display()), e))?;
-        let st = fstat(&fd).map_err(|e| refused("fstat", e))?;
-        if !is(&st, SFlag::S_IFDIR)
-            || st.st_uid != nix::unistd::geteuid().as_raw()
-            || st.st_mode & 0o022 != 0
-        {
-            return Err(Refused(format!(
-                "{} is not a directory of this user that only it may write",
-                path.display()
-            )));
-        }
+        let fd = open_private(path, 0o022)?;
+        let host_path = host_dir(path)
+            .ok_or_else(|| Refused(format!("{} has no host-only directory", path.display())))?;
+        let host = match open_private(&host_path, 0o077) {
+            Ok(host) => host,
+            Err(_) if !host_path.exists() => {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&host_path)
+                    .map_err(|e| refused(&format!("cannot make {}", host_path.display()), e))?;
+                open_private(&host_path, 0o077)?
+            }
+            Err(e) => return Err(e),
+        };
         Ok(RunnerDir {
             fd,
+            host,
             path: path.to_path_buf(),
         })
     }
 
-    /// A request pipe some runner reads, if there is one. Stale request
-    /// directories found on the way are removed. With `retire`, pipes no
-    /// runner reads any more are removed too (only under [`RunnerDir::lock`]:
-    /// a runner being started has not opened its pipe yet).
+    /// A request pipe some runner reads, if there is one. Stale requests
+    /// found on the way are removed. With `retire`, pipes no runner reads
+    /// any more are removed too, and what the container put in the place
+    /// of pipes (only under [`RunnerDir::lock`]: a runner being started has
+    /// not opened its pipe yet).
     pub(crate) fn live_pipe(&self, retire: bool) -> Result<Option<Pipe>, Refused> {
-        let scan = self.scan()?;
-        for name in scan.stale.iter().take(SWEEP_PER_SCAN) {
-            self.sweep(name);
-        }
-        for name in scan.pipes {
-            match self.open_pipe(&name) {
+        let pipes = self.sweep_and_list(retire)?;
+        for name in &pipes {
+            match self.open_pipe(name) {
                 Ok(Some(pipe)) => return Ok(Some(pipe)),
-                Ok(None) | Err(_) if retire => self.remove(&name),
+                Ok(None) | Err(_) if retire => self.remove_runner(name),
                 _ => {}
+            }
+        }
+        if retire {
+            // Request pipes and scripts in the mount that no pipe of
+            // hermes's stands behind: planted, or left over.
+            for name in self.names(&self.fd)? {
+                let Some(pipe) = pipe_of(&name) else { continue };
+                if fstatat(&self.host, pipe, AtFlags::AT_SYMLINK_NOFOLLOW).is_err() {
+                    self.remove(&name);
+                }
             }
         }
         Ok(None)
     }
 
-    /// Opens the request pipe `name` for writing, without blocking: `None`
-    /// when no runner reads it.
+    /// Opens the request pipe `name` for writing, without blocking, through
+    /// its host-only name: `None` when no runner reads it.
     pub(crate) fn open_pipe(&self, name: &str) -> Result<Option<Pipe>, Refused> {
+        if pipe_of(name) != Some(name) {
+            return Err(Refused(format!("{name} is not a request pipe's name")));
+        }
         let fd = match openat(
-            &self.fd,
+            &self.host,
             name,
             OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::empty(),
@@ -158,12 +227,39 @@ impl RunnerDir {
         }))
     }
 
-    /// Makes a new request pipe for a runner to come; returns its name.
-    pub(crate) fn new_pipe(&self) -> Result<String, Refused> {
+    /// Makes a new request pipe for a runner to come, and the script the
+    /// runner runs beside it; returns the pipe's name (the script's is it
+    /// and `.sh`).
+    pub(crate) fn new_runner(&self, script: &str) -> Result<String, Refused> {
         let name = format!("ctl.{}", random_hex()?);
-        mkfifoat(&self.fd, name.as_str(), Mode::from_bits_truncate(0o600))
+        mkfifoat(&self.host, name.as_str(), Mode::from_bits_truncate(0o600))
             .map_err(|e| refused(&format!("cannot make {name}"), e))?;
+        if let Err(e) = linkat(
+            &self.host,
+            name.as_str(),
+            &self.fd,
+            name.as_str(),
+            AtFlags::empty(),
+        ) {
+            let _ = unlinkat(&self.host, name.as_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(refused(
+                &format!("cannot link {name} into the runner's directory"),
+                e,
+            ));
+        }
+        let script_name = format!("{name}{SCRIPT_SUFFIX}");
+        if let Err(e) = self.write_new(&self.fd, &script_name, script.as_bytes()) {
+            self.remove_runner(&name);
+            return Err(e);
+        }
         Ok(name)
+    }
+
+    /// Removes a runner's request pipe (both its names) and its script.
+    pub(crate) fn remove_runner(&self, name: &str) {
+        let _ = unlinkat(&self.host, name, UnlinkatFlags::NoRemoveDir);
+        self.remove(name);
+        self.remove(&format!("{name}{SCRIPT_SUFFIX}"));
     }
 
     /// Withdraws a pipe whose runner did not answer: asks the runner to
@@ -171,7 +267,7 @@ impl RunnerDir {
     pub(crate) fn retire(&self, pipe: Pipe) {
         let mut file = &pipe.file;
         let _ = file.write(b"q\n");
-        self.remove(&pipe.name);
+        self.remove_runner(&pipe.name);
     }
 
     /// Whether a runner was found not to work in `container` before.
@@ -179,12 +275,8 @@ impl RunnerDir {
         let Some(name) = marker_name(container) else {
             return true;
         };
-        fstatat(
-            &self.fd,
-            name.as_str(),
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        )
-        .is_ok_and(|st| is(&st, SFlag::S_IFREG))
+        fstatat(&self.fd, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| is(&st, SFlag::S_IFREG))
     }
 
     /// Records that the runner does not work in `container`, and why.
@@ -200,7 +292,9 @@ impl RunnerDir {
     /// containers that were replaced).
     pub(crate) fn forget_others(&self, container: &str) {
         let mine = marker_name(container);
-        let Ok(names) = self.names() else { return };
+        let Ok(names) = self.names(&self.fd) else {
+            return;
+        };
         for name in names {
             if name.starts_with("unsupported.") && Some(&name) != mine.as_ref() {
                 self.remove(&name);
@@ -208,19 +302,19 @@ impl RunnerDir {
         }
     }
 
-    /// Takes the directory's lock, waiting up to `wait`: one hermes process
-    /// at a time starts a runner.
+    /// Takes the directory's lock (on the host-only directory), waiting up
+    /// to `wait`: one hermes process at a time starts a runner.
     pub(crate) async fn lock(&self, wait: Duration) -> Result<Flock<OwnedFd>, Refused> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // A descriptor of its own: the lock belongs to it.
             let fd = openat(
-                &self.fd,
+                &self.host,
                 ".",
                 OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
                 Mode::empty(),
             )
-            .map_err(|e| refused("cannot reopen the runner's directory", e))?;
+            .map_err(|e| refused("cannot reopen the runner's host directory", e))?;
             match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
                 Ok(lock) => return Ok(lock),
                 Err((_, Errno::EWOULDBLOCK)) if tokio::time::Instant::now() < deadline => {
@@ -231,46 +325,103 @@ impl RunnerDir {
         }
     }
 
-    /// Makes a request's directory with its pipes and files, and opens the
-    /// pipes for reading (without blocking: no writer is there yet).
+    /// Makes a request's directory with its files and pipes in the
+    /// host-only directory, opens the pipes for reading (without blocking:
+    /// no writer is there yet), and only then moves it into the mount.
     pub(crate) fn new_request(
         &self,
         cmd: &str,
         env: &str,
     ) -> Result<(Request<'_>, Readers), Refused> {
-        let name = format!("x.{}.{}", std::process::id(), random_hex()?);
-        mkdirat(&self.fd, name.as_str(), Mode::from_bits_truncate(0o700))
-            .map_err(|e| refused(&format!("cannot make {name}"), e))?;
-        let fd = openat(
-            &self.fd,
-            name.as_str(),
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
+        let name = format!("x.{}", random_hex()?);
+        let lock_name = format!("{name}{LOCK_SUFFIX}");
+        let lock = openat(
+            &self.host,
+            lock_name.as_str(),
+            OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
         )
-        .map_err(|e| refused(&format!("cannot open {name}"), e))?;
+        .map_err(|e| refused(&format!("cannot create {lock_name}"), e))?;
+        let lock = Flock::lock(lock, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+            let _ = unlinkat(&self.host, lock_name.as_str(), UnlinkatFlags::NoRemoveDir);
+            refused(&format!("cannot lock {lock_name}"), e)
+        })?;
+        let built = self.build_request(&name, cmd, env);
+        let (fd, readers) = match built {
+            Ok(built) => built,
+            Err(e) => {
+                self.remove_staged(&name);
+                let _ = unlinkat(&self.host, lock_name.as_str(), UnlinkatFlags::NoRemoveDir);
+                return Err(e);
+            }
+        };
         let request = Request {
             root: self,
             name,
             fd,
+            _lock: lock,
         };
-        let st = fstat(&request.fd).map_err(|e| refused("fstat", e))?;
-        if !is(&st, SFlag::S_IFDIR) {
-            return Err(Refused(format!("{} is not a directory", request.name)));
+        if let Err(e) = renameat2(
+            &self.host,
+            request.name.as_str(),
+            &self.fd,
+            request.name.as_str(),
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
+            self.remove_staged(&request.name);
+            return Err(refused(
+                &format!("cannot move {} into the runner's directory", request.name),
+                e,
+            ));
         }
-        self.write_new(&request.fd, "cmd", cmd.as_bytes())?;
-        self.write_new(&request.fd, "env", env.as_bytes())?;
-        let readers = Readers {
-            out: request.reader("out")?,
-            err: request.reader("err")?,
-            status: request.reader("status")?,
-        };
         Ok((request, readers))
     }
 
-    /// The names in the directory, up to [`MAX_ENTRIES`] (more is refused).
-    fn names(&self) -> Result<Vec<String>, Refused> {
+    /// Builds the request `name` in the host-only directory: its
+    /// directory's descriptor and its pipes, open for reading.
+    fn build_request(
+        &self,
+        name: &str,
+        cmd: &str,
+        env: &str,
+    ) -> Result<(OwnedFd, Readers), Refused> {
+        mkdirat(&self.host, name, Mode::from_bits_truncate(0o700))
+            .map_err(|e| refused(&format!("cannot make {name}"), e))?;
+        let fd = openat(
+            &self.host,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| refused(&format!("cannot open {name}"), e))?;
+        self.write_new(&fd, "cmd", cmd.as_bytes())?;
+        self.write_new(&fd, "env", env.as_bytes())?;
+        let readers = Readers {
+            out: reader(&fd, "out")?,
+            err: reader(&fd, "err")?,
+            status: reader(&fd, "status")?,
+        };
+        Ok((fd, readers))
+    }
+
+    /// Removes a request's directory from the host-only directory.
+    fn remove_staged(&self, name: &str) {
+        if let Ok(fd) = openat(
+            &self.host,
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            empty_dir(&fd);
+        }
+        let _ = unlinkat(&self.host, name, UnlinkatFlags::RemoveDir);
+    }
+
+    /// The names in the directory `dir`, up to [`MAX_ENTRIES`] (more is
+    /// refused).
+    fn names(&self, dir: &OwnedFd) -> Result<Vec<String>, Refused> {
         let mut dir = nix::dir::Dir::openat(
-            &self.fd,
+            dir,
             ".",
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
             Mode::empty(),
@@ -291,37 +442,74 @@ impl RunnerDir {
         Ok(names)
     }
 
-    fn scan(&self) -> Result<Scan, Refused> {
-        let mut scan = Scan::default();
-        let me = std::process::id();
-        for name in self.names()? {
-            if name.strip_prefix("ctl.").is_some_and(is_hex) {
-                scan.pipes.push(name);
-            } else if let Some(pid) = request_pid(&name) {
-                if pid != me && !is_alive(pid) && self.older_than(&name, STALE_AFTER) {
-                    scan.stale.push(name);
+    /// Sweeps stale requests (a few a call) and lists the request pipes of
+    /// the host-only directory, in order. A request hermes made leaves its
+    /// lock behind when its process dies, so it is found on the host side;
+    /// the mount is looked through too (for what has no lock there) when
+    /// `whole`.
+    fn sweep_and_list(&self, whole: bool) -> Result<Vec<String>, Refused> {
+        let mut pipes = Vec::new();
+        let mut swept = 0;
+        for name in self.names(&self.host)? {
+            if pipe_of(&name) == Some(name.as_str()) {
+                pipes.push(name);
+            } else if swept < SWEEP_PER_SCAN {
+                // A lock nobody holds, or a request left half built.
+                let request = name.strip_suffix(LOCK_SUFFIX).unwrap_or(&name);
+                if request.starts_with("x.")
+                    && older_than(&self.host, &name, STALE_AFTER)
+                    && !self.is_held(request)
+                {
+                    swept += 1;
+                    self.remove_staged(request);
+                    self.sweep(request);
+                    let lock = format!("{request}{LOCK_SUFFIX}");
+                    let _ = unlinkat(&self.host, lock.as_str(), UnlinkatFlags::NoRemoveDir);
                 }
             }
         }
-        scan.pipes.sort();
-        Ok(scan)
+        let mount = if whole {
+            self.names(&self.fd)?
+        } else {
+            Vec::new()
+        };
+        for name in mount {
+            if swept >= SWEEP_PER_SCAN {
+                break;
+            }
+            if name.starts_with("x.")
+                && older_than(&self.fd, &name, STALE_AFTER)
+                && !self.is_held(&name)
+            {
+                swept += 1;
+                self.sweep(&name);
+            }
+        }
+        pipes.sort();
+        Ok(pipes)
     }
 
-    fn older_than(&self, name: &str, age: Duration) -> bool {
-        let Ok(st) = fstatat(&self.fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) else {
+    /// Whether a hermes process holds the lock of the request `name`.
+    fn is_held(&self, name: &str) -> bool {
+        let lock = format!("{name}{LOCK_SUFFIX}");
+        let Ok(fd) = openat(
+            &self.host,
+            lock.as_str(),
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
             return false;
         };
-        let Ok(mtime) = u64::try_from(st.st_mtime) else {
-            return false;
-        };
-        let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(mtime);
-        SystemTime::now()
-            .duration_since(mtime)
-            .is_ok_and(|elapsed| elapsed > age)
+        match Flock::lock(fd, FlockArg::LockSharedNonblock) {
+            Ok(_free) => false,
+            Err((_, Errno::EWOULDBLOCK)) => true,
+            // Unknown: kept.
+            Err(_) => true,
+        }
     }
 
-    /// Removes a request directory whose hermes process is gone (it may
-    /// hold an environment file).
+    /// Removes a request directory from the mount whose hermes process is
+    /// gone (it may hold an environment file).
     fn sweep(&self, name: &str) {
         tracing::debug!(dir = %self.path.display(), name, "removing a stale request");
         if let Ok(fd) = openat(
@@ -335,7 +523,8 @@ impl RunnerDir {
         let _ = unlinkat(&self.fd, name, UnlinkatFlags::RemoveDir);
     }
 
-    /// Removes the name `name` (not a directory, never what it points to).
+    /// Removes the name `name` from the mount (not a directory, never what
+    /// it points to).
     pub(crate) fn remove(&self, name: &str) {
         let _ = unlinkat(&self.fd, name, UnlinkatFlags::NoRemoveDir);
     }
@@ -404,33 +593,36 @@ impl Request<'_> {
             let _ = unlinkat(&self.fd, name, UnlinkatFlags::NoRemoveDir);
         }
     }
+}
 
-    /// Makes the pipe `name` and opens it for reading, checking that what
-    /// is opened is the pipe just made.
-    fn reader(&self, name: &str) -> Result<pipe::Receiver, Refused> {
-        mkfifoat(&self.fd, name, Mode::from_bits_truncate(0o600))
-            .map_err(|e| refused(&format!("cannot make {name}"), e))?;
-        let made = fstatat(&self.fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-            .map_err(|e| refused("fstatat", e))?;
-        let fd = openat(
-            &self.fd,
-            name,
-            OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| refused(&format!("cannot open {name}"), e))?;
-        let st = fstat(&fd).map_err(|e| refused("fstat", e))?;
-        if !is(&st, SFlag::S_IFIFO) || (st.st_dev, st.st_ino) != (made.st_dev, made.st_ino) {
-            return Err(Refused(format!("{name} is not the pipe hermes made")));
-        }
-        pipe::Receiver::from_owned_fd(fd).map_err(|e| refused(&format!("cannot read {name}"), e))
+/// Makes the pipe `name` in `dir` (a directory the container cannot reach
+/// yet) and opens it for reading, checking that what is opened is the
+/// pipe just made.
+fn reader(dir: &OwnedFd, name: &str) -> Result<pipe::Receiver, Refused> {
+    mkfifoat(dir, name, Mode::from_bits_truncate(0o600))
+        .map_err(|e| refused(&format!("cannot make {name}"), e))?;
+    let made =
+        fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(|e| refused("fstatat", e))?;
+    let fd = openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| refused(&format!("cannot open {name}"), e))?;
+    let st = fstat(&fd).map_err(|e| refused("fstat", e))?;
+    if !is(&st, SFlag::S_IFIFO) || (st.st_dev, st.st_ino) != (made.st_dev, made.st_ino) {
+        return Err(Refused(format!("{name} is not the pipe hermes made")));
     }
+    pipe::Receiver::from_owned_fd(fd).map_err(|e| refused(&format!("cannot read {name}"), e))
 }
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
         empty_dir(&self.fd);
         let _ = unlinkat(&self.root.fd, self.name.as_str(), UnlinkatFlags::RemoveDir);
+        let lock = format!("{}{LOCK_SUFFIX}", self.name);
+        let _ = unlinkat(&self.root.host, lock.as_str(), UnlinkatFlags::NoRemoveDir);
     }
 }
 
@@ -457,6 +649,20 @@ fn empty_dir(fd: &OwnedFd) {
     }
 }
 
+/// Whether `name` in `dir` was last changed more than `age` ago.
+fn older_than(dir: &OwnedFd, name: &str, age: Duration) -> bool {
+    let Ok(st) = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+        return false;
+    };
+    let Ok(mtime) = u64::try_from(st.st_mtime) else {
+        return false;
+    };
+    let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(mtime);
+    SystemTime::now()
+        .duration_since(mtime)
+        .is_ok_and(|elapsed| elapsed > age)
+}
+
 /// A directory entry's name when it is plain UTF-8 and not `.` or `..`.
 fn plain(name: &CStr) -> Option<String> {
     let name = name.to_str().ok()?;
@@ -471,25 +677,18 @@ fn is_hex(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// The hermes process of a request directory `x.<pid>.<hex>`.
-fn request_pid(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix("x.")?;
-    let (pid, hex) = rest.split_once('.')?;
-    if !is_hex(hex) || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    pid.parse().ok()
+/// The name of the script of the runner of the request pipe `pipe`.
+pub(crate) fn script_of(pipe: &str) -> String {
+    format!("{pipe}{SCRIPT_SUFFIX}")
 }
 
-/// Whether a process `pid` exists on this host (`kill(pid, 0)`).
-fn is_alive(pid: u32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else {
-        return false;
-    };
-    !matches!(
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
-        Err(Errno::ESRCH)
-    )
+/// The request pipe a name of the mount belongs to: `ctl.<hex>` itself, or
+/// its script `ctl.<hex>.sh`.
+fn pipe_of(name: &str) -> Option<&str> {
+    let pipe = name.strip_suffix(SCRIPT_SUFFIX).unwrap_or(name);
+    pipe.strip_prefix("ctl.")
+        .is_some_and(is_hex)
+        .then_some(pipe)
 }
 
 /// The mark of a container the runner does not work in.
@@ -512,32 +711,58 @@ fn random_hex() -> Result<String, Refused> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
 
     use tokio::io::AsyncReadExt;
 
     use super::*;
 
-    fn runner_dir() -> (tempfile::TempDir, PathBuf) {
+    /// A runner directory laid out as hermes's: `<base>/sandboxes/r`, its
+    /// host-only twin `<base>/runner-host/r`.
+    pub(crate) fn runner_dir() -> (tempfile::TempDir, PathBuf) {
         let base = tempfile::tempdir().unwrap();
-        let dir = base.path().join("r");
-        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+        let dir = base.path().join("sandboxes/r");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .unwrap();
         (base, dir)
+    }
+
+    fn host_names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(host_dir(dir).unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
     }
 
     #[test]
     fn only_a_private_directory_of_this_user_is_taken() {
         let (base, dir) = runner_dir();
         assert!(RunnerDir::open(&dir).is_ok());
+        let host = host_dir(&dir).unwrap();
+        assert_eq!(host, base.path().join("runner-host/r"));
+        let mode = std::fs::symlink_metadata(&host)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // A host-only directory others may read is refused.
+        std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o750)).unwrap();
+        assert!(RunnerDir::open(&dir).is_err());
+        std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o700)).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(RunnerDir::open(&dir).is_err());
-        let link = base.path().join("link");
+        let link = base.path().join("sandboxes/link");
         std::os::unix::fs::symlink(&dir, &link).unwrap();
         assert!(RunnerDir::open(&link).is_err());
-        assert!(RunnerDir::open(&base.path().join("missing")).is_err());
+        assert!(RunnerDir::open(&base.path().join("sandboxes/missing")).is_err());
     }
 
     #[tokio::test]
@@ -561,6 +786,10 @@ mod tests {
         let (_base, dir) = runner_dir();
         let root = RunnerDir::open(&dir).unwrap();
         let (request, _readers) = root.new_request("cmd text", "env text").unwrap();
+        // Named after nothing of the host: random hex only.
+        let hex = request.name().strip_prefix("x.").unwrap();
+        assert!(hex.len() == 32 && is_hex(hex), "{}", request.name());
+        assert!(!request.name().contains(&std::process::id().to_string()));
         let at = dir.join(request.name());
         assert_eq!(std::fs::read_to_string(at.join("env")).unwrap(), "env text");
         let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
@@ -568,6 +797,12 @@ mod tests {
         assert_eq!(mode(&at.join("env")), 0o600);
         assert_eq!(mode(&at.join("cmd")), 0o600);
         assert_eq!(mode(&at.join("out")), 0o600);
+        // Moved whole into the mount; only its lock stays on the host side.
+        assert_eq!(
+            host_names(&dir),
+            vec![format!("{}{LOCK_SUFFIX}", request.name())]
+        );
+        assert!(root.is_held(request.name()));
         request.remove_files();
         assert!(!at.join("env").exists());
         assert!(!at.join("cmd").exists());
@@ -575,6 +810,7 @@ mod tests {
         assert!(!request.withdraw().unwrap());
         drop(request);
         assert!(!at.exists());
+        assert!(host_names(&dir).is_empty());
     }
 
     #[test]
@@ -596,6 +832,7 @@ mod tests {
         assert!(
             !dir.join("ctl.aa").exists() && std::fs::symlink_metadata(dir.join("ctl.aa")).is_err()
         );
+        assert!(std::fs::symlink_metadata(dir.join("ctl.bb")).is_err());
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "host file");
         // A symlinked marker is no marker, and marking does not write
         // through it.
@@ -611,53 +848,115 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "host file");
     }
 
+    /// Opens a pipe for reading as a runner does (read-write: it never
+    /// blocks, and the pipe has a reader from then on).
+    fn read_end(path: &Path) -> File {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_pipe_the_container_makes_or_swaps_in_is_never_opened() {
+        let (_base, dir) = runner_dir();
+        let root = RunnerDir::open(&dir).unwrap();
+        // The container's own request pipe, with a reader: not a runner.
+        nix::unistd::mkfifo(&dir.join("ctl.0"), Mode::from_bits_truncate(0o600)).unwrap();
+        let mut planted = read_end(&dir.join("ctl.0"));
+        assert!(root.live_pipe(false).unwrap().is_none());
+        assert!(root.open_pipe("ctl.0").is_err());
+        // Hermes's pipe, swapped in the mount for the container's own.
+        let name = root.new_runner("# script\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join(script_of(&name))).unwrap(),
+            "# script\n"
+        );
+        let genuine = read_end(&dir.join(&name));
+        std::fs::remove_file(dir.join(&name)).unwrap();
+        nix::unistd::mkfifo(&dir.join(&name), Mode::from_bits_truncate(0o600)).unwrap();
+        let mut swapped = read_end(&dir.join(&name));
+        let pipe = root.live_pipe(false).unwrap().unwrap();
+        pipe.ring("x.ab").unwrap();
+        // The line went to the genuine pipe, to no pipe of the container.
+        let mut line = [0u8; 5];
+        (&genuine).read_exact(&mut line).unwrap();
+        assert_eq!(&line, b"x.ab\n");
+        for fake in [&mut planted, &mut swapped] {
+            let fd = std::os::fd::AsFd::as_fd(fake);
+            nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).unwrap();
+            assert_eq!(
+                fake.read(&mut [0u8; 16]).map_err(|e| e.kind()),
+                Err(io::ErrorKind::WouldBlock)
+            );
+        }
+        // Without its reader the genuine pipe is no runner, whatever reads
+        // the name in the mount; retired, both names and the script go, and
+        // so does what the container planted.
+        drop(genuine);
+        assert!(root.live_pipe(false).unwrap().is_none());
+        assert!(root.live_pipe(true).unwrap().is_none());
+        assert!(host_names(&dir).is_empty());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    }
+
     #[test]
     fn a_dead_pipe_is_no_runner_and_a_live_one_is() {
         let (_base, dir) = runner_dir();
         let root = RunnerDir::open(&dir).unwrap();
-        let name = root.new_pipe().unwrap();
+        let name = root.new_runner("").unwrap();
         assert!(root.open_pipe(&name).unwrap().is_none());
         assert!(root.live_pipe(false).unwrap().is_none());
         assert!(dir.join(&name).exists(), "kept without the lock");
-        // A reader (read-write, as the runner opens it).
-        let _reader = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(dir.join(&name))
-            .unwrap();
+        let _reader = read_end(&dir.join(&name));
         let pipe = root.live_pipe(true).unwrap().unwrap();
         assert_eq!(pipe.name(), name);
-        pipe.ring("x.1.ab").unwrap();
+        pipe.ring("x.ab").unwrap();
     }
 
-    #[test]
-    fn stale_requests_of_gone_processes_are_swept_and_others_kept() {
+    #[tokio::test]
+    async fn stale_requests_are_swept_and_live_ones_kept() {
         let (_base, dir) = runner_dir();
         let root = RunnerDir::open(&dir).unwrap();
-        // A pid that does not exist: above the kernel's maximum.
-        let gone = dir.join("x.4194305.00ff");
+        let host = host_dir(&dir).unwrap();
+        // Left by a hermes process that is gone: no lock held.
+        let gone = dir.join("x.00ff");
         std::fs::create_dir(&gone).unwrap();
         std::fs::write(gone.join("env"), "export K='secret'").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", gone.join("out")).unwrap();
-        let alive = dir.join(format!("x.{}.00ff", std::process::id()));
-        std::fs::create_dir(&alive).unwrap();
+        std::fs::write(host.join("x.00ff.lock"), "").unwrap();
+        let half = host.join("x.00ee");
+        std::fs::create_dir(&half).unwrap();
+        std::fs::write(half.join("env"), "export K='secret'").unwrap();
+        // A request that lives (its lock is held), however old.
+        let (request, _readers) = root.new_request("", "").unwrap();
+        let alive = dir.join(request.name());
         let old = std::time::SystemTime::now() - Duration::from_secs(3600);
-        for d in [&gone, &alive] {
-            std::fs::File::open(d).unwrap().set_modified(old).unwrap();
+        for p in [
+            &gone,
+            &half,
+            &alive,
+            &host.join("x.00ff.lock"),
+            &host.join(format!("{}{LOCK_SUFFIX}", request.name())),
+        ] {
+            std::fs::File::open(p).unwrap().set_modified(old).unwrap();
         }
-        root.live_pipe(false).unwrap();
+        root.live_pipe(true).unwrap();
         assert!(!gone.exists());
+        assert!(!half.exists());
+        assert!(!host.join("x.00ff.lock").exists());
         assert!(alive.exists());
         assert!(std::fs::metadata("/etc/passwd").is_ok());
     }
 
     #[test]
     fn names_hermes_reads_are_checked() {
-        assert_eq!(request_pid("x.123.abc"), Some(123));
-        assert_eq!(request_pid("x.123."), None);
-        assert_eq!(request_pid("x..abc"), None);
-        assert_eq!(request_pid("x.12a.abc"), None);
-        assert_eq!(request_pid("y.1.a"), None);
+        assert_eq!(pipe_of("ctl.abc"), Some("ctl.abc"));
+        assert_eq!(pipe_of("ctl.abc.sh"), Some("ctl.abc"));
+        assert_eq!(pipe_of("ctl."), None);
+        assert_eq!(pipe_of("ctl.xyz"), None);
+        assert_eq!(pipe_of("x.abc"), None);
         assert_eq!(
             marker_name("abc123"),
             Some("unsupported.abc123".to_string())

@@ -13,18 +13,21 @@
 //!   exec). Persistent and session sandboxes alike; it holds no data and
 //!   goes when hermes removes the container.
 //! - **Start.** The first command that finds no runner makes a request pipe
-//!   `ctl.<random>` and starts the runner with one attached engine exec
-//!   (under a lock on the directory: one at a time), which checks what it
-//!   needs (`setsid`), detaches the runner and says `ok`; or why not, which
-//!   is recorded (`unsupported.<container id>`) so that the engine's exec
-//!   runs that container's commands without asking again. A restarted
-//!   container has no runner: its pipe has no reader, and the next command
-//!   starts one.
-//! - **A command.** hermes makes `x.<pid>.<random>/` with the pipes `out`,
-//!   `err` and `status`, the file `cmd` (mode, cwd, the arguments quoted
-//!   for sh) and the file `env` (0600: the values are never on a command
-//!   line, inside or outside the container), opens the pipes for reading,
-//!   and writes the directory's name on the request pipe. The runner starts
+//!   `ctl.<random>` (in the host-only directory, linked into the mount:
+//!   [`files`]) and the runner's script beside it (`ctl.<random>.sh`: the
+//!   script is in a file, on no command line), and starts the runner with
+//!   one attached engine exec (under a lock: one at a time), which checks
+//!   what it needs (`setsid`), detaches the runner and says `ok`; or why
+//!   not, which is recorded (`unsupported.<container id>`) so that the
+//!   engine's exec runs that container's commands without asking again. A
+//!   restarted container has no runner: its pipe has no reader, and the
+//!   next command starts one.
+//! - **A command.** hermes builds `x.<random>/` in the host-only directory,
+//!   with the pipes `out`, `err` and `status` (opened for reading there),
+//!   the file `cmd` (mode, cwd, the arguments quoted for sh) and the file
+//!   `env` (0600: the values are never on a command line, inside or outside
+//!   the container), moves it into the mount whole, and writes its name on
+//!   the request pipe. The runner starts
 //!   a handler (`setsid setsid`: a session of its own, default signal
 //!   dispositions), which claims the request (`claim`, `O_EXCL`), opens the
 //!   pipes, answers `s`, loads the request and empties its files before
@@ -35,7 +38,8 @@
 //!   both are closed and the exit code is in, as an engine exec does.
 //! - **Timeout.** The command carries the exec's marker ([`EXEC_ID_ENV`])
 //!   in its environment, so a timeout kills its whole tree as the engine
-//!   path does (one engine exec, as root).
+//!   path does: from the host, without a process in the sandbox (a fork
+//!   bomb that fills the pids limit cannot stop it; see `exec.rs`).
 //! - **Fallback.** Anything short of a claimed request goes to the engine's
 //!   exec, with what is left of the timeout: no directory, a request that
 //!   sh cannot take, no runner and none can start, no answer in
@@ -54,8 +58,26 @@
 //!   sandboxes run); otherwise the engine's exec runs everything.
 //! - **Security.** The container can write the directory: hermes handles
 //!   it through descriptors, never following a link, never opening what it
-//!   did not make ([`files`]). Through the runner the container can only
-//!   run commands in itself, as it can anyway.
+//!   did not make ([`files`]). Every pipe hermes writes a request to or
+//!   reads an answer from is one it made in its host-only directory and
+//!   opens only there: a pipe the container makes or swaps in is never
+//!   opened, so no process of the container is handed a request, nor can
+//!   it answer one, through a channel of its own making; a request nothing
+//!   genuine claims falls back to the engine's exec.
+//!
+//!   What this cannot promise: that the process reading hermes's own pipe
+//!   is the runner hermes started. The runner is a process of the
+//!   container, and root in the container (which every process of the
+//!   sandbox is) can do whatever it does: kill it, read its request pipe
+//!   through the mount, read a request's `env` before the runner empties
+//!   it, and answer on the request's own pipes. That is no more than root
+//!   in the container has over any command, through whichever path it
+//!   runs: it reads the command's environment in `/proc/<pid>/environ` and
+//!   can replace the programs the command runs. So values given with
+//!   `--env` reach the container, and must be values the container may
+//!   see; the real keys never are (the proxy holds them). Through the
+//!   runner the container can only run commands in itself, as it can
+//!   anyway.
 
 mod files;
 mod script;
@@ -72,6 +94,12 @@ use tokio::net::unix::pipe;
 use tokio::time::Instant;
 
 pub use script::is_runner_process;
+
+/// The host-only directory beside the runner directory `dir` (not mounted
+/// in the sandbox): removed with it when the container goes.
+pub fn runner_host_dir(dir: &Path) -> Option<std::path::PathBuf> {
+    files::host_dir(dir)
+}
 
 use self::files::{Pipe, Readers, Refused, Request, RunnerDir};
 use self::script::{Mode, Status, Unwritable};
@@ -303,12 +331,12 @@ impl Engine {
             ));
         }
         root.forget_others(container);
-        let name = root.new_pipe()?;
+        let name = root.new_runner(script::RUNNER_SCRIPT)?;
         let answer = tokio::time::timeout(START_TIMEOUT, self.start_runner(container, &name)).await;
         let answer = match answer {
             Ok(Ok(answer)) => answer,
             Ok(Err(e)) => {
-                root.remove(&name);
+                root.remove_runner(&name);
                 return Err(if e.is_gone() {
                     Failure::Failed(e)
                 } else {
@@ -316,7 +344,7 @@ impl Engine {
                 });
             }
             Err(_) => {
-                root.remove(&name);
+                root.remove_runner(&name);
                 return Err(Failure::Unavailable(format!(
                     "the runner did not start in {}s",
                     START_TIMEOUT.as_secs()
@@ -332,7 +360,7 @@ impl Engine {
             };
             tracing::info!(container, %why, "the runner does not work in this sandbox; its commands run through the engine's exec");
             root.mark_unsupported(container, &why);
-            root.remove(&name);
+            root.remove_runner(&name);
             return Err(Failure::Unavailable(why));
         }
         let ready_by = Instant::now() + READY_WAIT;
@@ -354,7 +382,11 @@ impl Engine {
     /// returns what it said (`ok`, or why not).
     async fn start_runner(&self, container: &str, name: &str) -> Result<String, DockerError> {
         let options = CreateExecOptions::<String> {
-            cmd: Some(script::start_command(RUNNER_MOUNT, name)),
+            cmd: Some(script::start_command(
+                RUNNER_MOUNT,
+                name,
+                &files::script_of(name),
+            )),
             attach_stdin: Some(false),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
@@ -718,7 +750,6 @@ mod tests {
 
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-    use std::os::unix::fs::DirBuilderExt;
     use std::path::PathBuf;
 
     use super::*;
@@ -733,14 +764,12 @@ mod tests {
 
     impl LocalRunner {
         fn start() -> LocalRunner {
-            let base = tempfile::tempdir().unwrap();
-            let dir = base.path().join("r");
-            std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+            let (base, dir) = files::tests::runner_dir();
             let root = RunnerDir::open(&dir).unwrap();
-            let pipe = root.new_pipe().unwrap();
+            let pipe = root.new_runner(script::RUNNER_SCRIPT).unwrap();
             let out = std::process::Command::new("sh")
                 .args(
-                    script::start_command(dir.to_str().unwrap(), &pipe)
+                    script::start_command(dir.to_str().unwrap(), &pipe, &files::script_of(&pipe))
                         .iter()
                         .skip(1),
                 )
@@ -803,7 +832,7 @@ mod tests {
             let mut names: Vec<String> = std::fs::read_dir(&self.dir)
                 .unwrap()
                 .map(|e| e.unwrap().file_name().into_string().unwrap())
-                .filter(|n| *n != self.pipe)
+                .filter(|n| *n != self.pipe && *n != files::script_of(&self.pipe))
                 .collect();
             names.sort();
             names
@@ -1060,11 +1089,9 @@ mod tests {
     /// A "runner" that is only a reader of the pipe: it takes lines, and
     /// claims requests when told to.
     fn fake_runner() -> (tempfile::TempDir, PathBuf, RunnerDir, String, File) {
-        let base = tempfile::tempdir().unwrap();
-        let dir = base.path().join("r");
-        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+        let (base, dir) = files::tests::runner_dir();
         let root = RunnerDir::open(&dir).unwrap();
-        let pipe = root.new_pipe().unwrap();
+        let pipe = root.new_runner("").unwrap();
         let reader = std::fs::OpenOptions::new()
             .read(true)
             .write(true)

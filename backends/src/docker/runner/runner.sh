@@ -1,6 +1,7 @@
-# The runner: POSIX sh, started as `sh -c BOOT hermes-runner THIS PART DIR ...`
-# where BOOT is `# hermes-runner<newline>eval "$1"` and THIS is this text.
-# PART is one of:
+# The runner: POSIX sh, kept in a file beside its request pipe (so that it
+# is on no command line), and started as `sh -c BOOT hermes-runner THIS PART
+# DIR ...` where BOOT is `# hermes-runner<newline>. "$1"` and THIS is the
+# file's path. PART is one of:
 #   start DIR PIPE                  checks, starts `serve`, prints `ok` or why not
 #   serve DIR PIPE SETSID DROP      reads request names from PIPE, one a line
 #   handle DIR NAME SETSID DROP     runs the request in DIR/NAME
@@ -10,7 +11,7 @@
 # Every variable here is named hermes_*: `handle` unsets them before it
 # loads the command's environment, so none reaches the command.
 hermes_boot='# hermes-runner
-eval "$1"'
+. "$1"'
 case $2 in
 start)
 	hermes_s=$(command -v setsid 2>/dev/null)

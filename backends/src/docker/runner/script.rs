@@ -6,24 +6,27 @@
 /// The runner's script, POSIX sh (`runner.sh` beside this file).
 pub(crate) const RUNNER_SCRIPT: &str = include_str!("runner.sh");
 
-/// What `sh -c` runs: a tag for the process list, then the script, which
-/// comes as `$1`. Every process of the runner shows as
-/// `sh -c # hermes-runner …` ([`is_runner_process`]).
-pub(crate) const BOOT: &str = "# hermes-runner\neval \"$1\"";
+/// What `sh -c` runs: a tag for the process list, then the script's file,
+/// whose path comes as `$1` (the script itself is on no command line).
+/// Every process of the runner shows as `sh -c # hermes-runner …`
+/// ([`is_runner_process`]).
+pub(crate) const BOOT: &str = "# hermes-runner\n. \"$1\"";
 
 /// How `ps` (and so the engine's `top`) shows a process of the runner.
 const PROCESS_PREFIX: &str = "sh -c # hermes-runner";
 
 /// The command line that starts the runner for the request pipe `pipe` in
-/// `dir` (the directory as the runner sees it): it prints `ok`, or
+/// `dir` (the directory as the runner sees it), whose script
+/// ([`RUNNER_SCRIPT`]) is the file `script` there: it prints `ok`, or
 /// `unsupported: why`.
-pub(crate) fn start_command(dir: &str, pipe: &str) -> Vec<String> {
+pub(crate) fn start_command(dir: &str, pipe: &str, script: &str) -> Vec<String> {
+    let script = format!("{dir}/{script}");
     [
         "sh",
         "-c",
         BOOT,
         "hermes-runner",
-        RUNNER_SCRIPT,
+        &script,
         "start",
         dir,
         pipe,
@@ -277,9 +280,12 @@ mod tests {
 
     #[test]
     fn runner_processes_are_told_from_commands() {
-        let start = start_command("/run/hermes", "ctl.0");
+        let start = start_command("/run/hermes", "ctl.0", "ctl.0.sh");
         let shown = start.join(" ").replace('\n', " ");
         assert!(is_runner_process(&shown), "{shown}");
+        // The script is in its file, not on the command line.
+        assert!(!shown.contains("setsid"), "{shown}");
+        assert!(shown.contains("/run/hermes/ctl.0.sh start"), "{shown}");
         assert!(!is_runner_process("sh -c sleep 30"));
         assert!(!is_runner_process("sleep infinity"));
     }
