@@ -13,11 +13,17 @@
 //!    runs. Rounds interleave the two sides, the order alternating; the
 //!    controller is started afresh for each of its rounds (and stopped for
 //!    the floor's, so that nothing else converges the change). Target: the
-//!    overhead, controller p50 − floor p50, < 300 ms.
+//!    overhead, controller p50 − floor p50, < 100 ms.
 //! 2. idle cost: a controller with nothing to do, over 60 s: its resident
 //!    memory (VmRSS of /proc/<pid>/status, sampled every second, the
 //!    maximum) < 25 MiB, and its CPU time (utime + stime of
 //!    /proc/<pid>/stat over the window) < 1 % of one core.
+//! 3. with `--restart-engine` only (it stops and starts the local
+//!    `dockerd`, with the command line it runs with, as root): recovery,
+//!    from the engine answering again after a restart to the sandbox (which
+//!    the engine stopped) running again, with a controller running through
+//!    the restart, against the floor: `hermes reconcile` started the moment
+//!    the engine answers. Target: the controller's p50 < 2 s.
 //!
 //! ```sh
 //! cargo build --release --bin hermes --bin bench-controller && target/release/bench-controller
@@ -44,7 +50,11 @@ use hermes_model::observed::ContainerState;
 use hermes_model::sandbox::SandboxKey;
 
 /// The latency target: controller p50 − floor p50.
-const OVERHEAD_TARGET: Duration = Duration::from_millis(300);
+const OVERHEAD_TARGET: Duration = Duration::from_millis(100);
+/// The recovery target: engine answering → sandbox running, p50.
+const RECOVERY_TARGET: Duration = Duration::from_secs(2);
+/// How long dockerd may take to stop or to answer again.
+const ENGINE_WAIT: Duration = Duration::from_secs(60);
 /// The idle targets.
 const RSS_TARGET_MIB: f64 = 25.0;
 const CPU_TARGET_PERCENT: f64 = 1.0;
@@ -77,20 +87,31 @@ struct Args {
     /// The hermes binary (default: `hermes` beside this one).
     #[arg(long, value_name = "PATH")]
     hermes: Option<PathBuf>,
-    /// Only these parts (default: both).
+    /// Only these parts (default: latency and idle).
     #[arg(long, value_enum)]
     only: Vec<Part>,
+    /// Also measure recovery from an engine restart: stops and starts the
+    /// local dockerd (root only) `--restart-rounds` times for each side.
+    #[arg(long)]
+    restart_engine: bool,
+    /// Engine restarts of each side, with --restart-engine.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
+    restart_rounds: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Part {
     Latency,
     Idle,
+    Restart,
 }
 
 impl Args {
     fn wants(&self, part: Part) -> bool {
-        self.only.is_empty() || self.only.contains(&part)
+        match part {
+            Part::Restart => self.restart_engine || self.only.contains(&part),
+            _ => self.only.is_empty() || self.only.contains(&part),
+        }
     }
 }
 
@@ -214,6 +235,9 @@ async fn run(bench: &Bench, args: &Args) -> anyhow::Result<Vec<Check>> {
     }
     if args.wants(Part::Idle) {
         checks.extend(idle(bench, args).await?);
+    }
+    if args.wants(Part::Restart) {
+        checks.push(recovery(bench, args).await?);
     }
     Ok(checks)
 }
@@ -416,7 +440,7 @@ async fn latency(bench: &Bench, args: &Args) -> anyhow::Result<Check> {
         )
     );
     println!(
-        "  overhead (controller p50 − floor p50): {} (target < {}); median of the paired differences {:.2} ms; of it, the debounce of config changes: 200 ms",
+        "  overhead (controller p50 − floor p50): {} (target < {}); median of the paired differences {:.2} ms",
         Ms(overhead),
         Ms(OVERHEAD_TARGET),
         paired * 1000.0
@@ -425,6 +449,139 @@ async fn latency(bench: &Bench, args: &Args) -> anyhow::Result<Check> {
         "config change → recreated: controller − reconcile, p50",
         format!("{} (< {})", Ms(overhead), Ms(OVERHEAD_TARGET)),
         overhead < OVERHEAD_TARGET,
+    ))
+}
+
+/// The pid and command line of the local dockerd.
+fn dockerd() -> anyhow::Result<(i32, Vec<String>)> {
+    let out = std::process::Command::new("pidof")
+        .arg("dockerd")
+        .output()
+        .context("running pidof dockerd")?;
+    let pid: i32 = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .context("no local dockerd to restart (--restart-engine needs one, and root)")?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .with_context(|| format!("reading dockerd's command line (/proc/{pid}/cmdline)"))?;
+    let args = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    Ok((pid, args))
+}
+
+/// Stops dockerd (SIGTERM, which stops the sandboxes with it), starts it
+/// again with the same command line, and returns when it answers.
+async fn restart_engine(bench: &Bench) -> anyhow::Result<Instant> {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let (pid, args) = dockerd()?;
+    kill(Pid::from_raw(pid), Signal::SIGTERM).context("signalling dockerd (root only)")?;
+    let deadline = Instant::now() + ENGINE_WAIT;
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        anyhow::ensure!(Instant::now() < deadline, "dockerd did not stop");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(bench.logs.path().join("dockerd.log"))
+        .context("opening dockerd's log")?;
+    // `setsid --fork`: the engine outlives this benchmark.
+    let forked = std::process::Command::new("setsid")
+        .arg("--fork")
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().context("sharing dockerd's log")?)
+        .stderr(log)
+        .status()
+        .context("starting dockerd again")?;
+    anyhow::ensure!(forked.success(), "setsid --fork {args:?}: {forked}");
+    loop {
+        if bench.engine.docker().ping().await.is_ok() {
+            return Ok(Instant::now());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "dockerd did not answer again");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Polls until the sandbox runs again.
+async fn running(bench: &Bench, poll: Duration) -> anyhow::Result<Instant> {
+    let key = bench.key();
+    let deadline = Instant::now() + CHANGE_TIMEOUT;
+    loop {
+        if let Ok(Some(c)) = bench.engine.find(&key).await
+            && c.state == ContainerState::Running
+        {
+            return Ok(Instant::now());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the sandbox did not run again within {}s",
+            CHANGE_TIMEOUT.as_secs()
+        );
+        tokio::time::sleep(poll).await;
+    }
+}
+
+async fn recovery(bench: &Bench, args: &Args) -> anyhow::Result<Check> {
+    println!();
+    println!(
+        "3. dockerd restarted (SIGTERM, started again): from the engine answering to the sandbox running again; {} rounds of each side, interleaved",
+        args.restart_rounds
+    );
+    let poll = Duration::from_millis(args.poll_ms);
+    let mut controller = Samples::default();
+    let mut floor = Samples::default();
+    for round in 0..args.restart_rounds {
+        let running_controller = Controller::start(bench, &format!("restart-{round}.log")).await?;
+        let answered = restart_engine(bench).await?;
+        let c = running(bench, poll).await? - answered;
+        running_controller.stop().await?;
+
+        let answered = restart_engine(bench).await?;
+        let ran = bench.hermes(["reconcile"]).output().await?;
+        let f = running(bench, poll).await? - answered;
+        anyhow::ensure!(
+            ran.code == Some(0),
+            "`hermes reconcile` after the restart exited with {:?}:\n{}{}",
+            ran.code,
+            ran.stdout,
+            ran.stderr
+        );
+        eprintln!(
+            "  round {}: controller {}, reconcile by hand {}",
+            round + 1,
+            Ms(c),
+            Ms(f)
+        );
+        controller.push(c);
+        floor.push(f);
+    }
+    println!("{}", header());
+    println!(
+        "{}",
+        row("hermes controller: engine answers → running", &controller)
+    );
+    println!(
+        "{}",
+        row("floor: hermes reconcile at once: → running", &floor)
+    );
+    let p50 = controller.p50();
+    println!(
+        "  controller p50 {} (target < {}), {:.2}× the floor's",
+        Ms(p50),
+        Ms(RECOVERY_TARGET),
+        p50.as_secs_f64() / floor.p50().as_secs_f64().max(1e-9)
+    );
+    Ok(Check::new(
+        "engine restart → sandbox running again, controller p50",
+        format!("{} (< {})", Ms(p50), Ms(RECOVERY_TARGET)),
+        p50 < RECOVERY_TARGET,
     ))
 }
 
