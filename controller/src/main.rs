@@ -33,7 +33,13 @@ use crate::home::Home;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let home = Home::resolve(cli.home.clone());
-    init_tracing(cli.log_format, home.as_ref().ok());
+    let default_level = match cli.command {
+        // The controller says what it does: one line per change, error and
+        // recovery (nothing while idle).
+        Command::Controller(_) => "warn,hermes=info",
+        _ => "warn",
+    };
+    init_tracing(cli.log_format, default_level, home.as_ref().ok());
     match run(cli, home) {
         Ok(code) => code,
         Err(e) => {
@@ -98,11 +104,14 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Logs on stderr at `RUST_LOG`'s level (default warn), every line through
-/// the redactor unless `security.redact_secrets` is false.
-fn init_tracing(format: LogFormat, home: Option<&Home>) {
+/// Logs on stderr at `RUST_LOG`'s level (default `default_level`), every
+/// line through the redactor unless `security.redact_secrets` is false;
+/// colours only on a terminal.
+fn init_tracing(format: LogFormat, default_level: &str, home: Option<&Home>) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let redactor = match home {
         Some(home) if !redaction_off(home) => Some(std::sync::Arc::new(
             hermes_model::redact::Redactor::new(redacting::known_secrets(home)).with_proxy_tokens(),
@@ -114,6 +123,7 @@ fn init_tracing(format: LogFormat, home: Option<&Home>) {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(redacting::RedactingLogs::new(redactor));
     match format {
         LogFormat::Json => builder.json().init(),

@@ -327,11 +327,17 @@ impl Controller {
         };
         match &pass.config_error {
             Some(error) => {
-                tracing::error!(error = %error, "config.yaml cannot be used; the last good config stands");
+                // Once per error, not once per pass.
+                if self.status.config_error.as_ref() != Some(error) {
+                    tracing::error!(error = %error, "config.yaml cannot be used; the last good config stands");
+                }
                 self.status.config_invalid_since.get_or_insert(now);
                 self.status.config_error = Some(error.clone());
             }
             None => {
+                if self.status.config_error.is_some() {
+                    tracing::info!("config.yaml is valid again");
+                }
                 self.status.config_invalid_since = None;
                 self.status.config_error = None;
             }
@@ -374,8 +380,14 @@ impl Controller {
             tracing::debug!(target = %op.target, action = op.action.verb(), "backing off");
         }
         let plan = Plan::new(ready);
-        if plan.is_pending() {
-            tracing::info!(plan = %plan, "applying");
+        if blocked != self.status.blocked {
+            if blocked.is_empty() {
+                tracing::info!("nothing is blocked any more");
+            } else {
+                tracing::warn!(blocked = %blocked.join("; "), "blocked");
+            }
+        }
+        if plan.ops.iter().any(|op| acts(op.action.kind())) {
             let options = ApplyOptions {
                 verbose: false,
                 stop: Some(stop),
@@ -396,18 +408,35 @@ impl Controller {
                 tracing::warn!(%target, error = %error, failures = self.backoff.failures(target), retry_in_ms = delay.as_millis() as u64, "operation failed");
                 errors.push(format!("{target}: {error}"));
             }
+            let (mut done, mut failed) = (0u32, 0u32);
             for op in &plan.ops {
                 if !acts(op.action.kind()) {
                     continue;
                 }
-                let failed = applied.failures.iter().any(|(t, _)| t == &op.target);
+                let failure = applied.failures.iter().any(|(t, _)| t == &op.target);
+                let succeeded = applied.succeeded.contains(&op.target);
+                if failure {
+                    failed += 1;
+                } else if succeeded {
+                    done += 1;
+                    tracing::info!(target = %op.target, action = op.action.verb(), cause = %op.cause, "done");
+                } else {
+                    // Skipped: a stop was asked for first.
+                    continue;
+                }
                 let key = format!(
                     "{}/{}",
                     op.action.verb(),
-                    if failed { "error" } else { "ok" }
+                    if failure { "error" } else { "ok" }
                 );
                 *self.status.operations.entry(key).or_default() += 1;
             }
+            tracing::info!(
+                done,
+                failed,
+                ms = started.elapsed().as_millis() as u64,
+                "pass applied its plan"
+            );
         }
         self.finish(started, now, errors, blocked);
     }
