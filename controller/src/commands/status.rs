@@ -41,7 +41,7 @@ pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<E
         Some(engine) => Some(observe_for(engine, home, desired).await?),
         None => None,
     };
-    let proxy = crate::egress_state::observe(home);
+    let proxy = crate::egress::pass::observe(home).await;
     let mut plan_input = observed
         .clone()
         .unwrap_or_else(|| hermes_model::observed::Observed {
@@ -76,15 +76,12 @@ pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<E
             })
         })
         .collect();
-    let proxy_state =
-        crate::commands::egress::read_state(&crate::commands::egress::Paths::new(home));
-    let listening: Vec<String> = proxy_state
-        .as_ref()
-        .and_then(|s| s["tunnel"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect();
+    let listening: Vec<String> =
+        crate::egress::state::read(&crate::egress::files::Paths::new(home))
+            .ok()
+            .flatten()
+            .map(|s| s.tunnel.iter().map(ToString::to_string).collect())
+            .unwrap_or_default();
     let proxy_enabled = desired.config.proxy.enabled;
 
     // The controller, if one runs.
