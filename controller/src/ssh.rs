@@ -245,7 +245,7 @@ fn proxy_address(desired: &Desired) -> IpAddr {
         .proxy
         .listen
         .clone()
-        .unwrap_or_else(crate::commands::egress::default_listen);
+        .unwrap_or_else(crate::egress::network::default_listen);
     listen
         .iter()
         .find(|ip| ip.is_loopback())

@@ -189,6 +189,17 @@ fn status_reports_masked_tokens_keys_listening_and_uncovered_credentials() {
         "{}",
         shown.stdout
     );
+    // The text shows every counter the JSON has.
+    for name in json["counters"].as_object().unwrap().keys() {
+        assert!(
+            shown
+                .stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{name} "))),
+            "{name} missing: {}",
+            shown.stdout
+        );
+    }
 }
 
 #[test]

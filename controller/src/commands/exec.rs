@@ -90,7 +90,7 @@ async fn run_singularity(
     if let Some(session) = &args.session {
         hermes_model::desired::check_session(session)?;
     }
-    if let Some(code) = refuse_while_proxy_down(home, desired) {
+    if let Some(code) = refuse_while_proxy_down(home, desired).await {
         return Ok(code);
     }
     let request = ExecRequest {
@@ -170,11 +170,11 @@ async fn run_cloud(
 /// Fail closed: the exit code of a refusal while the egress proxy, enforced
 /// on the backend (`proxy.enforce_on_docker` for Docker and singularity,
 /// `proxy.enforce_on_ssh`), is not ready, after saying why.
-fn refuse_while_proxy_down(home: &Home, desired: &Desired) -> Option<ExitCode> {
+async fn refuse_while_proxy_down(home: &Home, desired: &Desired) -> Option<ExitCode> {
     if !desired.config.proxy.enabled {
         return None;
     }
-    let proxy = crate::egress_state::observe(home);
+    let proxy = crate::egress::pass::observe(home).await;
     let reason = hermes_reconcilers::proxy::fail_closed_reason(desired, &proxy)?;
     eprintln!("error: {reason}; `hermes reconcile` (or a running controller) brings it back");
     Some(ExitCode::from(FAIL_CLOSED))
@@ -206,7 +206,7 @@ async fn run_ssh(
     );
     // Fail closed: no command runs on the SSH host while the egress proxy
     // enforced there (`proxy.enforce_on_ssh`) is not ready.
-    if let Some(code) = refuse_while_proxy_down(home, desired) {
+    if let Some(code) = refuse_while_proxy_down(home, desired).await {
         return Ok(code);
     }
     let request = ExecRequest {
@@ -325,7 +325,7 @@ async fn run_docker(
     }
     // Fail closed: no Docker sandbox runs a command while the enforced
     // egress proxy is not ready.
-    if let Some(code) = refuse_while_proxy_down(home, desired) {
+    if let Some(code) = refuse_while_proxy_down(home, desired).await {
         return Ok(code);
     }
     let spec = desired.exec_sandbox(&args.task, args.session.as_deref());

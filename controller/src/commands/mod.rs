@@ -21,7 +21,7 @@ use crate::home::Home;
 /// one) and the activity records.
 pub async fn observe(engine: &Engine, home: &Home) -> anyhow::Result<Observed> {
     let containers = engine.observe().await?;
-    with_activity(containers, home)
+    with_activity(containers, home).await
 }
 
 /// What a pass planning `desired` sees: as [`observe`], but only its own
@@ -36,7 +36,7 @@ pub async fn observe_for(
     // A pass reads the times of its own profile's containers only.
     let profile = hermes_model::sandbox::sanitize(&desired.profile);
     let containers = engine.observe_profile(&profile).await?;
-    let mut observed = with_activity(containers, home)?;
+    let mut observed = with_activity(containers, home).await?;
     let needed = hermes_reconcilers::processes_needed(desired, &observed);
     if !needed.is_empty() {
         let ids: Vec<&str> = needed.iter().map(String::as_str).collect();
@@ -45,7 +45,7 @@ pub async fn observe_for(
     Ok(observed)
 }
 
-fn with_activity(
+async fn with_activity(
     containers: Vec<hermes_model::observed::ObservedContainer>,
     home: &Home,
 ) -> anyhow::Result<Observed> {
@@ -55,7 +55,7 @@ fn with_activity(
     Ok(Observed {
         containers,
         activity,
-        proxy: crate::egress_state::observe(home),
+        proxy: crate::egress::pass::observe(home).await,
         ssh: None,
         cloud: None,
         singularity: None,
@@ -246,7 +246,7 @@ pub fn load_for_pass(home: &Home, profile: &str) -> anyhow::Result<PassDesired> 
 
 /// Reads the proxy's files again (after a pass set the proxy up).
 pub fn refresh_egress(home: &Home, desired: &mut Desired) {
-    let egress = crate::egress_state::desired(home, &desired.config);
+    let egress = crate::egress::pass::desired(home, &desired.config);
     desired.set_egress(egress);
 }
 
@@ -255,7 +255,7 @@ pub fn refresh_egress(home: &Home, desired: &mut Desired) {
 fn wire_egress(home: &Home, desired: &mut Desired) {
     // Every sandbox this home makes carries its identity.
     desired.set_home_id(home.scope().id);
-    let egress = crate::egress_state::desired(home, &desired.config);
+    let egress = crate::egress::pass::desired(home, &desired.config);
     let proxy = &desired.config.proxy;
     if proxy.enabled && !proxy.enforce_on_docker {
         desired.warnings.push(

@@ -163,7 +163,7 @@ async fn see(
     let mut observed = match engine {
         Some(engine) => observe_for(engine, home, desired).await?,
         None => Observed {
-            proxy: crate::egress_state::observe(home),
+            proxy: crate::egress::pass::observe(home).await,
             ..Observed::default()
         },
     };

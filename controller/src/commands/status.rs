@@ -9,13 +9,15 @@
 //! config usable, nothing blocked, the proxy healthy when enabled, and the
 //! controller's last pass clean when one runs.
 
+use std::fmt;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
+use hermes_model::config::Backend;
 use hermes_model::desired::Egress;
 use hermes_model::sandbox::{LABEL_EGRESS, sanitize};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::cli::Output;
 use crate::commands::{load_for_pass, observe_for};
@@ -27,9 +29,105 @@ use crate::home::Home;
 const ENGINE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<ExitCode> {
-    let now = hermes_reconcilers::unix_seconds(SystemTime::now());
-    let ago = |t: i64| format!("{} ago", hermes_reconcilers::age(now - t));
+    let report = gather(home, profile).await?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Text => print!("{report}"),
+    }
+    Ok(if report.healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
 
+/// The report: its JSON form is its `Serialize`, its text its `Display`.
+#[derive(Debug, Serialize)]
+pub struct StatusReport {
+    #[serde(rename = "healthy")]
+    pub healthy: bool,
+    #[serde(rename = "config")]
+    pub config: ConfigReport,
+    #[serde(rename = "backend", serialize_with = "backend_name")]
+    pub backend: Backend,
+    #[serde(rename = "profile")]
+    pub profile: String,
+    /// Whether a Docker engine answered.
+    #[serde(rename = "engine")]
+    pub engine: bool,
+    #[serde(rename = "sandboxes")]
+    pub sandboxes: Vec<SandboxRow>,
+    #[serde(rename = "proxy")]
+    pub proxy: ProxyReport,
+    #[serde(rename = "blocked")]
+    pub blocked: Vec<String>,
+    #[serde(rename = "container_disk")]
+    pub container_disk: String,
+    #[serde(rename = "controller")]
+    pub controller: ControllerReport,
+    /// When the report was made (unix seconds), for the text's ages.
+    #[serde(skip)]
+    pub now: i64,
+}
+
+/// A backend as config.yaml spells it.
+fn backend_name<S: serde::Serializer>(backend: &Backend, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(backend.as_str())
+}
+
+/// Whether config.yaml can be used.
+#[derive(Debug, Serialize)]
+pub struct ConfigReport {
+    #[serde(rename = "valid")]
+    pub valid: bool,
+    #[serde(rename = "error")]
+    pub error: Option<String>,
+}
+
+/// One sandbox of the profile.
+#[derive(Debug, Serialize)]
+pub struct SandboxRow {
+    #[serde(rename = "name")]
+    pub name: String,
+    #[serde(rename = "state")]
+    pub state: String,
+    #[serde(rename = "spec_matches")]
+    pub spec_matches: bool,
+    #[serde(rename = "egress")]
+    pub egress: String,
+}
+
+/// The egress proxy.
+#[derive(Debug, Serialize)]
+pub struct ProxyReport {
+    #[serde(rename = "enabled")]
+    pub enabled: bool,
+    #[serde(rename = "set_up")]
+    pub set_up: bool,
+    #[serde(rename = "running")]
+    pub running: bool,
+    #[serde(rename = "healthy")]
+    pub healthy: bool,
+    #[serde(rename = "problem")]
+    pub problem: Option<String>,
+    /// Where its state file says it accepts CONNECT.
+    #[serde(rename = "listening")]
+    pub listening: Vec<String>,
+}
+
+/// The controller, if one runs, and its last status file.
+#[derive(Debug, Serialize)]
+pub struct ControllerReport {
+    #[serde(rename = "running")]
+    pub running: bool,
+    #[serde(rename = "pid")]
+    pub pid: Option<String>,
+    #[serde(rename = "status")]
+    pub status: Option<ControllerStatus>,
+}
+
+async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
+    let now = hermes_reconcilers::unix_seconds(SystemTime::now());
     // The host as a pass would see it.
     let pass = load_for_pass(home, profile)?;
     let desired = &pass.desired;
@@ -41,7 +139,7 @@ pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<E
         Some(engine) => Some(observe_for(engine, home, desired).await?),
         None => None,
     };
-    let proxy = crate::egress_state::observe(home);
+    let proxy = crate::egress::pass::observe(home).await;
     let mut plan_input = observed
         .clone()
         .unwrap_or_else(|| hermes_model::observed::Observed {
@@ -58,7 +156,7 @@ pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<E
     let plan = hermes_reconcilers::plan_all(desired, &plan_input, SystemTime::now());
     let blocked = hermes_reconcilers::blocked(&plan);
     let profile_label = sanitize(profile);
-    let sandboxes: Vec<serde_json::Value> = observed
+    let sandboxes: Vec<SandboxRow> = observed
         .iter()
         .flat_map(|o| o.containers.iter())
         .filter(|c| c.profile() == Some(profile_label.as_str()))
@@ -68,23 +166,20 @@ pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<E
                 Some(s) => desired.exec_sandbox(task, Some(s)),
                 None => desired.sandbox_for_task(task),
             };
-            json!({
-                "name": c.name,
-                "state": c.state.as_str(),
-                "spec_matches": c.spec_hash() == Some(wanted.hash()),
-                "egress": c.label(LABEL_EGRESS).unwrap_or("-"),
-            })
+            SandboxRow {
+                name: c.name.clone(),
+                state: c.state.as_str().to_string(),
+                spec_matches: c.spec_hash() == Some(wanted.hash()),
+                egress: c.label(LABEL_EGRESS).unwrap_or("-").to_string(),
+            }
         })
         .collect();
-    let proxy_state =
-        crate::commands::egress::read_state(&crate::commands::egress::Paths::new(home));
-    let listening: Vec<String> = proxy_state
-        .as_ref()
-        .and_then(|s| s["tunnel"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect();
+    let listening: Vec<String> =
+        crate::egress::state::read(&crate::egress::files::Paths::new(home))
+            .ok()
+            .flatten()
+            .map(|s| s.tunnel.iter().map(ToString::to_string).collect())
+            .unwrap_or_default();
     let proxy_enabled = desired.config.proxy.enabled;
 
     // The controller, if one runs.
@@ -108,129 +203,130 @@ pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<E
         && (!proxy_enabled || proxy.healthy)
         && (controller_pid.is_none() || controller_clean);
 
-    match output {
-        Output::Json => {
-            let report = json!({
-                "healthy": healthy,
-                "config": {
-                    "valid": pass.config_error.is_none(),
-                    "error": pass.config_error,
-                },
-                "backend": desired.backend().as_str(),
-                "profile": profile,
-                "engine": engine.is_some(),
-                "sandboxes": sandboxes,
-                "proxy": {
-                    "enabled": proxy_enabled,
-                    "set_up": !matches!(desired.egress, Egress::NotSetUp { .. }),
-                    "running": proxy.running,
-                    "healthy": proxy.healthy,
-                    "problem": proxy.problem,
-                    "listening": listening,
-                },
-                "blocked": blocked,
-                "container_disk": crate::disk::status(),
-                "controller": {
-                    "running": controller_pid.is_some(),
-                    "pid": controller_pid,
-                    "status": saved,
-                },
-            });
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        }
-        Output::Text => {
-            match &pass.config_error {
-                None => println!("Config:      valid"),
-                Some(e) => println!(
-                    "Config:      invalid: {}",
-                    e.lines().next().unwrap_or_default()
-                ),
-            }
-            println!("Backend:     {} (profile {profile})", desired.backend());
-            if desired.backend() == hermes_model::config::Backend::Docker {
-                println!("Disk limit:  {}", crate::disk::status());
-            }
-            match (&engine, sandboxes.is_empty()) {
-                (None, _) => println!("Sandboxes:   no Docker engine answers"),
-                (Some(_), true) => println!("Sandboxes:   none"),
-                (Some(_), false) => {
-                    println!("Sandboxes:");
-                    for s in &sandboxes {
-                        println!(
-                            "  {}  {}  spec {}  egress {}",
-                            s["name"].as_str().unwrap_or_default(),
-                            s["state"].as_str().unwrap_or_default(),
-                            if s["spec_matches"] == true {
-                                "current"
-                            } else {
-                                "changed"
-                            },
-                            s["egress"].as_str().unwrap_or_default()
-                        );
-                    }
-                }
-            }
-            if proxy_enabled {
-                let health = if proxy.healthy {
-                    "healthy".to_string()
-                } else {
-                    format!(
-                        "not healthy: {}",
-                        proxy.problem.as_deref().unwrap_or("unknown")
-                    )
-                };
-                println!("Proxy:       {health}; listening on {}", {
-                    if listening.is_empty() {
-                        "nothing".to_string()
-                    } else {
-                        listening.join(", ")
-                    }
-                });
-            } else {
-                println!(
-                    "Proxy:       disabled{}",
-                    if proxy.running { " (but running)" } else { "" }
-                );
-            }
-            if blocked.is_empty() {
-                println!("Blocked:     none");
-            } else {
-                println!("Blocked:");
-                for b in &blocked {
-                    println!("  {b}");
-                }
-            }
-            match &controller_pid {
-                Some(pid) => println!("Controller:  running (pid {pid})"),
-                None => println!("Controller:  not running"),
-            }
-            if let Some(s) = &saved {
-                let last = s.last_pass_at.map_or("never".to_string(), |t| {
-                    format!("last {} ({} ms)", ago(t), s.last_pass_ms.unwrap_or(0))
-                });
-                println!("  Passes:      {} ({last})", s.passes);
-                match (s.config_invalid_since, &s.config_error) {
-                    (Some(t), Some(e)) => println!(
-                        "  Config:      invalid since {}: {}",
-                        ago(t),
-                        e.lines().next().unwrap_or_default()
-                    ),
-                    _ => println!("  Config:      valid"),
-                }
-                match s.engine_unreachable_since {
-                    Some(t) => println!("  Engine:      unreachable since {}", ago(t)),
-                    None => println!("  Engine:      answering"),
-                }
-                println!(
-                    "  Last error:  {}",
-                    s.last_error.as_deref().unwrap_or("none")
-                );
-            }
-        }
-    }
-    Ok(if healthy {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    Ok(StatusReport {
+        healthy,
+        config: ConfigReport {
+            valid: pass.config_error.is_none(),
+            error: pass.config_error.clone(),
+        },
+        backend: desired.backend(),
+        profile: profile.to_string(),
+        engine: engine.is_some(),
+        sandboxes,
+        proxy: ProxyReport {
+            enabled: proxy_enabled,
+            set_up: !matches!(desired.egress, Egress::NotSetUp { .. }),
+            running: proxy.running,
+            healthy: proxy.healthy,
+            problem: proxy.problem,
+            listening,
+        },
+        blocked,
+        container_disk: crate::disk::status(),
+        controller: ControllerReport {
+            running: controller_pid.is_some(),
+            pid: controller_pid,
+            status: saved,
+        },
+        now,
     })
+}
+
+impl fmt::Display for StatusReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ago = |t: i64| format!("{} ago", hermes_reconcilers::age(self.now - t));
+        match &self.config.error {
+            None => writeln!(f, "Config:      valid")?,
+            Some(e) => writeln!(
+                f,
+                "Config:      invalid: {}",
+                e.lines().next().unwrap_or_default()
+            )?,
+        }
+        writeln!(
+            f,
+            "Backend:     {} (profile {})",
+            self.backend, self.profile
+        )?;
+        if self.backend == Backend::Docker {
+            writeln!(f, "Disk limit:  {}", self.container_disk)?;
+        }
+        match (self.engine, self.sandboxes.is_empty()) {
+            (false, _) => writeln!(f, "Sandboxes:   no Docker engine answers")?,
+            (true, true) => writeln!(f, "Sandboxes:   none")?,
+            (true, false) => {
+                writeln!(f, "Sandboxes:")?;
+                for s in &self.sandboxes {
+                    writeln!(
+                        f,
+                        "  {}  {}  spec {}  egress {}",
+                        s.name,
+                        s.state,
+                        if s.spec_matches { "current" } else { "changed" },
+                        s.egress
+                    )?;
+                }
+            }
+        }
+        let proxy = &self.proxy;
+        if proxy.enabled {
+            let health = if proxy.healthy {
+                "healthy".to_string()
+            } else {
+                format!(
+                    "not healthy: {}",
+                    proxy.problem.as_deref().unwrap_or("unknown")
+                )
+            };
+            let listening = if proxy.listening.is_empty() {
+                "nothing".to_string()
+            } else {
+                proxy.listening.join(", ")
+            };
+            writeln!(f, "Proxy:       {health}; listening on {listening}")?;
+        } else {
+            writeln!(
+                f,
+                "Proxy:       disabled{}",
+                if proxy.running { " (but running)" } else { "" }
+            )?;
+        }
+        if self.blocked.is_empty() {
+            writeln!(f, "Blocked:     none")?;
+        } else {
+            writeln!(f, "Blocked:")?;
+            for b in &self.blocked {
+                writeln!(f, "  {b}")?;
+            }
+        }
+        match &self.controller.pid {
+            Some(pid) => writeln!(f, "Controller:  running (pid {pid})")?,
+            None => writeln!(f, "Controller:  not running")?,
+        }
+        if let Some(s) = &self.controller.status {
+            let last = s.last_pass_at.map_or("never".to_string(), |t| {
+                format!("last {} ({} ms)", ago(t), s.last_pass_ms.unwrap_or(0))
+            });
+            writeln!(f, "  Passes:      {} ({last})", s.passes)?;
+            match (s.config_invalid_since, &s.config_error) {
+                (Some(t), Some(e)) => writeln!(
+                    f,
+                    "  Config:      invalid since {}: {}",
+                    ago(t),
+                    e.lines().next().unwrap_or_default()
+                )?,
+                _ => writeln!(f, "  Config:      valid")?,
+            }
+            match s.engine_unreachable_since {
+                Some(t) => writeln!(f, "  Engine:      unreachable since {}", ago(t))?,
+                None => writeln!(f, "  Engine:      answering")?,
+            }
+            writeln!(
+                f,
+                "  Last error:  {}",
+                s.last_error.as_deref().unwrap_or("none")
+            )?;
+        }
+        Ok(())
+    }
 }

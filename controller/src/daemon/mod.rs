@@ -223,13 +223,7 @@ fn spawn_proxy_watch(home: Home, seen: SeenProxy, wake: mpsc::Sender<()>) {
         let mut woke_for: Option<(bool, bool)> = None;
         loop {
             tokio::time::sleep(PROXY_PROBE).await;
-            let probe_home = home.clone();
-            let Ok(proxy) =
-                tokio::task::spawn_blocking(move || crate::egress_state::observe(&probe_home))
-                    .await
-            else {
-                continue;
-            };
+            let proxy = crate::egress::pass::observe(&home).await;
             let now = (proxy.running, proxy.healthy);
             let last_pass = *seen
                 .lock()

@@ -23,6 +23,10 @@
 //! commit that replaces the chain's rules and inserts the forward rule
 //! when it is missing) and checked with `iptables-save` (one process, no
 //! rule ever half-written).
+//!
+//! Also here: the addresses the proxy listens on when config names none
+//! ([`default_listen`]), and the network's part of `hermes egress setup`
+//! ([`setup`]).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -33,7 +37,137 @@ use anyhow::Context;
 use hermes_backends::docker::Engine;
 use sha2::{Digest, Sha256};
 
+use hermes_model::config::Config;
+
 use crate::home::Home;
+
+/// The addresses listened on when config names none: the Docker bridge
+/// gateway when there is one, and 127.0.0.1.
+pub(crate) fn default_listen() -> Vec<IpAddr> {
+    let mut listen = Vec::new();
+    if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
+        for ifa in addrs {
+            if ifa.interface_name == "docker0"
+                && let Some(v4) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in())
+            {
+                listen.push(IpAddr::V4(v4.ip()));
+            }
+        }
+    }
+    listen.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    listen
+}
+
+/// What [`setup`] did to the proxy-only network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkSetup {
+    /// `enforce_network` is off and there is no network.
+    None,
+    /// In place, with its firewall.
+    Enforced {
+        name: String,
+        gateway: IpAddr,
+        tunnel_port: u16,
+        /// Made anew: the old one let its sandboxes reach each other.
+        replaced: bool,
+        /// Whether the proxy must listen anew (a new network or gateway).
+        changed: bool,
+    },
+    /// `enforce_network` is off: the network and its firewall removed.
+    Removed { name: String },
+    /// `enforce_network` is off: the firewall removed, the network kept
+    /// while sandboxes are attached.
+    Kept { name: String },
+}
+
+impl NetworkSetup {
+    /// Whether the running proxy must listen anew.
+    pub fn changed(&self) -> bool {
+        matches!(self, NetworkSetup::Enforced { changed: true, .. })
+    }
+}
+
+impl std::fmt::Display for NetworkSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NetworkSetup::None => Ok(()),
+            NetworkSetup::Enforced {
+                name,
+                gateway,
+                tunnel_port,
+                replaced,
+                ..
+            } => {
+                if *replaced {
+                    writeln!(
+                        f,
+                        "Network:  {name} made anew: its sandboxes could reach each other (made before enable_icc=false)"
+                    )?;
+                }
+                write!(
+                    f,
+                    "Network:  {name} (internal; gateway {gateway}; only ports {tunnel_port} and {} of the host reachable)",
+                    tunnel_port.saturating_add(1)
+                )
+            }
+            NetworkSetup::Removed { name } => {
+                write!(f, "Network:  {name} removed (proxy.enforce_network is off)")
+            }
+            NetworkSetup::Kept { name } => write!(
+                f,
+                "Network:  {name} kept while sandboxes are attached (proxy.enforce_network is off)"
+            ),
+        }
+    }
+}
+
+/// With `proxy.enforce_network`: makes the proxy-only network and its
+/// firewall chain; without: removes them when they exist and the network
+/// is unused. For the command line: the engine is asked on a
+/// current-thread runtime of its own.
+pub(crate) fn setup(home: &Home, config: &Config) -> anyhow::Result<NetworkSetup> {
+    let network = ProxyNetwork::for_home(home);
+    let before = network.gateway();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    if config.proxy.enforce_network {
+        let (gateway, replaced) = runtime.block_on(async {
+            let engine = Engine::connect().await?;
+            network.ensure_network(&engine).await
+        })?;
+        network.install_firewall(config.proxy.tunnel_port)?;
+        return Ok(NetworkSetup::Enforced {
+            changed: replaced || before.map(IpAddr::V4) != Some(gateway),
+            name: network.name,
+            gateway,
+            tunnel_port: config.proxy.tunnel_port,
+            replaced,
+        });
+    }
+    if before.is_none() {
+        return Ok(NetworkSetup::None);
+    }
+    network.remove_firewall()?;
+    let removed = runtime.block_on(async {
+        let engine = Engine::connect().await?;
+        let net = engine
+            .inspect_internal_network(&network.name, &network.bridge)
+            .await?;
+        match net {
+            Some(net) if net.containers > 0 => anyhow::Ok(false),
+            _ => {
+                engine.remove_network(&network.name).await?;
+                anyhow::Ok(true)
+            }
+        }
+    })?;
+    Ok(if removed {
+        NetworkSetup::Removed { name: network.name }
+    } else {
+        NetworkSetup::Kept { name: network.name }
+    })
+}
 
 /// The names of one home's proxy-only network.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,8 +16,9 @@ use hermes_model::egress::EgressWiring;
 use hermes_model::observed::ProxyObserved;
 use sha2::{Digest, Sha256};
 
-use crate::commands::egress::{Paths, default_listen, health, read_file, read_state, running_pid};
-use crate::egress_network::ProxyNetwork;
+use super::daemon::running_pid;
+use super::files::{Paths, mgmt_token, read_file};
+use super::network::{ProxyNetwork, default_listen};
 use crate::home::Home;
 
 /// The fingerprint of the files the daemon loads, and, with
@@ -157,8 +158,10 @@ fn enforced_network(
     }
 }
 
-/// What the daemon is doing.
-pub fn observe(home: &Home) -> ProxyObserved {
+/// What the daemon is doing: whether it runs (pid file), the settings it
+/// loaded (state file), and whether its health endpoint answers (asked
+/// asynchronously, within [`super::health::PROBE_TIMEOUT`]).
+pub async fn observe(home: &Home) -> ProxyObserved {
     let paths = Paths::new(home);
     let running = matches!(running_pid(&paths), Ok(Some(_)));
     if !running {
@@ -167,27 +170,27 @@ pub fn observe(home: &Home) -> ProxyObserved {
             ..ProxyObserved::default()
         };
     }
-    let state = read_state(&paths);
-    let settings = state
-        .as_ref()
-        .and_then(|s| s["settings"].as_str())
-        .map(str::to_string);
-    let token = read_file(&paths.config())
-        .ok()
-        .flatten()
-        .and_then(|b| ProxyConfigFile::parse(&b).ok())
-        .map(|f| f.mgmt_token);
-    let mgmt = state
-        .as_ref()
-        .and_then(|s| s["mgmt"].as_str())
-        .and_then(|a| a.parse().ok());
-    let (healthy, problem) = match (mgmt, token) {
-        (Some(addr), Some(token)) => match health(addr, &token) {
-            Some(_) => (true, None),
-            None => (
-                false,
-                Some(format!("its health endpoint {addr} does not answer")),
-            ),
+    let state = match super::state::read(&paths) {
+        Ok(state) => state,
+        Err(e) => {
+            return ProxyObserved {
+                running,
+                problem: Some(format!("its state file: {e}")),
+                ..ProxyObserved::default()
+            };
+        }
+    };
+    let settings = state.as_ref().and_then(|s| s.settings.clone());
+    let (healthy, problem) = match (state.map(|s| s.mgmt), mgmt_token(&paths)) {
+        (Some(addr), Some(token)) => match super::health::probe(addr, &token).await {
+            Ok(_) => (true, None),
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "the proxy's health endpoint");
+                (
+                    false,
+                    Some(format!("its health endpoint {addr} does not answer")),
+                )
+            }
         },
         _ => (
             false,

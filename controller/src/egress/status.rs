@@ -1,0 +1,462 @@
+//! The `hermes egress status` report: whether the proxy is set up and
+//! running, where it listens, its counters, each provider's token (masked
+//! unless asked) and where its real key comes from, and the credentials
+//! the proxy cannot cover. [`EgressStatus`] is built once; its JSON form
+//! is its `Serialize`, its text form its `Display`.
+
+use std::fmt;
+
+use hermes_egress::tokens::{self, MappingsFile, TokensFile};
+use hermes_model::config::Config;
+use hermes_model::desired::HostEnv;
+use serde::{Serialize, Serializer};
+
+use super::daemon::{is_proxy_process, read_pid};
+use super::files::{Paths, load_ca, read_config, read_file};
+use super::health::{self, Counters};
+use crate::home::Home;
+
+/// The report.
+#[derive(Debug, Clone, Serialize)]
+pub struct EgressStatus {
+    #[serde(rename = "enabled")]
+    pub enabled: bool,
+    /// This binary.
+    #[serde(rename = "binary")]
+    pub binary: String,
+    #[serde(rename = "binary_version")]
+    pub binary_version: String,
+    /// `config.json`, when it is there.
+    #[serde(rename = "config")]
+    pub config: Option<String>,
+    /// `ca.crt`, when the CA loads.
+    #[serde(rename = "ca_cert")]
+    pub ca_cert: Option<String>,
+    #[serde(rename = "tunnel_port")]
+    pub tunnel_port: u16,
+    #[serde(rename = "process")]
+    pub process: Process,
+    #[serde(rename = "running")]
+    pub running: bool,
+    /// Where the running proxy says it accepts CONNECT, when it answers.
+    #[serde(rename = "listening")]
+    pub listening: Option<String>,
+    #[serde(rename = "credential_source")]
+    pub credential_source: String,
+    #[serde(rename = "docker_enforce")]
+    pub docker_enforce: bool,
+    #[serde(rename = "uncovered_backends")]
+    pub uncovered_backends: Vec<Uncovered>,
+    /// The running proxy's counters, when it answers.
+    #[serde(rename = "counters")]
+    pub counters: Option<Counters>,
+    #[serde(rename = "tokens")]
+    pub tokens: Vec<TokenRow>,
+    #[serde(rename = "warnings")]
+    pub warnings: Vec<String>,
+}
+
+/// The daemon's process, as the pid file and `/proc` say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Process {
+    Running {
+        pid: i32,
+    },
+    /// The pid file names a process that is not the proxy.
+    Stale {
+        pid: i32,
+    },
+    NotRunning,
+}
+
+impl fmt::Display for Process {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Process::Running { pid } => write!(f, "running (pid {pid})"),
+            Process::Stale { pid } => write!(f, "not running (stale pid file naming {pid})"),
+            Process::NotRunning => f.write_str("not running"),
+        }
+    }
+}
+
+/// In JSON, as in text.
+impl Serialize for Process {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// A backend whose sandboxes the proxy cannot stand in front of.
+#[derive(Debug, Clone, Serialize)]
+pub struct Uncovered {
+    #[serde(rename = "backend")]
+    pub backend: String,
+    /// The real keys config.yaml forwards into its sandboxes.
+    #[serde(rename = "forwarded_keys")]
+    pub forwarded_keys: Vec<String>,
+}
+
+/// One provider.
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenRow {
+    #[serde(rename = "provider")]
+    pub provider: String,
+    /// The variables a sandbox gets the token in.
+    #[serde(rename = "env")]
+    pub env: Vec<String>,
+    /// The token, masked unless `--show-tokens`.
+    #[serde(rename = "token")]
+    pub token: Option<String>,
+    /// The variable the real key is found in.
+    #[serde(rename = "key")]
+    pub key: Option<String>,
+}
+
+impl EgressStatus {
+    /// Gathers the report; asks the running proxy's health endpoint.
+    pub async fn gather(
+        home: &Home,
+        config: &Config,
+        env: &HostEnv,
+        show_tokens: bool,
+    ) -> anyhow::Result<EgressStatus> {
+        let paths = Paths::new(home);
+        let proxy = &config.proxy;
+        let file = read_config(&paths)?;
+        let ca_ok = load_ca(&paths).ok().flatten().is_some();
+        let pid = read_pid(&paths)?;
+        let running = pid.filter(|p| is_proxy_process(*p));
+        let health = match (&file, running, super::state::read(&paths)) {
+            (Some(file), Some(_), Ok(Some(state))) => {
+                health::probe(state.mgmt, &file.mgmt_token).await.ok()
+            }
+            _ => None,
+        };
+        let tokens = read_file(&paths.tokens())?.and_then(|b| TokensFile::parse(&b).ok());
+        let mappings = read_file(&paths.mappings())?
+            .and_then(|b| MappingsFile::parse(&b).ok())
+            .unwrap_or_else(MappingsFile::builtin);
+        let rows = mappings
+            .mappings
+            .iter()
+            .map(|m| TokenRow {
+                provider: m.provider.clone(),
+                env: m.env.clone(),
+                token: tokens
+                    .as_ref()
+                    .and_then(|t| t.tokens.get(&m.provider))
+                    .map(|t| {
+                        if show_tokens {
+                            t.clone()
+                        } else {
+                            tokens::mask(t)
+                        }
+                    }),
+                key: m
+                    .env
+                    .iter()
+                    .find(|n| env.lookup(n).is_some_and(|v| !v.is_empty()))
+                    .cloned(),
+            })
+            .collect();
+        let mut warnings: Vec<String> = tokens::UNCOVERED
+            .iter()
+            .filter(|(name, _)| env.lookup(name).is_some_and(|v| !v.is_empty()))
+            .map(|(name, why)| {
+                format!("{name} is set but cannot go through the proxy ({why}); it is not passed to sandboxes")
+            })
+            .collect();
+        // The cloud services' sandboxes reach the internet directly: the
+        // proxy cannot stand between them and a provider.
+        let uncovered = hermes_model::cloud::uncovered_backends(config);
+        if hermes_model::cloud::is_cloud(config.terminal.backend) {
+            warnings.push(format!(
+                "terminal.backend is {}: its sandboxes reach the internet directly, not through this proxy",
+                config.terminal.backend
+            ));
+        }
+        for (backend, keys) in &uncovered {
+            for key in keys {
+                warnings.push(format!(
+                    "terminal.{}_forward_env names {key}: the real key goes into {backend} sandboxes",
+                    backend.as_str().trim_end_matches("_sandbox")
+                ));
+            }
+        }
+        let process = match (pid, running) {
+            (_, Some(pid)) => Process::Running { pid },
+            (Some(pid), None) => Process::Stale { pid },
+            (None, None) => Process::NotRunning,
+        };
+        Ok(EgressStatus {
+            enabled: proxy.enabled,
+            binary: std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            binary_version: env!("CARGO_PKG_VERSION").to_string(),
+            config: file.as_ref().map(|_| paths.config().display().to_string()),
+            ca_cert: ca_ok.then(|| paths.ca_cert().display().to_string()),
+            tunnel_port: proxy.tunnel_port,
+            process,
+            running: running.is_some(),
+            listening: health.as_ref().map(|h| h.tunnel.join(", ")),
+            credential_source: proxy.credential_source.clone(),
+            docker_enforce: proxy.enforce_on_docker,
+            uncovered_backends: uncovered
+                .iter()
+                .map(|(backend, keys)| Uncovered {
+                    backend: backend.as_str().to_string(),
+                    forwarded_keys: keys.clone(),
+                })
+                .collect(),
+            counters: health.map(|h| h.counters),
+            tokens: rows,
+            warnings,
+        })
+    }
+}
+
+/// The width of a column: its header's or its longest value's.
+fn width<'a>(header: &str, values: impl Iterator<Item = &'a str>) -> usize {
+    values
+        .map(|v| v.chars().count())
+        .chain([header.chars().count()])
+        .max()
+        .unwrap_or_default()
+}
+
+impl fmt::Display for EgressStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let or = |v: &Option<String>, none: &str| v.clone().unwrap_or_else(|| none.to_string());
+        writeln!(f, "Enabled:         {}", self.enabled)?;
+        writeln!(f, "Binary:          {}", self.binary)?;
+        writeln!(f, "Binary version:  {}", self.binary_version)?;
+        writeln!(
+            f,
+            "Config:          {}",
+            or(&self.config, "missing (run `hermes egress setup`)")
+        )?;
+        writeln!(f, "CA cert:         {}", or(&self.ca_cert, "missing"))?;
+        writeln!(
+            f,
+            "Tunnel port:     {} (plain HTTP {})",
+            self.tunnel_port,
+            self.tunnel_port.saturating_add(1)
+        )?;
+        writeln!(f, "Process:         {}", self.process)?;
+        writeln!(f, "Listening:       {}", or(&self.listening, "no"))?;
+        writeln!(f, "Credential src:  {}", self.credential_source)?;
+        writeln!(
+            f,
+            "Docker enforce:  {} (singularity too)",
+            self.docker_enforce
+        )?;
+        let uncovered: Vec<&str> = self
+            .uncovered_backends
+            .iter()
+            .map(|u| u.backend.as_str())
+            .collect();
+        writeln!(
+            f,
+            "Uncovered:       {} (their sandboxes reach the internet directly; a key goes there only when named in terminal.<backend>_forward_env)",
+            uncovered.join(", ")
+        )?;
+        match &self.counters {
+            None => writeln!(f, "Counters:        none (no answer from a running proxy)")?,
+            Some(counters) => {
+                writeln!(f, "Counters:")?;
+                let entries = counters.entries();
+                let name_width = width("", entries.iter().map(|e| e.0));
+                for (name, value) in entries {
+                    writeln!(f, "  {name:<name_width$}  {value}")?;
+                }
+            }
+        }
+        writeln!(f)?;
+        let variables: Vec<String> = self.tokens.iter().map(|r| r.env.join(",")).collect();
+        let tokens: Vec<&str> = self
+            .tokens
+            .iter()
+            .map(|r| r.token.as_deref().unwrap_or("-"))
+            .collect();
+        let w_provider = width("PROVIDER", self.tokens.iter().map(|r| r.provider.as_str()));
+        let w_token = width("TOKEN", tokens.iter().copied());
+        let w_vars = width("VARIABLES", variables.iter().map(String::as_str));
+        writeln!(
+            f,
+            "{:<w_provider$} {:<w_token$} {:<w_vars$} KEY",
+            "PROVIDER", "TOKEN", "VARIABLES"
+        )?;
+        for ((row, token), vars) in self.tokens.iter().zip(&tokens).zip(&variables) {
+            let key = row
+                .key
+                .as_ref()
+                .map_or("missing".to_string(), |n| format!("from {n}"));
+            writeln!(
+                f,
+                "{:<w_provider$} {token:<w_token$} {vars:<w_vars$} {key}",
+                row.provider
+            )?;
+        }
+        for w in &self.warnings {
+            writeln!(f, "warning: {w}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn report() -> EgressStatus {
+        EgressStatus {
+            enabled: true,
+            binary: "/bin/hermes".into(),
+            binary_version: "0.1.0".into(),
+            config: None,
+            ca_cert: Some("/h/proxy/ca.crt".into()),
+            tunnel_port: 8080,
+            process: Process::Running { pid: 7 },
+            running: true,
+            listening: Some("127.0.0.1:8080".into()),
+            credential_source: "env".into(),
+            docker_enforce: true,
+            uncovered_backends: vec![Uncovered {
+                backend: "modal".into(),
+                forwarded_keys: vec!["OPENAI_API_KEY".into()],
+            }],
+            counters: Some(Counters {
+                requests: 12,
+                denied: 3,
+                ..Counters::default()
+            }),
+            tokens: vec![
+                TokenRow {
+                    provider: "openai".into(),
+                    env: vec!["OPENAI_API_KEY".into()],
+                    token: Some("hermes-openai-0123456789abcdef0123456789abcdef0123".into()),
+                    key: Some("OPENAI_API_KEY".into()),
+                },
+                TokenRow {
+                    provider: "a-provider-with-a-long-name".into(),
+                    env: vec!["A_KEY".into(), "A_SECOND_VERY_LONG_VARIABLE_NAME".into()],
+                    token: None,
+                    key: None,
+                },
+            ],
+            warnings: vec!["w".into()],
+        }
+    }
+
+    #[test]
+    fn the_json_keeps_its_field_names() {
+        let json = serde_json::to_value(report()).unwrap();
+        let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "enabled",
+                "binary",
+                "binary_version",
+                "config",
+                "ca_cert",
+                "tunnel_port",
+                "process",
+                "running",
+                "listening",
+                "credential_source",
+                "docker_enforce",
+                "uncovered_backends",
+                "counters",
+                "tokens",
+                "warnings"
+            ]
+        );
+        assert_eq!(json["process"], "running (pid 7)");
+        assert_eq!(json["config"], serde_json::Value::Null);
+        assert_eq!(json["counters"]["requests"], 12);
+        assert_eq!(
+            json["uncovered_backends"][0]["forwarded_keys"][0],
+            "OPENAI_API_KEY"
+        );
+        assert_eq!(json["tokens"][1]["token"], serde_json::Value::Null);
+        assert_eq!(json["tokens"][0]["key"], "OPENAI_API_KEY");
+    }
+
+    #[test]
+    fn the_text_shows_every_counter_the_json_has() {
+        let report = report();
+        let text = report.to_string();
+        let json = serde_json::to_value(&report).unwrap();
+        for (name, value) in json["counters"].as_object().unwrap() {
+            let line = text
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{name} missing:\n{text}"));
+            assert!(line.trim_end().ends_with(&format!(" {value}")), "{line}");
+        }
+        let mut idle = report.clone();
+        idle.counters = None;
+        assert!(idle.to_string().contains("Counters:        none"));
+    }
+
+    #[test]
+    fn the_token_columns_fit_their_longest_value() {
+        let text = report().to_string();
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("PROVIDER"))
+            .take(3)
+            .collect();
+        assert_eq!(table.len(), 3, "{text}");
+        // Each column starts at the same place on every line, one space
+        // after the longest value of the column before.
+        let starts = |line: &str, values: [&str; 4]| -> Vec<usize> {
+            let chars: Vec<char> = line.chars().collect();
+            let mut at = 0;
+            values
+                .iter()
+                .map(|v| {
+                    let s: String = chars[at..].iter().collect();
+                    let found = at + s.find(v).map(|b| s[..b].chars().count()).unwrap();
+                    at = found + v.chars().count();
+                    found
+                })
+                .collect()
+        };
+        let header = starts(table[0], ["PROVIDER", "TOKEN", "VARIABLES", "KEY"]);
+        let first = starts(
+            table[1],
+            [
+                "openai",
+                "hermes-openai-",
+                "OPENAI_API_KEY",
+                "from OPENAI_API_KEY",
+            ],
+        );
+        let second = starts(
+            table[2],
+            [
+                "a-provider-with-a-long-name",
+                "-",
+                "A_KEY,A_SECOND_VERY_LONG_VARIABLE_NAME",
+                "missing",
+            ],
+        );
+        assert_eq!(header, first, "{text}");
+        assert_eq!(header, second, "{text}");
+        assert_eq!(header[1], "a-provider-with-a-long-name".len() + 1, "{text}");
+        assert_eq!(
+            header[2],
+            header[1] + "hermes-openai-0123456789abcdef0123456789abcdef0123".len() + 1,
+            "{text}"
+        );
+        assert_eq!(
+            header[3],
+            header[2] + "A_KEY,A_SECOND_VERY_LONG_VARIABLE_NAME".len() + 1,
+            "{text}"
+        );
+    }
+}
