@@ -337,7 +337,9 @@ async fn run_docker(
         timeout,
     };
     for attempt in 0..2 {
-        let container = ensure_sandbox(&engine, desired, &spec).await?;
+        let container = ensure_sandbox(&engine, desired, &spec)
+            .await
+            .map_err(|e| racing(e, &spec.name))?;
         let id = container.id.as_str();
         // The sandbox's runner, when its container has one: no engine exec
         // per command (the engine's exec is the fallback).
@@ -418,6 +420,17 @@ fn output_writers(
 fn record(activity: &Activity, container: &str) {
     if let Err(e) = activity.touch(container) {
         tracing::warn!(container, error = %e, "cannot record the sandbox's activity");
+    }
+}
+
+/// The error of a sandbox that another hermes process is recreating (a
+/// recreate waited for, in vain), in a user's words.
+fn racing(e: anyhow::Error, name: &str) -> anyhow::Error {
+    match e.downcast_ref::<DockerError>() {
+        Some(DockerError::NameTaken { .. } | DockerError::StillRemoving { .. }) => e.context(
+            format!("the sandbox {name} is being recreated by another hermes process; try again"),
+        ),
+        _ => e,
     }
 }
 
