@@ -158,3 +158,92 @@ impl Drop for ContainerCleanup {
             .output();
     }
 }
+
+/// Waits until `probe` says yes, up to `limit`.
+fn eventually(limit: Duration, mut probe: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if probe() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts `hermes exec -- sh -c 'sleep SECONDS'`, waits until `running`
+/// sees it, and kills hermes with SIGKILL.
+fn kill_9_mid_command(home: &TestHome, args: &[&str], running: impl Fn() -> bool) {
+    let mut exec = home
+        .command(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), &running),
+        "the command did not start"
+    );
+    exec.kill().unwrap(); // SIGKILL
+    exec.wait().unwrap();
+}
+
+/// The processes of a container, as `docker top` shows them.
+fn docker_top(container: &str) -> String {
+    hermes_tests::docker_cli::docker(&["top", container, "-eo", "pid,args"])
+}
+
+/// Docker (through the sandbox's runner): `kill -9` of `hermes exec` ends
+/// its command within a couple of seconds; a `--background` command
+/// survives the exec that started it.
+#[test]
+fn a_killed_exec_takes_its_command_with_it_on_docker() {
+    let profile = format!("chk{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    home.write_config(docker_config(0));
+    let container = format!("hermes-{profile}-default");
+    let first = home.run(["--profile", &profile, "exec", "--", "true"]);
+    assert_eq!(first.code, 0, "{first:?}");
+
+    kill_9_mid_command(
+        &home,
+        &[
+            "--profile",
+            &profile,
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "sleep 300; echo after",
+        ],
+        || docker_top(&container).contains("sleep 300"),
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || !docker_top(&container)
+            .contains("sleep 300")),
+        "the command outlived its hermes exec:\n{}",
+        docker_top(&container)
+    );
+
+    let started = home.run([
+        "--profile",
+        &profile,
+        "exec",
+        "--background",
+        "--",
+        "sh",
+        "-c",
+        "sleep 301",
+    ]);
+    assert_eq!(started.code, 0, "{started:?}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        docker_top(&container).contains("sleep 301"),
+        "the background command did not survive its hermes exec:\n{}",
+        docker_top(&container)
+    );
+}
