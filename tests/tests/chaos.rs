@@ -247,3 +247,32 @@ fn a_killed_exec_takes_its_command_with_it_on_docker() {
         docker_top(&container)
     );
 }
+
+/// Whether a process of this host runs exactly `argv`.
+fn host_process_running(argv: &[&str]) -> bool {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|entry| std::fs::read(entry.path().join("cmdline")).is_ok_and(|c| c == wanted))
+}
+
+/// Local: `kill -9` of `hermes exec` ends its command (and what it
+/// started) within a couple of seconds.
+#[test]
+fn a_killed_exec_takes_its_command_with_it_on_local() {
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: local\n");
+    // A duration no other process of the host sleeps for.
+    let sleep = format!("300.{}", std::process::id());
+    let script = format!("sleep {sleep}; echo after");
+    let sleeping = || host_process_running(&["sleep", &sleep]);
+    kill_9_mid_command(&home, &["exec", "--", "sh", "-c", &script], sleeping);
+    assert!(
+        eventually(Duration::from_secs(3), || !sleeping()),
+        "the command outlived its hermes exec"
+    );
+}
