@@ -244,19 +244,20 @@ async fn ensure_image(engine: &Engine, spec: &SandboxSpec) -> Result<(), DockerE
 ///
 /// A holder on its way out (being removed, or dead: a removal that a
 /// killed pass started, which the engine finishes on its own) is waited
-/// for, up to [`REMOVAL_WAIT`], and the create tried again.
+/// for, up to [`REMOVAL_WAIT`], and the create tried again; a holder in
+/// another state, up to [`HOLDER_WAIT`] (the engine reports a container
+/// whose removal another process started as it was until its processes
+/// are dead).
 pub async fn create_and_start(engine: &Engine, spec: &SandboxSpec) -> Result<String, DockerError> {
     crate::disk::prepare(spec).await?;
     let deadline = tokio::time::Instant::now() + REMOVAL_WAIT;
+    let holder_deadline = tokio::time::Instant::now() + HOLDER_WAIT;
     let id = loop {
         match engine.create(spec).await? {
             CreateOutcome::Created { id } => break id,
             CreateOutcome::AlreadyExists => match engine.find(&spec.key).await? {
                 Some(found) if found.spec_hash() == Some(spec.hash()) => break found.id,
-                Some(found)
-                    if matches!(found.state, ContainerState::Removing | ContainerState::Dead)
-                        && tokio::time::Instant::now() < deadline =>
-                {
+                Some(found) if waits_for(&found, deadline, holder_deadline) => {
                     if found.state == ContainerState::Dead {
                         engine.remove(&found.id).await?;
                     }
@@ -284,6 +285,29 @@ pub async fn create_and_start(engine: &Engine, spec: &SandboxSpec) -> Result<Str
     Ok(id)
 }
 
+/// Whether a create still waits for `holder`, of another spec, to go:
+/// one on its way out until `removal`; one the engine reports as it was
+/// (running, even, while another process removes it) until `other`.
+fn waits_for(
+    holder: &hermes_model::observed::ObservedContainer,
+    removal: tokio::time::Instant,
+    other: tokio::time::Instant,
+) -> bool {
+    let until = if matches!(
+        holder.state,
+        ContainerState::Removing | ContainerState::Dead
+    ) {
+        removal
+    } else {
+        other
+    };
+    tokio::time::Instant::now() < until
+}
+
 /// How long a create waits for a container of its name to finish being
 /// removed.
 const REMOVAL_WAIT: Duration = Duration::from_secs(15);
+
+/// How long a create waits for a container of its name and another spec
+/// that the engine does not (yet) report as being removed.
+const HOLDER_WAIT: Duration = Duration::from_secs(3);

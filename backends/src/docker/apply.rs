@@ -3,6 +3,7 @@
 //! remove (already gone is removed), and making sure an image is there.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
 use bollard::query_parameters::{
@@ -13,6 +14,13 @@ use hermes_model::sandbox::SandboxSpec;
 
 use super::Engine;
 use super::error::{DockerError, is_conflict, is_not_found, server_message};
+
+/// How long a removal waits for another process's removal of the same
+/// container to finish.
+pub const REMOVAL_WAIT: Duration = Duration::from_secs(15);
+
+/// How often that wait looks.
+const REMOVAL_POLL: Duration = Duration::from_millis(20);
 
 /// What [`Engine::create`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +37,7 @@ pub enum CreateOutcome {
 pub enum RemoveOutcome {
     Removed,
     /// There was no such container (404), or its removal was already in
-    /// progress: counts as done.
+    /// progress (and it is gone now): counts as done.
     AlreadyGone,
 }
 
@@ -107,7 +115,9 @@ impl Engine {
 
     /// Removes a container (by id or name), running or not, keeping its
     /// volumes (the bind-mounted data outlives the container). A missing
-    /// container, or one whose removal is in progress, counts as removed.
+    /// container counts as removed, and so does one whose removal another
+    /// process started, once the engine no longer has it (waited for, up
+    /// to [`REMOVAL_WAIT`]; then [`DockerError::StillRemoving`]).
     pub async fn remove(&self, id: &str) -> Result<RemoveOutcome, DockerError> {
         let options = RemoveContainerOptionsBuilder::default()
             .force(true)
@@ -120,9 +130,33 @@ impl Engine {
                 if is_conflict(&e)
                     && server_message(&e).is_some_and(|m| m.contains("already in progress")) =>
             {
+                // Another process's removal: the engine answers this while
+                // it still reports the container (running, even, until its
+                // processes are dead). Done only once it is really gone, so
+                // that a create of its name that follows does not meet it.
+                self.wait_gone(id).await?;
                 Ok(RemoveOutcome::AlreadyGone)
             }
             Err(e) => Err(DockerError::engine("remove container", id, e)),
+        }
+    }
+
+    /// Waits until the engine no longer knows the container `id` (a
+    /// removal in progress elsewhere), up to [`REMOVAL_WAIT`].
+    async fn wait_gone(&self, id: &str) -> Result<(), DockerError> {
+        let deadline = tokio::time::Instant::now() + REMOVAL_WAIT;
+        loop {
+            match self.docker.inspect_container(id, None).await {
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) => return Err(DockerError::engine("inspect container", id, e)),
+                Ok(_) if tokio::time::Instant::now() >= deadline => {
+                    return Err(DockerError::StillRemoving {
+                        container: id.to_string(),
+                        waited: REMOVAL_WAIT,
+                    });
+                }
+                Ok(_) => tokio::time::sleep(REMOVAL_POLL).await,
+            }
         }
     }
 

@@ -39,15 +39,25 @@ pub enum DockerError {
     OtherHome { container: String, why: String },
 
     /// Creating a sandbox met a container of its name built from another
-    /// spec (one the same pass is about to remove, or a stale one): the
-    /// create is not done, and the next pass sorts it out.
+    /// spec (one another hermes process is replacing, or a stale one):
+    /// the create is not done.
     #[error(
-        "container {container} exists with spec hash {found}, not {wanted}; the next pass replaces it"
+        "container {container} exists with spec hash {found}, not {wanted}: another hermes process is replacing it, or made it from another config; try again"
     )]
     NameTaken {
         container: String,
         found: String,
         wanted: String,
+    },
+
+    /// Another process's removal of the container did not finish in time.
+    #[error(
+        "container {container} is being removed by another hermes process and was still there after {}s; try again",
+        waited.as_secs()
+    )]
+    StillRemoving {
+        container: String,
+        waited: std::time::Duration,
     },
 
     /// An exec started, but its container went away (or the engine lost the

@@ -14,7 +14,8 @@
 //! (for the idle reaper) when it starts and when it ends.
 //!
 //! Local: the command runs on the host in its own process group, which a
-//! timeout kills whole.
+//! timeout kills whole, and which a watch kills when hermes dies before
+//! the command ended ([`watch_group`]).
 //!
 //! SSH: the command runs on the remote host through the connection holder
 //! (one login shared by every hermes process), in the task's workspace
@@ -266,6 +267,10 @@ async fn run_local(
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot run {program}"))?;
+    let mut watch = match child.id() {
+        Some(pid) => Some(watch_group(pid)?),
+        None => None,
+    };
     let (mut out, mut err) = output_writers(home, desired);
     let mut child_out = child.stdout.take().context("the command's stdout")?;
     let mut child_err = child.stderr.take().context("the command's stderr")?;
@@ -281,6 +286,11 @@ async fn run_local(
         child.wait().await
     };
     let result = tokio::time::timeout(timeout, run).await;
+    if let Some(watch) = watch.as_mut() {
+        // The command ended (or is killed below): what it left in the
+        // background stays.
+        let _ = watch.kill().await;
+    }
     out.finish().await?;
     err.finish().await?;
     match result {
@@ -302,6 +312,24 @@ async fn run_local(
             Ok(timed_out(timeout))
         }
     }
+}
+
+/// A watch over the process group `pgid` (a local command's): a small `sh`
+/// in a group of its own (no terminal signal reaches it) that reads its
+/// standard input, a pipe only this process writes, and kills the group at
+/// its end: when hermes dies, however (`kill -9` included), before the
+/// command ended. Killed once the command ended.
+fn watch_group(pgid: u32) -> anyhow::Result<tokio::process::Child> {
+    tokio::process::Command::new("/bin/sh")
+        .args(["-c", "read -r _; kill -KILL -\"$1\"", "hermes-watch"])
+        .arg(pgid.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .context("cannot start the watch over the command")
 }
 
 fn status_signal(status: &std::process::ExitStatus) -> i32 {
@@ -337,7 +365,9 @@ async fn run_docker(
         timeout,
     };
     for attempt in 0..2 {
-        let container = ensure_sandbox(&engine, desired, &spec).await?;
+        let container = ensure_sandbox(&engine, desired, &spec)
+            .await
+            .map_err(|e| racing(e, &spec.name))?;
         let id = container.id.as_str();
         // The sandbox's runner, when its container has one: no engine exec
         // per command (the engine's exec is the fallback).
@@ -418,6 +448,17 @@ fn output_writers(
 fn record(activity: &Activity, container: &str) {
     if let Err(e) = activity.touch(container) {
         tracing::warn!(container, error = %e, "cannot record the sandbox's activity");
+    }
+}
+
+/// The error of a sandbox that another hermes process is recreating (a
+/// recreate waited for, in vain), in a user's words.
+fn racing(e: anyhow::Error, name: &str) -> anyhow::Error {
+    match e.downcast_ref::<DockerError>() {
+        Some(DockerError::NameTaken { .. } | DockerError::StillRemoving { .. }) => e.context(
+            format!("the sandbox {name} is being recreated by another hermes process; try again"),
+        ),
+        _ => e,
     }
 }
 

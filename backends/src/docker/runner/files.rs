@@ -34,7 +34,9 @@
 //!   `ctl.<hex>.sh`: the runner's script, which its processes run;
 //! - `x.<hex>/`: one request: `cmd` and `env` (0600; the runner empties
 //!   both once read, hermes then removes them), the pipes `out`, `err` and
-//!   `status`, and `claim`, created by whichever side has the request;
+//!   `status`, the pipe `life` (hermes holds it open, never writes it: its
+//!   end of file tells the runner that hermes is gone), and `claim`,
+//!   created by whichever side has the request;
 //! - `unsupported.<container id>`: the runner cannot run in that container.
 //!
 //! And of the host-only directory: the `ctl.<hex>` pipes (the same inodes),
@@ -108,12 +110,17 @@ pub(crate) struct Request<'a> {
     _lock: Flock<OwnedFd>,
 }
 
-/// The three pipes hermes reads a request's results from.
+/// The three pipes hermes reads a request's results from, and the one
+/// whose closing tells the runner that hermes is gone.
 #[derive(Debug)]
 pub(crate) struct Readers {
     pub out: pipe::Receiver,
     pub err: pipe::Receiver,
     pub status: pipe::Receiver,
+    /// `life`, open read-write (so the open does not wait for the runner),
+    /// never written: the runner reads end of file once every hermes
+    /// descriptor of it is closed, however hermes ended.
+    pub life: OwnedFd,
 }
 
 /// The host-only directory of the runner directory `dir`
@@ -400,6 +407,7 @@ impl RunnerDir {
             out: reader(&fd, "out")?,
             err: reader(&fd, "err")?,
             status: reader(&fd, "status")?,
+            life: holder(&fd, "life")?,
         };
         Ok((fd, readers))
     }
@@ -615,6 +623,28 @@ fn reader(dir: &OwnedFd, name: &str) -> Result<pipe::Receiver, Refused> {
         return Err(Refused(format!("{name} is not the pipe hermes made")));
     }
     pipe::Receiver::from_owned_fd(fd).map_err(|e| refused(&format!("cannot read {name}"), e))
+}
+
+/// Makes the pipe `name` in `dir` (a directory the container cannot reach
+/// yet) and opens it read-write, checking that what is opened is the pipe
+/// just made.
+fn holder(dir: &OwnedFd, name: &str) -> Result<OwnedFd, Refused> {
+    mkfifoat(dir, name, Mode::from_bits_truncate(0o600))
+        .map_err(|e| refused(&format!("cannot make {name}"), e))?;
+    let made =
+        fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(|e| refused("fstatat", e))?;
+    let fd = openat(
+        dir,
+        name,
+        OFlag::O_RDWR | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| refused(&format!("cannot open {name}"), e))?;
+    let st = fstat(&fd).map_err(|e| refused("fstat", e))?;
+    if !is(&st, SFlag::S_IFIFO) || (st.st_dev, st.st_ino) != (made.st_dev, made.st_ino) {
+        return Err(Refused(format!("{name} is not the pipe hermes made")));
+    }
+    Ok(fd)
 }
 
 impl Drop for Request<'_> {

@@ -36,6 +36,13 @@
 //!   the command leads its own session; then answers `x <code>`. stdout and
 //!   stderr stream through their pipes live and apart; the exec ends when
 //!   both are closed and the exit code is in, as an engine exec does.
+//! - **hermes killed.** hermes holds the request's pipe `life` open (never
+//!   writing it) while it waits for the command; the handler watches it
+//!   (one subshell, blocked in a read) and, at its end of file (hermes
+//!   gone, `kill -9` included, before the command ended), kills the
+//!   command's processes by its marker, descendants included. A command
+//!   that ends stops its watch: what it left in the background stays, as
+//!   under the engine's exec. `--background` commands have no watch.
 //! - **Timeout.** The command carries the exec's marker ([`EXEC_ID_ENV`])
 //!   in its environment, so a timeout kills its whole tree as the engine
 //!   path does: from the host, without a process in the sandbox (a fork
@@ -250,7 +257,10 @@ impl Engine {
     ) -> Result<ExecOutcome, Failure> {
         let deadline = Instant::now() + req.timeout;
         let marker = new_exec_id();
-        let cmd = script::command_file(Mode::Run, req.cwd.as_deref(), &req.cmd)?;
+        let cmd = script::with_marker(
+            script::command_file(Mode::Run, req.cwd.as_deref(), &req.cmd)?,
+            &marker,
+        );
         let env = script::env_file(&marked(&req.env, &marker))?;
         let root = RunnerDir::open(dir)?;
         let pipe = self.runner_pipe(container, &root).await?;
@@ -331,7 +341,7 @@ impl Engine {
             ));
         }
         root.forget_others(container);
-        let name = root.new_runner(script::RUNNER_SCRIPT)?;
+        let name = root.new_runner(&script::runner_file())?;
         let answer = tokio::time::timeout(START_TIMEOUT, self.start_runner(container, &name)).await;
         let answer = match answer {
             Ok(Ok(answer)) => answer,
@@ -447,10 +457,13 @@ async fn run(
     ack: Duration,
 ) -> Result<Ended, Failure> {
     let (request, readers) = root.new_request(cmd, env)?;
+    // `_life` is held until this returns: the runner's watch kills the
+    // command when it closes before the command ended (hermes killed).
     let Readers {
         mut out,
         mut err,
         status,
+        life: _life,
     } = readers;
     let mut status = StatusReader::new(status);
     match claimed(container, root, pipe, &request, &mut status, deadline, ack).await? {
@@ -500,6 +513,7 @@ async fn start(
         mut out,
         mut err,
         status,
+        life: _,
     } = readers;
     let mut status = StatusReader::new(status);
     let interrupted = |reason: &str| {
@@ -766,7 +780,7 @@ mod tests {
         fn start() -> LocalRunner {
             let (base, dir) = files::tests::runner_dir();
             let root = RunnerDir::open(&dir).unwrap();
-            let pipe = root.new_runner(script::RUNNER_SCRIPT).unwrap();
+            let pipe = root.new_runner(&script::runner_file()).unwrap();
             let out = std::process::Command::new("sh")
                 .args(
                     script::start_command(dir.to_str().unwrap(), &pipe, &files::script_of(&pipe))

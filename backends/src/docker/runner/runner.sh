@@ -10,6 +10,8 @@
 # non-interactive shell would ignore SIGINT and SIGQUIT, and pass that on).
 # Every variable here is named hermes_*: `handle` unsets them before it
 # loads the command's environment, so none reaches the command.
+# `hermes_reap MARKER` (put before this script by hermes: the kill script
+# of crate::exec) kills the processes carrying MARKER and their descendants.
 hermes_boot='# hermes-runner
 . "$1"'
 case $2 in
@@ -127,11 +129,27 @@ handle)
 			;;
 		esac
 	)
+	# The watch (run mode): hermes holds the write end of the pipe `life`
+	# for as long as it waits for the command, and never writes to it. End
+	# of file means hermes is gone, however it ended (kill -9 included):
+	# the command's processes (those carrying its marker, and their
+	# descendants) are killed. Its process id goes to the command's side as
+	# a word, never a variable (the command's environment may set any).
+	hermes_w=
+	if [ "$hermes_mode" = run ] && [ -n "${hermes_id-}" ] && [ -p "$hermes_x/life" ]; then
+		exec 7<>"$hermes_x/life" 8<"$hermes_x/life" 7<&-
+		(
+			read -r hermes_l <&8
+			hermes_reap "$hermes_id"
+		) </dev/null >/dev/null 2>&1 4>&- 5>&- 6>&- &
+		hermes_w=$!
+		exec 8<&-
+	fi
 	# Once the environment is loaded no variable is read: it may set any.
 	case $hermes_mode in
 	bg)
 		set -- "$hermes_x/env" "$hermes_s" -- "$hermes_s" -- "$@"
-		unset hermes_x hermes_s hermes_drop hermes_v hermes_why hermes_mode hermes_cwd hermes_boot hermes_env hermes_n
+		unset hermes_x hermes_s hermes_drop hermes_v hermes_why hermes_mode hermes_cwd hermes_boot hermes_env hermes_n hermes_w hermes_id
 		. "$1"
 		{ : >"$1"; } 2>/dev/null
 		shift
@@ -145,20 +163,25 @@ handle)
 		printf 'x 0\n' >&4
 		;;
 	*)
-		set -- "$hermes_x/env" "$hermes_s" -- "$@"
-		unset hermes_x hermes_s hermes_drop hermes_v hermes_why hermes_mode hermes_cwd hermes_boot hermes_env hermes_n
+		set -- "$hermes_x/env" "$hermes_w" "$hermes_s" -- "$@"
+		unset hermes_x hermes_s hermes_drop hermes_v hermes_why hermes_mode hermes_cwd hermes_boot hermes_env hermes_n hermes_w hermes_id
 		. "$1"
 		{ : >"$1"; } 2>/dev/null
 		shift
 		printf 'e\n' >&4
-		hermes_check 2 "$@" || {
+		# $1 is the watch's process id (or empty), then setsid -- CMD...
+		hermes_check 3 "$@" || {
+			[ -z "$1" ] || kill -KILL "$1" 2>/dev/null
 			printf 'x 126\n' >&4
 			exit 0
 		}
 		# In a subshell, so that what the shell says of how the command
-		# ended ("Terminated") goes nowhere.
-		(exec "$@" </dev/null >&5 2>&6 4>&- 5>&- 6>&-)
-		printf 'x %s\n' "$?" >&4
+		# ended ("Terminated") goes nowhere. Ended, its watch goes: what
+		# the command left running in the background stays.
+		(shift; exec "$@" </dev/null >&5 2>&6 4>&- 5>&- 6>&-)
+		set -- "$?" "$1"
+		[ -z "$2" ] || kill -KILL "$2" 2>/dev/null
+		printf 'x %s\n' "$1" >&4
 		;;
 	esac
 	;;

@@ -6,6 +6,25 @@
 /// The runner's script, POSIX sh (`runner.sh` beside this file).
 pub(crate) const RUNNER_SCRIPT: &str = include_str!("runner.sh");
 
+/// The runner's script as its file holds it: [`RUNNER_SCRIPT`], after
+/// `hermes_reap`, the function that kills a command's processes by marker
+/// (the kill script of the engine's exec, [`crate::exec::KILL_SCRIPT`]).
+pub(crate) fn runner_file() -> String {
+    format!(
+        "hermes_reap() (\n{}\n)\n{RUNNER_SCRIPT}",
+        crate::exec::KILL_SCRIPT
+    )
+}
+
+/// The request's `cmd` file with the exec's marker, which the runner's
+/// watch kills by when hermes goes away during the command.
+pub(crate) fn with_marker(mut cmd: String, marker: &str) -> String {
+    cmd.push_str("hermes_id=");
+    cmd.push_str(&quote(marker));
+    cmd.push('\n');
+    cmd
+}
+
 /// What `sh -c` runs: a tag for the process list, then the script's file,
 /// whose path comes as `$1` (the script itself is on no command line).
 /// Every process of the runner shows as `sh -c # hermes-runner …`
@@ -185,7 +204,7 @@ mod tests {
         let out = Command::new("sh")
             .arg("-n")
             .arg("-c")
-            .arg(RUNNER_SCRIPT)
+            .arg(runner_file())
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");

@@ -1,0 +1,278 @@
+//! What a user feels under chaos: `hermes exec` started while another
+//! hermes process recreates the sandbox, and `hermes exec` killed with
+//! `kill -9` while its command runs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use hermes_tests::cli::TestHome;
+use hermes_tests::docker_cli::{ProfileCleanup, containers_of};
+
+/// Rounds of the recreate race: each makes a recreate and races it.
+const RACE_ROUNDS: u32 = 10;
+/// Execs started against each recreate.
+const RACING_EXECS: usize = 6;
+
+fn docker_config(generation: u32) -> String {
+    // Each generation changes the spec, so the sandbox needs a recreate.
+    format!(
+        "terminal:\n  backend: docker\n  docker_image: {}\n  docker_env:\n    GENERATION: \"{generation}\"\n",
+        hermes_tests::test_image()
+    )
+}
+
+fn spawn(home: &TestHome, args: &[&str]) -> Child {
+    home.command(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(child: Child) -> (i32, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "stdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// A config edit, then `hermes reconcile` and, 10 to 40 ms later, several
+/// `hermes exec -- true`: every exec succeeds (in the new sandbox), and one
+/// container is left.
+#[test]
+fn execs_racing_a_recreate_wait_for_it_and_succeed() {
+    let profile = format!("chr{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    home.write_config(docker_config(0));
+    let first = home.run(["--profile", &profile, "exec", "--", "true"]);
+    assert_eq!(first.code, 0, "{first:?}");
+
+    let started = Instant::now();
+    for generation in 1..=RACE_ROUNDS {
+        home.write_config(docker_config(generation));
+        let reconcile = spawn(&home, &["--profile", &profile, "reconcile"]);
+        // From 10 to 40 ms after it, spread: the execs land in every phase
+        // of the recreate (the removal, the engine still reporting the old
+        // container, the create, the start).
+        let mut execs = Vec::new();
+        let mut at = 0;
+        for i in 0..RACING_EXECS {
+            let offset = 10 + i as u64 * 30 / (RACING_EXECS as u64 - 1);
+            std::thread::sleep(Duration::from_millis(offset - at));
+            at = offset;
+            execs.push((
+                offset,
+                spawn(&home, &["--profile", &profile, "exec", "--", "true"]),
+            ));
+        }
+        for (offset, exec) in execs {
+            let (code, output) = finish(exec);
+            assert_eq!(
+                code, 0,
+                "round {generation}: the exec started {offset} ms after the reconcile failed:\n{output}"
+            );
+        }
+        let (code, output) = finish(reconcile);
+        assert_eq!(code, 0, "round {generation}: reconcile failed:\n{output}");
+        let now = containers_of(&profile);
+        assert_eq!(now.len(), 1, "round {generation}: {now:?}");
+        assert_eq!(now[0].1, "running", "round {generation}: {now:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "the race loop took too long"
+        );
+    }
+}
+
+/// Removals of one container by several processes at once: the engine
+/// answers all but the first with "removal already in progress" while it
+/// still has the container; each returns only once it is gone, so that a
+/// create of the name that follows never meets the old container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_in_progress_elsewhere_returns_once_the_container_is_gone() {
+    use bollard::models::{ContainerCreateBody, HostConfig};
+    use bollard::query_parameters::CreateContainerOptionsBuilder;
+    use hermes_backends::docker::Engine;
+
+    let docker = hermes_tests::engine().await;
+    for round in 0..5 {
+        let name = format!("hermes-chaos-rm-{}-{round}", std::process::id());
+        let _cleanup = ContainerCleanup(name.clone());
+        let body = ContainerCreateBody {
+            image: Some(hermes_tests::test_image()),
+            cmd: Some(vec!["sleep".to_string(), "infinity".to_string()]),
+            host_config: Some(HostConfig {
+                init: Some(true),
+                network_mode: Some("none".to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        let id = docker
+            .create_container(Some(options), body)
+            .await
+            .unwrap()
+            .id;
+        docker.start_container(&id, None).await.unwrap();
+
+        let removals: Vec<_> = (0..6u64)
+            .map(|i| {
+                let (id, docker) = (id.clone(), docker.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(i * 8)).await;
+                    let engine = Engine::connect().await.unwrap();
+                    let outcome = engine.remove(&id).await;
+                    let after = docker.inspect_container(&id, None).await;
+                    (i, outcome, after.map(|c| c.state.and_then(|s| s.status)))
+                })
+            })
+            .collect();
+        for removal in removals {
+            let (i, outcome, after) = removal.await.unwrap();
+            assert!(outcome.is_ok(), "round {round}, removal {i}: {outcome:?}");
+            assert!(
+                after.is_err(),
+                "round {round}, removal {i} returned {outcome:?} while the engine still has the container: {after:?}"
+            );
+        }
+    }
+}
+
+/// Removes a container by name however the test ends.
+struct ContainerCleanup(String);
+
+impl Drop for ContainerCleanup {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .output();
+    }
+}
+
+/// Waits until `probe` says yes, up to `limit`.
+fn eventually(limit: Duration, mut probe: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if probe() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts `hermes exec -- sh -c 'sleep SECONDS'`, waits until `running`
+/// sees it, and kills hermes with SIGKILL.
+fn kill_9_mid_command(home: &TestHome, args: &[&str], running: impl Fn() -> bool) {
+    let mut exec = home
+        .command(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), &running),
+        "the command did not start"
+    );
+    exec.kill().unwrap(); // SIGKILL
+    exec.wait().unwrap();
+}
+
+/// The processes of a container, as `docker top` shows them.
+fn docker_top(container: &str) -> String {
+    hermes_tests::docker_cli::docker(&["top", container, "-eo", "pid,args"])
+}
+
+/// Docker (through the sandbox's runner): `kill -9` of `hermes exec` ends
+/// its command within a couple of seconds; a `--background` command
+/// survives the exec that started it.
+#[test]
+fn a_killed_exec_takes_its_command_with_it_on_docker() {
+    let profile = format!("chk{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    home.write_config(docker_config(0));
+    let container = format!("hermes-{profile}-default");
+    let first = home.run(["--profile", &profile, "exec", "--", "true"]);
+    assert_eq!(first.code, 0, "{first:?}");
+
+    kill_9_mid_command(
+        &home,
+        &[
+            "--profile",
+            &profile,
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "sleep 300; echo after",
+        ],
+        || docker_top(&container).contains("sleep 300"),
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || !docker_top(&container)
+            .contains("sleep 300")),
+        "the command outlived its hermes exec:\n{}",
+        docker_top(&container)
+    );
+
+    let started = home.run([
+        "--profile",
+        &profile,
+        "exec",
+        "--background",
+        "--",
+        "sh",
+        "-c",
+        "sleep 301",
+    ]);
+    assert_eq!(started.code, 0, "{started:?}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        docker_top(&container).contains("sleep 301"),
+        "the background command did not survive its hermes exec:\n{}",
+        docker_top(&container)
+    );
+}
+
+/// Whether a process of this host runs exactly `argv`.
+fn host_process_running(argv: &[&str]) -> bool {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|entry| std::fs::read(entry.path().join("cmdline")).is_ok_and(|c| c == wanted))
+}
+
+/// Local: `kill -9` of `hermes exec` ends its command (and what it
+/// started) within a couple of seconds.
+#[test]
+fn a_killed_exec_takes_its_command_with_it_on_local() {
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: local\n");
+    // A duration no other process of the host sleeps for.
+    let sleep = format!("300.{}", std::process::id());
+    let script = format!("sleep {sleep}; echo after");
+    let sleeping = || host_process_running(&["sleep", &sleep]);
+    kill_9_mid_command(&home, &["exec", "--", "sh", "-c", &script], sleeping);
+    assert!(
+        eventually(Duration::from_secs(3), || !sleeping()),
+        "the command outlived its hermes exec"
+    );
+}
