@@ -155,6 +155,63 @@ fn credential_keys_go_to_a_0600_env_file_and_never_to_stdout() {
 }
 
 #[test]
+fn every_secret_family_goes_to_the_env_file_not_to_config_yaml() {
+    let home = TestHome::new();
+    home.write_config(COMMENTED);
+    let names = [
+        // The cloud backends' credentials.
+        "MODAL_TOKEN_ID",
+        "MODAL_TOKEN_SECRET",
+        "DAYTONA_API_KEY",
+        "VERCEL_TOKEN",
+        "VERCEL_PROJECT_ID",
+        "VERCEL_TEAM_ID",
+        // AWS's.
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        // Anything named like a secret.
+        "STRIPE_API_KEY",
+        "GITHUB_TOKEN",
+        "CLIENT_SECRET",
+        "DB_PASSWORD",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        let value = format!("value-{i}-never-printed");
+        let run = home.run(["config", "set", name, &value]);
+        assert_eq!(run.code, 0, "{name}: {run:?}");
+        assert!(run.stdout.contains(".env (0600)"), "{name}: {run:?}");
+        assert!(
+            !run.stdout.contains(&value) && !run.stderr.contains(&value),
+            "{name}: {run:?}"
+        );
+    }
+    let env = std::fs::read_to_string(home.path().join(".env")).unwrap();
+    for (i, name) in names.iter().enumerate() {
+        assert!(
+            env.contains(&format!("{name}=value-{i}-never-printed\n")),
+            "{name}: {env}"
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(home.path().join(".env"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    assert_eq!(home.read_config(), COMMENTED);
+    for name in names {
+        assert_eq!(home.run(["config", "unset", name]).code, 0, "{name}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(home.path().join(".env")).unwrap(),
+        ""
+    );
+}
+
+#[test]
 fn get_of_a_key_that_is_not_set_exits_1() {
     let home = TestHome::new();
     let run = home.run(["config", "get", "terminal.ssh_host"]);
