@@ -3,6 +3,23 @@
 //! result into an exit code. Everything that decides lives in the library
 //! crates; this binary only does IO and wiring.
 
+// Every `println!`/`print!` below goes through [`stdout`]: a closed pipe
+// ends the output quietly instead of panicking. Defined before the modules
+// so that their textual scope shadows std's macros in all of them.
+macro_rules! println {
+    () => {
+        $crate::stdout::write(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::stdout::write(format_args!($($arg)*), true)
+    };
+}
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::stdout::write(format_args!($($arg)*), false)
+    };
+}
+
 mod activity;
 mod apply;
 mod cli;
@@ -22,6 +39,7 @@ mod redacting;
 mod singularity;
 mod snapshots;
 mod ssh;
+mod stdout;
 
 use std::process::ExitCode;
 
@@ -34,13 +52,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let home = Home::resolve(cli.home.clone());
     init_tracing(cli.log_format, home.as_ref().ok());
-    match run(cli, home) {
+    let code = match run(cli, home) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
         }
+    };
+    stdout::flush();
+    if stdout::failed() {
+        return ExitCode::from(1);
     }
+    code
 }
 
 fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
