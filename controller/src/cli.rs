@@ -11,7 +11,10 @@ use hermes_model::names::{self, NameKind};
 #[command(
     name = "hermes",
     version,
-    about = "Keeps a host's AI-agent sandboxes and egress credential proxy where config.yaml says"
+    about = "Keeps a host's AI-agent sandboxes and egress credential proxy where config.yaml says",
+    after_help = "Exit codes: 0 success; 1 error; 2 changes pending (reconcile --dry-run); \
+                  3 blocked, failing closed (exec); 64 usage error (a bad flag or argument); \
+                  exec: its command's own code otherwise (124 timed out, 126 could not start)."
 )]
 pub struct Cli {
     /// The hermes home (default: $HERMES_HOME, else ~/.hermes).

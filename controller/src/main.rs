@@ -48,8 +48,25 @@ use clap::Parser;
 use crate::cli::{Cli, Command, LogFormat};
 use crate::home::Home;
 
+/// Exit code of a usage error (a bad flag or argument), EX_USAGE of
+/// sysexits.h: clap's default 2 would read as "changes pending" after
+/// `reconcile --dry-run`.
+const USAGE_ERROR: u8 = 64;
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with exit 0; a closed stdout
+            // is no error here either.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(USAGE_ERROR)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     let home = Home::resolve(cli.home.clone());
     init_tracing(cli.log_format, home.as_ref().ok());
     let code = match run(cli, home) {

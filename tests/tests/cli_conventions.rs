@@ -47,3 +47,27 @@ fn a_closed_stdout_ends_the_output_quietly() {
     assert_eq!(run.code, 1, "{run:?}");
     assert!(!run.stderr.contains("panicked"), "{run:?}");
 }
+
+#[test]
+fn a_usage_error_exits_64_never_2() {
+    let home = TestHome::new();
+    for args in [
+        &["reconcile", "--dry-run", "--no-such-flag"][..],
+        &["reconcile", "--output", "yaml"],
+        &["exec", "--session", "a/b", "--", "true"],
+        &["config", "get"],
+        &["no-such-command"],
+        &[],
+    ] {
+        let run = home.run(args);
+        // EX_USAGE: a script that reads 2 as "changes pending" after
+        // `reconcile --dry-run` cannot mistake a typo for a plan.
+        assert_eq!(run.code, 64, "{args:?}: {run:?}");
+        assert!(run.stdout.is_empty(), "{args:?}: {run:?}");
+        assert!(!run.stderr.is_empty(), "{args:?}: {run:?}");
+    }
+    let help = home.run(["--help"]);
+    assert_eq!(help.code, 0, "{help:?}");
+    assert!(help.stdout.contains("64 usage error"), "{}", help.stdout);
+    assert_eq!(home.run(["reconcile", "--help"]).code, 0);
+}
