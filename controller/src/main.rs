@@ -22,6 +22,7 @@ macro_rules! print {
 
 mod activity;
 mod apply;
+mod chain;
 mod cli;
 // Until the cloud drivers are plugged into `cloud::with_driver`, only its
 // tests reach the code written over `CloudDriver`.
@@ -72,7 +73,7 @@ fn main() -> ExitCode {
     let code = match run(cli, home) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", chain::Chain(&e));
             ExitCode::from(1)
         }
     };

@@ -71,3 +71,45 @@ fn a_usage_error_exits_64_never_2() {
     assert!(help.stdout.contains("64 usage error"), "{}", help.stdout);
     assert_eq!(home.run(["reconcile", "--help"]).code, 0);
 }
+
+#[test]
+fn an_error_names_its_cause_once() {
+    // The tunnel port held by this test: the proxy cannot listen there.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let home = TestHome::new();
+    home.write_config(format!(
+        "proxy:\n  enabled: true\n  tunnel_port: {port}\n  listen: [127.0.0.1]\n"
+    ));
+    let setup = home.run(["egress", "setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    // EADDRINUSE as the OS says it.
+    let cause = "Address already in use";
+    for args in [&["egress", "serve"][..], &["egress", "start"]] {
+        let run = home.run(args);
+        assert_eq!(run.code, 1, "{args:?}: {run:?}");
+        assert!(
+            run.stderr.contains(&format!("127.0.0.1:{port}")),
+            "{args:?}: {}",
+            run.stderr
+        );
+        // `start` shows the log of the proxy it started: one line there.
+        for line in run.stderr.lines().filter(|l| l.contains(cause)) {
+            assert_eq!(line.matches(cause).count(), 1, "{args:?}: {line}");
+        }
+        assert!(run.stderr.contains(cause), "{args:?}: {}", run.stderr);
+    }
+    let stop = home.run(["egress", "stop"]);
+    assert!(!stop.stderr.contains("panicked"), "{stop:?}");
+
+    // The controller's metrics address, taken.
+    let run = home.run([
+        "controller",
+        "--once",
+        "--metrics-addr",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.stderr.matches(cause).count(), 1, "{}", run.stderr);
+    drop(held);
+}

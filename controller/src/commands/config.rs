@@ -215,7 +215,7 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
     let env = match super::host_env(home) {
         Ok(env) => env,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::chain::Chain(&e));
             return Ok(ExitCode::from(1));
         }
     };
