@@ -195,23 +195,37 @@ pub enum SandboxCommand {
     },
 }
 
+/// How a key path is written, for the help of get, set and unset.
+const KEY_HELP: &str = "A dotted key, such as terminal.backend. A key that holds a dot (a host \
+    of proxy.resolve) goes in double quotes: proxy.resolve.\"api.openai.com\" (quote the whole \
+    path for the shell: 'proxy.resolve.\"api.openai.com\"').";
+
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Print the path of config.yaml.
     Path,
     /// Print the path of .env.
     EnvPath,
-    /// Print one value of the merged config (defaults + file).
+    /// Print one value of the merged config (defaults + file). A key that
+    /// is not set: "Config key not set" on stderr and exit 1; with
+    /// --output json, a key whose value is null prints null (exit 0).
     Get {
-        /// A dotted key, such as terminal.backend.
+        #[arg(help = KEY_HELP)]
         key: String,
-        /// Print the value as JSON.
-        #[arg(long)]
+        /// How to print the value.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// The same as --output json.
+        #[arg(long, conflicts_with = "output")]
         json: bool,
     },
-    /// Set a value in config.yaml (comments and order kept), or a
-    /// credential such as OPENAI_API_KEY in .env.
+    /// Set a value in config.yaml (comments and order kept), or a secret
+    /// in .env (0600): provider keys, cloud and AWS credentials, and any
+    /// name like *_API_KEY, *_TOKEN, *SECRET*, *_PASSWORD. A value that
+    /// makes the file invalid is refused (exit 1) and the file left as it
+    /// was.
     Set {
+        #[arg(help = KEY_HELP)]
         key: String,
         /// The value; `-5` and other leading hyphens are taken as values.
         #[arg(allow_hyphen_values = true)]
@@ -220,11 +234,18 @@ pub enum ConfigCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Remove a key from config.yaml (or a credential from .env).
-    Unset { key: String },
-    /// Print the merged config.
+    /// Remove a key from config.yaml (or a secret from .env).
+    Unset {
+        #[arg(help = KEY_HELP)]
+        key: String,
+    },
+    /// Print the merged config (defaults + file); null for a key not set.
     Show {
-        #[arg(long)]
+        /// How to print the config.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// The same as --output json.
+        #[arg(long, conflicts_with = "output")]
         json: bool,
     },
     /// Validate config.yaml: errors with key, line and column; exit 1 if any.
