@@ -35,13 +35,18 @@ pub struct Cli {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// Lines for a person.
     Text,
+    /// One JSON object per line.
     Json,
 }
 
+/// How a command prints its data (`--output`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
+    /// For a person.
     Text,
+    /// One JSON document, for a program.
     Json,
 }
 
@@ -66,6 +71,7 @@ pub enum Command {
     /// One screen for the host: config, backend, sandboxes, the egress
     /// proxy, what is blocked and why, and the running controller.
     Status {
+        /// How to print the report.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -80,10 +86,13 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct SshHolderArgs {
+    /// The remote host.
     #[arg(long)]
     pub host: String,
+    /// Its SSH port.
     #[arg(long)]
     pub port: u16,
+    /// The user to log in as.
     #[arg(long)]
     pub user: String,
     /// A private key file; without, the agent's keys.
@@ -115,6 +124,7 @@ pub struct ControllerArgs {
 pub enum SessionCommand {
     /// The session sandboxes of the active profile.
     List {
+        /// How to print the list.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -145,6 +155,7 @@ pub enum EgressCommand {
         /// Print the tokens in full.
         #[arg(long)]
         show_tokens: bool,
+        /// How to print the report.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -190,6 +201,7 @@ pub struct ExecArgs {
 pub enum SandboxCommand {
     /// Every labelled container: profile, task, state, spec match, age, idle.
     List {
+        /// How to print the list.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -313,5 +325,67 @@ impl TypedValueParser for NameParser {
         };
         names::validate(self.0, text).map_err(|e| fail(e.from_origin(origin).to_string()))?;
         Ok(text.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every argument and option of every command, with the command's path.
+    fn every_arg(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
+        for arg in cmd.get_arguments() {
+            out.push((path.to_string(), arg.clone()));
+        }
+        for sub in cmd.get_subcommands() {
+            every_arg(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_argument_and_option_has_a_help_line() {
+        let mut args = Vec::new();
+        every_arg(&Cli::command(), "hermes", &mut args);
+        assert!(args.len() > 20);
+        for (path, arg) in args {
+            assert!(
+                arg.get_help().is_some() || arg.get_long_help().is_some(),
+                "{path}: {} has no help",
+                arg.get_id()
+            );
+        }
+    }
+
+    #[test]
+    fn every_command_that_prints_data_takes_output() {
+        let cli = Cli::command();
+        for path in [
+            &["status"][..],
+            &["reconcile"],
+            &["sandbox", "list"],
+            &["session", "list"],
+            &["egress", "status"],
+            &["config", "get"],
+            &["config", "show"],
+        ] {
+            let mut cmd = &cli;
+            for name in path {
+                cmd = cmd
+                    .find_subcommand(name)
+                    .unwrap_or_else(|| panic!("no command {path:?}"));
+            }
+            let output = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some("output"))
+                .unwrap_or_else(|| panic!("{path:?} has no --output"));
+            let values: Vec<String> = output
+                .get_possible_values()
+                .iter()
+                .map(|v| v.get_name().to_string())
+                .collect();
+            assert_eq!(values, ["text", "json"], "{path:?}");
+        }
     }
 }
