@@ -11,7 +11,10 @@ use hermes_model::names::{self, NameKind};
 #[command(
     name = "hermes",
     version,
-    about = "Keeps a host's AI-agent sandboxes and egress credential proxy where config.yaml says"
+    about = "Keeps a host's AI-agent sandboxes and egress credential proxy where config.yaml says",
+    after_help = "Exit codes: 0 success; 1 error; 2 changes pending (reconcile --dry-run); \
+                  3 blocked, failing closed (exec); 64 usage error (a bad flag or argument); \
+                  exec: its command's own code otherwise (124 timed out, 126 could not start)."
 )]
 pub struct Cli {
     /// The hermes home (default: $HERMES_HOME, else ~/.hermes).
@@ -32,13 +35,18 @@ pub struct Cli {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// Lines for a person.
     Text,
+    /// One JSON object per line.
     Json,
 }
 
+/// How a command prints its data (`--output`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
+    /// For a person.
     Text,
+    /// One JSON document, for a program.
     Json,
 }
 
@@ -63,6 +71,7 @@ pub enum Command {
     /// One screen for the host: config, backend, sandboxes, the egress
     /// proxy, what is blocked and why, and the running controller.
     Status {
+        /// How to print the report.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -77,10 +86,13 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct SshHolderArgs {
+    /// The remote host.
     #[arg(long)]
     pub host: String,
+    /// Its SSH port.
     #[arg(long)]
     pub port: u16,
+    /// The user to log in as.
     #[arg(long)]
     pub user: String,
     /// A private key file; without, the agent's keys.
@@ -112,6 +124,7 @@ pub struct ControllerArgs {
 pub enum SessionCommand {
     /// The session sandboxes of the active profile.
     List {
+        /// How to print the list.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -142,6 +155,7 @@ pub enum EgressCommand {
         /// Print the tokens in full.
         #[arg(long)]
         show_tokens: bool,
+        /// How to print the report.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -187,10 +201,16 @@ pub struct ExecArgs {
 pub enum SandboxCommand {
     /// Every labelled container: profile, task, state, spec match, age, idle.
     List {
+        /// How to print the list.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
 }
+
+/// How a key path is written, for the help of get, set and unset.
+const KEY_HELP: &str = "A dotted key, such as terminal.backend. A key that holds a dot (a host \
+    of proxy.resolve) goes in double quotes: proxy.resolve.\"api.openai.com\" (quote the whole \
+    path for the shell: 'proxy.resolve.\"api.openai.com\"').";
 
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
@@ -198,17 +218,26 @@ pub enum ConfigCommand {
     Path,
     /// Print the path of .env.
     EnvPath,
-    /// Print one value of the merged config (defaults + file).
+    /// Print one value of the merged config (defaults + file). A key that
+    /// is not set: "Config key not set" on stderr and exit 1; with
+    /// --output json, a key whose value is null prints null (exit 0).
     Get {
-        /// A dotted key, such as terminal.backend.
+        #[arg(help = KEY_HELP)]
         key: String,
-        /// Print the value as JSON.
-        #[arg(long)]
+        /// How to print the value.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// The same as --output json.
+        #[arg(long, conflicts_with = "output")]
         json: bool,
     },
-    /// Set a value in config.yaml (comments and order kept), or a
-    /// credential such as OPENAI_API_KEY in .env.
+    /// Set a value in config.yaml (comments and order kept), or a secret
+    /// in .env (0600): provider keys, cloud and AWS credentials, and any
+    /// name like *_API_KEY, *_TOKEN, *SECRET*, *_PASSWORD. A value that
+    /// makes the file invalid is refused (exit 1) and the file left as it
+    /// was.
     Set {
+        #[arg(help = KEY_HELP)]
         key: String,
         /// The value; `-5` and other leading hyphens are taken as values.
         #[arg(allow_hyphen_values = true)]
@@ -217,11 +246,18 @@ pub enum ConfigCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Remove a key from config.yaml (or a credential from .env).
-    Unset { key: String },
-    /// Print the merged config.
+    /// Remove a key from config.yaml (or a secret from .env).
+    Unset {
+        #[arg(help = KEY_HELP)]
+        key: String,
+    },
+    /// Print the merged config (defaults + file); null for a key not set.
     Show {
-        #[arg(long)]
+        /// How to print the config.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// The same as --output json.
+        #[arg(long, conflicts_with = "output")]
         json: bool,
     },
     /// Validate config.yaml: errors with key, line and column; exit 1 if any.
@@ -289,5 +325,67 @@ impl TypedValueParser for NameParser {
         };
         names::validate(self.0, text).map_err(|e| fail(e.from_origin(origin).to_string()))?;
         Ok(text.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every argument and option of every command, with the command's path.
+    fn every_arg(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
+        for arg in cmd.get_arguments() {
+            out.push((path.to_string(), arg.clone()));
+        }
+        for sub in cmd.get_subcommands() {
+            every_arg(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_argument_and_option_has_a_help_line() {
+        let mut args = Vec::new();
+        every_arg(&Cli::command(), "hermes", &mut args);
+        assert!(args.len() > 20);
+        for (path, arg) in args {
+            assert!(
+                arg.get_help().is_some() || arg.get_long_help().is_some(),
+                "{path}: {} has no help",
+                arg.get_id()
+            );
+        }
+    }
+
+    #[test]
+    fn every_command_that_prints_data_takes_output() {
+        let cli = Cli::command();
+        for path in [
+            &["status"][..],
+            &["reconcile"],
+            &["sandbox", "list"],
+            &["session", "list"],
+            &["egress", "status"],
+            &["config", "get"],
+            &["config", "show"],
+        ] {
+            let mut cmd = &cli;
+            for name in path {
+                cmd = cmd
+                    .find_subcommand(name)
+                    .unwrap_or_else(|| panic!("no command {path:?}"));
+            }
+            let output = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some("output"))
+                .unwrap_or_else(|| panic!("{path:?} has no --output"));
+            let values: Vec<String> = output
+                .get_possible_values()
+                .iter()
+                .map(|v| v.get_name().to_string())
+                .collect();
+            assert_eq!(values, ["text", "json"], "{path:?}");
+        }
     }
 }

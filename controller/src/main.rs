@@ -3,11 +3,27 @@
 //! result into an exit code. Everything that decides lives in the library
 //! crates; this binary only does IO and wiring.
 
+// Every `println!`/`print!` below goes through [`stdout`]: a closed pipe
+// ends the output quietly instead of panicking. Defined before the modules
+// so that their textual scope shadows std's macros in all of them.
+macro_rules! println {
+    () => {
+        $crate::stdout::write(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::stdout::write(format_args!($($arg)*), true)
+    };
+}
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::stdout::write(format_args!($($arg)*), false)
+    };
+}
+
 mod activity;
 mod apply;
+mod chain;
 mod cli;
-// Until the cloud drivers are plugged into `cloud::with_driver`, only its
-// tests reach the code written over `CloudDriver`.
 mod cloud;
 mod commands;
 mod daemon;
@@ -21,6 +37,7 @@ mod redacting;
 mod singularity;
 mod snapshots;
 mod ssh;
+mod stdout;
 
 use std::process::ExitCode;
 
@@ -29,8 +46,25 @@ use clap::Parser;
 use crate::cli::{Cli, Command, LogFormat};
 use crate::home::Home;
 
+/// Exit code of a usage error (a bad flag or argument), EX_USAGE of
+/// sysexits.h: clap's default 2 would read as "changes pending" after
+/// `reconcile --dry-run`.
+const USAGE_ERROR: u8 = 64;
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with exit 0; a closed stdout
+            // is no error here either.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(USAGE_ERROR)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     let home = Home::resolve(cli.home.clone());
     let default_level = match cli.command {
         // The controller says what it does: one line per change, error and
@@ -39,13 +73,18 @@ fn main() -> ExitCode {
         _ => "warn",
     };
     init_tracing(cli.log_format, default_level, home.as_ref().ok());
-    match run(cli, home) {
+    let code = match run(cli, home) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", chain::Chain(&e));
             ExitCode::from(1)
         }
+    };
+    stdout::flush();
+    if stdout::failed() {
+        return ExitCode::from(1);
     }
+    code
 }
 
 fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {

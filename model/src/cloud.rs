@@ -30,6 +30,18 @@ pub const DAYTONA_MAX_DISK_MB: u64 = 10 * 1024;
 /// The backends that run on a remote service.
 pub const CLOUD_BACKENDS: &[Backend] = &[Backend::Modal, Backend::Daytona, Backend::VercelSandbox];
 
+/// Every variable a cloud backend reads its credentials from: secrets of
+/// the host (`.env`), never config.yaml's nor a sandbox's.
+pub const CREDENTIALS: &[&str] = &[
+    "MODAL_TOKEN_ID",
+    "MODAL_TOKEN_SECRET",
+    "DAYTONA_API_KEY",
+    "VERCEL_OIDC_TOKEN",
+    "VERCEL_TOKEN",
+    "VERCEL_PROJECT_ID",
+    "VERCEL_TEAM_ID",
+];
+
 /// Whether `backend` runs on a remote service.
 pub fn is_cloud(backend: Backend) -> bool {
     CLOUD_BACKENDS.contains(&backend)
@@ -445,6 +457,17 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             ..HostEnv::default()
+        }
+    }
+
+    #[test]
+    fn every_credential_a_service_asks_for_is_a_known_secret() {
+        for &backend in CLOUD_BACKENDS {
+            let lacking = credentials(backend, &HostEnv::default()).unwrap_err();
+            for name in lacking.missing {
+                assert!(CREDENTIALS.contains(&name), "{name}");
+                assert!(crate::config::is_secret_name(name), "{name}");
+            }
         }
     }
 

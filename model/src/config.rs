@@ -630,7 +630,7 @@ fn check(spec: &KeySpec, path: &str, node: &Node, errors: &mut Vec<Issue>) {
         Ty::ResolveMap => match &node.kind {
             NodeKind::Map { entries, .. } => {
                 for entry in entries {
-                    let item_path = format!("{path}.{}", entry.key);
+                    let item_path = crate::keypath::join(path, &entry.key);
                     if let Err(message) = check_host_pattern(&entry.key) {
                         errors.push(Issue::new(item_path.as_str(), entry.key_pos, message));
                     } else if entry.key.starts_with("*.") {
@@ -659,7 +659,7 @@ fn check(spec: &KeySpec, path: &str, node: &Node, errors: &mut Vec<Issue>) {
         Ty::EnvMap => match &node.kind {
             NodeKind::Map { entries, .. } => {
                 for entry in entries {
-                    let item_path = format!("{path}.{}", entry.key);
+                    let item_path = crate::keypath::join(path, &entry.key);
                     if !is_env_name(&entry.key) {
                         errors.push(Issue::new(
                             item_path.as_str(),

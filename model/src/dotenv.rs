@@ -124,16 +124,16 @@ fn quote(value: &str) -> String {
     out
 }
 
-/// Whether a bare `config set` key looks like a credential and belongs in
-/// `.env` (`OPENAI_API_KEY`, `GITHUB_TOKEN`, `CLIENT_SECRET`).
+/// Whether a bare `config set` key names a secret and belongs in `.env`:
+/// a provider key (`OPENAI_API_KEY`), or any name the sandbox rule
+/// [`crate::config::is_secret_name`] takes for a secret (`GITHUB_TOKEN`,
+/// `CLIENT_SECRET`, the AWS and cloud backends' credentials). One rule for
+/// both edges: what may not enter a sandbox may not sit in config.yaml.
 pub fn is_credential_key(key: &str) -> bool {
     if key.contains('.') || !crate::config::is_env_name(key) {
         return false;
     }
-    let upper = key.to_ascii_uppercase();
-    ["_API_KEY", "_TOKEN", "_SECRET"]
-        .iter()
-        .any(|suffix| upper.ends_with(suffix) && upper.len() > suffix.len())
+    crate::providers::is_credential_variable(key) || crate::config::is_secret_name(key)
 }
 
 #[cfg(test)]
@@ -188,8 +188,19 @@ mod tests {
         assert!(is_credential_key("OPENAI_API_KEY"));
         assert!(is_credential_key("GITHUB_TOKEN"));
         assert!(is_credential_key("client_secret"));
+        for name in crate::cloud::CREDENTIALS.iter().chain(&[
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "STRIPE_API_KEY",
+            "DB_PASSWORD",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+        ]) {
+            assert!(is_credential_key(name), "{name}");
+        }
         assert!(!is_credential_key("terminal.api_token"));
-        assert!(!is_credential_key("_TOKEN"));
         assert!(!is_credential_key("TOKENIZER"));
+        assert!(!is_credential_key("terminal"));
+        assert!(!is_credential_key("PATH"));
     }
 }

@@ -34,6 +34,8 @@ pub enum EditError {
     RootNotEditable,
     #[error("an empty key path")]
     EmptyPath,
+    #[error(transparent)]
+    Path(#[from] crate::keypath::KeyPathError),
     #[error("the edited text did not read back as intended ({0}); the file was left unchanged")]
     ReadBack(String),
 }
@@ -106,7 +108,7 @@ pub fn unset(text: &str, path: &str) -> Result<Option<String>, EditError> {
         };
         if let NodeKind::Map { flow: true, .. } = node.kind {
             return Err(EditError::FlowStyle {
-                key: segments[..depth].join("."),
+                key: crate::keypath::render(&segments[..depth]),
                 line: node.start.line,
             });
         }
@@ -175,17 +177,13 @@ pub fn coerce(text: &str, ty: Option<Ty>) -> Result<Value, EditError> {
     Ok(Value::Str(text.to_string()))
 }
 
-fn segments(path: &str) -> Result<Vec<&str>, EditError> {
-    let segments: Vec<&str> = path.split('.').collect();
-    if segments.iter().any(|s| s.is_empty()) {
-        return Err(EditError::EmptyPath);
-    }
-    Ok(segments)
+fn segments(path: &str) -> Result<Vec<String>, EditError> {
+    Ok(crate::keypath::parse(path)?)
 }
 
 /// `a.b` and `v` → `{a: {b: v}}` minus the outermost key: the value that
 /// goes under `segments[0]`, wrapped so it can be rendered as an entry.
-fn nest(segments: &[&str], value: &Value) -> Value {
+fn nest(segments: &[String], value: &Value) -> Value {
     segments.iter().rev().fold(value.clone(), |inner, key| {
         Value::Map(vec![(key.to_string(), inner)])
     })

@@ -5,6 +5,7 @@
 //! - [`value`]: plain config values, the merged view, YAML and JSON rendering.
 //! - [`schema`]: every known key with its type and default.
 //! - [`config`]: text → validated, typed [`config::Config`], errors with key path and line.
+//! - [`keypath`]: dotted key paths, with quoted keys for names holding a dot.
 //! - [`edit`]: `config set`/`unset` as text edits that keep comments and order.
 //! - [`dotenv`]: reading and editing `.env` files.
 //! - [`names`]: the one rule for task, session and profile names (paths, labels).
@@ -26,6 +27,7 @@ pub mod edit;
 pub mod egress;
 pub mod fingerprint;
 pub mod homes;
+pub mod keypath;
 pub mod names;
 pub mod observed;
 pub mod plan;

@@ -257,6 +257,16 @@ pub fn lookup(path: &str) -> Option<&'static KeySpec> {
     KEYS.iter().find(|k| k.path == path)
 }
 
+/// The map-typed key (`terminal.docker_env`, `proxy.resolve`) of which
+/// `keys` names one entry, as `proxy.resolve."api.openai.com"` does.
+pub fn map_entry_of<S: AsRef<str>>(keys: &[S]) -> Option<&'static KeySpec> {
+    let [section, key, _entry] = keys else {
+        return None;
+    };
+    let spec = lookup(&format!("{}.{}", section.as_ref(), key.as_ref()))?;
+    matches!(spec.ty, Ty::EnvMap | Ty::ResolveMap).then_some(spec)
+}
+
 /// The whole default config as a value tree.
 pub fn defaults() -> Value {
     let mut root: Vec<(String, Value)> = SECTIONS
@@ -330,6 +340,18 @@ mod tests {
             d.get_path("security.redact_secrets"),
             Some(&Value::Bool(true))
         );
+    }
+
+    #[test]
+    fn entries_of_map_keys_are_known() {
+        let keys = ["proxy", "resolve", "api.openai.com"];
+        assert_eq!(map_entry_of(&keys).map(|k| k.path), Some("proxy.resolve"));
+        assert_eq!(
+            map_entry_of(&["terminal", "docker_env", "A"]).map(|k| k.path),
+            Some("terminal.docker_env")
+        );
+        assert!(map_entry_of(&["terminal", "backend", "x"]).is_none());
+        assert!(map_entry_of(&["proxy", "resolve"]).is_none());
     }
 
     #[test]

@@ -26,8 +26,15 @@ impl Value {
     }
 
     /// The value at a dotted path (`terminal.backend`).
+    /// The value at a key path ([`crate::keypath`]: dotted, a key with a
+    /// dot in quotes); `None` when it is not there or the path is malformed.
     pub fn get_path(&self, path: &str) -> Option<&Value> {
-        path.split('.').try_fold(self, |v, key| v.get(key))
+        self.get_keys(&crate::keypath::parse(path).ok()?)
+    }
+
+    /// The value under `keys`, outermost first.
+    pub fn get_keys<S: AsRef<str>>(&self, keys: &[S]) -> Option<&Value> {
+        keys.iter().try_fold(self, |v, key| v.get(key.as_ref()))
     }
 
     pub fn is_collection(&self) -> bool {

@@ -155,6 +155,63 @@ fn credential_keys_go_to_a_0600_env_file_and_never_to_stdout() {
 }
 
 #[test]
+fn every_secret_family_goes_to_the_env_file_not_to_config_yaml() {
+    let home = TestHome::new();
+    home.write_config(COMMENTED);
+    let names = [
+        // The cloud backends' credentials.
+        "MODAL_TOKEN_ID",
+        "MODAL_TOKEN_SECRET",
+        "DAYTONA_API_KEY",
+        "VERCEL_TOKEN",
+        "VERCEL_PROJECT_ID",
+        "VERCEL_TEAM_ID",
+        // AWS's.
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        // Anything named like a secret.
+        "STRIPE_API_KEY",
+        "GITHUB_TOKEN",
+        "CLIENT_SECRET",
+        "DB_PASSWORD",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        let value = format!("value-{i}-never-printed");
+        let run = home.run(["config", "set", name, &value]);
+        assert_eq!(run.code, 0, "{name}: {run:?}");
+        assert!(run.stdout.contains(".env (0600)"), "{name}: {run:?}");
+        assert!(
+            !run.stdout.contains(&value) && !run.stderr.contains(&value),
+            "{name}: {run:?}"
+        );
+    }
+    let env = std::fs::read_to_string(home.path().join(".env")).unwrap();
+    for (i, name) in names.iter().enumerate() {
+        assert!(
+            env.contains(&format!("{name}=value-{i}-never-printed\n")),
+            "{name}: {env}"
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(home.path().join(".env"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    assert_eq!(home.read_config(), COMMENTED);
+    for name in names {
+        assert_eq!(home.run(["config", "unset", name]).code, 0, "{name}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(home.path().join(".env")).unwrap(),
+        ""
+    );
+}
+
+#[test]
 fn get_of_a_key_that_is_not_set_exits_1() {
     let home = TestHome::new();
     let run = home.run(["config", "get", "terminal.ssh_host"]);
@@ -279,4 +336,104 @@ fn check_of_a_cloud_backend_wants_its_credential_from_the_environment_or_dotenv(
     let run = home.run(["config", "check"]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(!run.stdout.contains("dtn-test") && !run.stderr.contains("dtn-test"));
+}
+
+#[test]
+fn keys_holding_dots_round_trip_through_set_get_and_unset() {
+    let home = TestHome::new();
+    home.write_config(COMMENTED);
+    let key = "proxy.resolve.\"api.openai.com\"";
+    let set = home.run(["config", "set", key, "127.0.0.1"]);
+    assert_eq!(set.code, 0, "{set:?}");
+    // A known key: no "unknown key" warning for a host of proxy.resolve.
+    assert_eq!(set.stderr, "", "{set:?}");
+    assert!(
+        set.stdout.starts_with(&format!("Set {key} = 127.0.0.1")),
+        "{set:?}"
+    );
+    assert!(
+        home.read_config()
+            .ends_with("  enabled: false\n  resolve:\n    api.openai.com: 127.0.0.1\n"),
+        "{}",
+        home.read_config()
+    );
+    let get = home.run(["config", "get", key]);
+    assert_eq!(
+        (get.code, get.stdout.as_str()),
+        (0, "127.0.0.1\n"),
+        "{get:?}"
+    );
+    let json = home.run(["config", "get", "proxy.resolve", "--output", "json"]);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&json.stdout).unwrap(),
+        serde_json::json!({"api.openai.com": "127.0.0.1"})
+    );
+    // Unquoted, the dots separate keys: not that host.
+    let plain = home.run(["config", "get", "proxy.resolve.api.openai.com"]);
+    assert_eq!(plain.code, 1, "{plain:?}");
+    // An error about the entry names it the way set takes it.
+    let bad = home.run(["config", "set", "proxy.resolve.\"b.example\"", "not-an-ip"]);
+    assert_eq!(bad.code, 1, "{bad:?}");
+    assert!(
+        bad.stderr
+            .contains("proxy.resolve.\"b.example\": expected an IP address"),
+        "{}",
+        bad.stderr
+    );
+    let unset = home.run(["config", "unset", key]);
+    assert_eq!(unset.code, 0, "{unset:?}");
+    assert_eq!(home.read_config(), format!("{COMMENTED}  resolve:\n"));
+    assert_eq!(home.run(["config", "get", key]).code, 1);
+    let malformed = home.run(["config", "get", "proxy.resolve.\"api"]);
+    assert_eq!(malformed.code, 1, "{malformed:?}");
+    assert!(
+        malformed.stderr.contains("not closed"),
+        "{}",
+        malformed.stderr
+    );
+}
+
+#[test]
+fn a_value_that_makes_the_file_invalid_elsewhere_is_refused() {
+    // A GITHUB_TOKEN in docker_env is a warning without the proxy and an
+    // error once it is enforced: turning the proxy on breaks the file.
+    let text = "terminal:\n  backend: docker\n  docker_env:\n    GITHUB_TOKEN: x\n";
+    let home = TestHome::new();
+    home.write_config(text);
+    let run = home.run(["config", "set", "proxy.enabled", "true"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr
+            .contains("error: setting proxy.enabled: terminal.docker_env.GITHUB_TOKEN:"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("was left unchanged"), "{}", run.stderr);
+    assert_eq!(home.read_config(), text);
+    // An error the file had already does not block another key.
+    let broken = "terminal:\n  timeout: -1\n";
+    home.write_config(broken);
+    let other = home.run(["config", "set", "terminal.backend", "docker"]);
+    assert_eq!(other.code, 0, "{other:?}");
+    assert!(other.stderr.contains("warning:"), "{}", other.stderr);
+}
+
+#[test]
+fn get_of_a_null_value_prints_null_as_json_and_says_not_set_otherwise() {
+    let home = TestHome::new();
+    for flag in ["--json", "--output=json"] {
+        let json = home.run(["config", "get", "terminal.ssh_host", flag]);
+        assert_eq!((json.code, json.stdout.as_str()), (0, "null\n"), "{json:?}");
+    }
+    let show: serde_json::Value =
+        serde_json::from_str(&home.run(["config", "show", "--output", "json"]).stdout).unwrap();
+    assert_eq!(show["terminal"]["ssh_host"], serde_json::Value::Null);
+    let text = home.run(["config", "get", "terminal.ssh_host"]);
+    assert_eq!(
+        (text.code, text.stdout.as_str(), text.stderr.as_str()),
+        (1, "", "Config key not set: terminal.ssh_host\n")
+    );
+    // A key that is not there at all is not set in either form.
+    let absent = home.run(["config", "get", "terminal.nothing", "--json"]);
+    assert_eq!((absent.code, absent.stdout.as_str()), (1, ""), "{absent:?}");
 }

@@ -114,8 +114,8 @@ fn a_session_is_shared_by_its_execs_kept_on_tmpfs_and_gone_when_ended() {
     ]);
     assert_eq!((fresh.code, fresh.stdout.as_str()), (0, "0\n"));
     let bad = host.hermes(&["exec", "--session", "a/b", "--", "true"]);
-    // Refused where the flag is parsed: a usage error.
-    assert_eq!(bad.code, 2);
+    // Refused where the flag is parsed: a usage error (EX_USAGE).
+    assert_eq!(bad.code, 64);
     assert!(bad.stderr.contains("session id `a/b`"), "{}", bad.stderr);
 }
 

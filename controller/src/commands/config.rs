@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use hermes_model::config::{self, Issue};
 use hermes_model::value::Value;
-use hermes_model::{dotenv, edit, schema, yaml};
+use hermes_model::{dotenv, edit, keypath, schema, yaml};
 
-use crate::cli::ConfigCommand;
+use crate::cli::{ConfigCommand, Output};
 use crate::fsio;
 use crate::home::Home;
 
@@ -28,10 +28,10 @@ pub fn run(home: &Home, command: ConfigCommand) -> anyhow::Result<ExitCode> {
             println!("{}", home.env_file().display());
             Ok(ExitCode::SUCCESS)
         }
-        ConfigCommand::Get { key, json } => get(home, &key, json),
+        ConfigCommand::Get { key, output, json } => get(home, &key, json || output == Output::Json),
         ConfigCommand::Set { key, value, force } => set(home, &key, &value, force),
         ConfigCommand::Unset { key } => unset(home, &key),
-        ConfigCommand::Show { json } => show(home, json),
+        ConfigCommand::Show { output, json } => show(home, json || output == Output::Json),
         ConfigCommand::Check => check(home),
     }
 }
@@ -67,9 +67,23 @@ fn merged_view(home: &Home) -> anyhow::Result<Value> {
     Ok(merged)
 }
 
+/// The keys of a path given on the command line, and the path as hermes
+/// writes it (quotes only where a key holds a dot).
+fn parse_key(key: &str) -> anyhow::Result<(Vec<String>, String)> {
+    let keys = keypath::parse(key).map_err(|e| anyhow::anyhow!("bad key path: {e}"))?;
+    let path = keypath::render(&keys);
+    Ok((keys, path))
+}
+
 fn get(home: &Home, key: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let (keys, key) = parse_key(key)?;
     let merged = merged_view(home)?;
-    match merged.get_path(key) {
+    match merged.get_keys(&keys) {
+        // `config show --json` has the null too: the key exists, unset.
+        Some(Value::Null) if json => {
+            println!("null");
+            Ok(ExitCode::SUCCESS)
+        }
         None | Some(Value::Null) => {
             eprintln!("Config key not set: {key}");
             Ok(ExitCode::from(1))
@@ -95,8 +109,8 @@ fn show(home: &Home, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn warn_unknown(key: &str) {
-    if schema::lookup(key).is_some() {
+fn warn_unknown(keys: &[String], key: &str) {
+    if schema::lookup(key).is_some() || schema::map_entry_of(keys).is_some() {
         return;
     }
     let (section, leaf) = schema::split(key);
@@ -125,23 +139,43 @@ fn set(home: &Home, key: &str, raw: &str, force: bool) -> anyhow::Result<ExitCod
         println!("Saved {key} to {} (0600)", path.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let spec = schema::lookup(key);
-    let value = edit::coerce(raw, spec.map(|s| s.ty)).map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
+    let (keys, key) = parse_key(key)?;
+    let key = key.as_str();
+    let ty = match schema::lookup(key) {
+        Some(spec) => Some(spec.ty),
+        // A host of proxy.resolve takes its address as text.
+        None => schema::map_entry_of(&keys)
+            .filter(|spec| spec.ty == schema::Ty::ResolveMap)
+            .map(|_| schema::Ty::Str),
+    };
+    let value = edit::coerce(raw, ty).map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
     let path = home.config();
     let file = path.display().to_string();
     let old = read_config_text(home)?.unwrap_or_default();
     let new = edit::set(&old, key, &value, force).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
-    // Refuse a value that makes this key invalid; problems elsewhere in the
-    // file were there before and are only reported.
+    // Refuse a value that makes the file invalid: every error the new text
+    // has and the old one had not. Errors that were there before are only
+    // reported, so that a broken file can be fixed one key at a time.
     if let Err(errors) = super::load_text(home, &new) {
-        let (ours, theirs): (Vec<Issue>, Vec<Issue>) = errors.0.into_iter().partition(|i| {
-            i.path == key
-                || i.path.starts_with(&format!("{key}."))
-                || i.path.starts_with(&format!("{key}["))
-        });
+        let before: Vec<(String, String)> = match super::load_text(home, &old) {
+            Ok(_) => Vec::new(),
+            Err(old_errors) => old_errors
+                .0
+                .into_iter()
+                .map(|i| (i.path, i.message))
+                .collect(),
+        };
+        let (theirs, ours): (Vec<Issue>, Vec<Issue>) = errors
+            .0
+            .into_iter()
+            .partition(|i| before.contains(&(i.path.clone(), i.message.clone())));
         if !ours.is_empty() {
             for issue in &ours {
-                eprintln!("error: {}: {}", issue.path, issue.message);
+                if issue.path == key {
+                    eprintln!("error: {}: {}", issue.path, issue.message);
+                } else {
+                    eprintln!("error: setting {key}: {}: {}", issue.path, issue.message);
+                }
             }
             eprintln!("{file} was left unchanged.");
             return Ok(ExitCode::from(1));
@@ -150,7 +184,7 @@ fn set(home: &Home, key: &str, raw: &str, force: bool) -> anyhow::Result<ExitCod
             eprintln!("warning: {}", issue.render(&file));
         }
     }
-    warn_unknown(key);
+    warn_unknown(&keys, key);
     fsio::ensure_dir(home.root(), HOME_MODE)?;
     fsio::write_atomic(&path, new.as_bytes(), CONFIG_MODE, true)
         .with_context(|| format!("cannot write {file}"))?;
@@ -175,6 +209,8 @@ fn unset(home: &Home, key: &str) -> anyhow::Result<ExitCode> {
             }
         };
     }
+    let (_, key) = parse_key(key)?;
+    let key = key.as_str();
     let path = home.config();
     let file = path.display().to_string();
     let old = read_config_text(home)?.unwrap_or_default();
@@ -215,7 +251,7 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
     let env = match super::host_env(home) {
         Ok(env) => env,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", crate::chain::Chain(&e));
             return Ok(ExitCode::from(1));
         }
     };

@@ -78,7 +78,7 @@ pub async fn observe_backends(
     let env = match host_env(home) {
         Ok(env) => env,
         Err(e) => {
-            let reason = format!("{e:#}");
+            let reason = crate::chain::Chain(&e).to_string();
             observed.cloud = Some(hermes_model::cloud::CloudObserved::Unavailable {
                 reason: reason.clone(),
             });
@@ -113,7 +113,7 @@ pub async fn apply_backends(
                 applied.absorb(crate::cloud::apply(home, desired, &env, plan, verbose).await)
             }
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "cannot read the environment for the cloud backend")
+                tracing::warn!(error = %crate::chain::Chain(&e), "cannot read the environment for the cloud backend")
             }
         }
     }
@@ -217,7 +217,7 @@ pub fn load_for_pass(home: &Home, profile: &str) -> anyhow::Result<PassDesired> 
             });
         }
         Ok(None) => ("missing", format!("{file} is missing")),
-        Err(e) => ("unreadable", format!("{e:#}")),
+        Err(e) => ("unreadable", crate::chain::Chain(&e).to_string()),
     };
     let good = crate::fsio::read_bounded(&last_good, hermes_model::yaml::MAX_BYTES)
         .ok()

@@ -314,7 +314,7 @@ impl Controller {
             Ok(pass) => pass,
             Err(e) => {
                 // The profile name or the environment is wrong: nothing to plan.
-                errors.push(format!("{e:#}"));
+                errors.push(crate::chain::Chain(&e).to_string());
                 self.finish(started, now, errors, Vec::new());
                 return;
             }
@@ -347,8 +347,8 @@ impl Controller {
         let mut observed = match observe_for(&engine, &self.home, &desired).await {
             Ok(observed) => observed,
             Err(e) => {
-                self.engine_failed(&format!("{e:#}"));
-                errors.push(format!("{e:#}"));
+                self.engine_failed(&crate::chain::Chain(&e).to_string());
+                errors.push(crate::chain::Chain(&e).to_string());
                 self.finish(started, now, errors, Vec::new());
                 return;
             }

@@ -154,7 +154,11 @@ fn enforced_network(
             "the firewall chain {} that admits only the proxy from {}",
             network.chain, network.bridge
         )),
-        Err(e) => Err(format!("the firewall of {}: {e:#}", network.bridge)),
+        Err(e) => Err(format!(
+            "the firewall of {}: {}",
+            network.bridge,
+            crate::chain::Chain(&e)
+        )),
     }
 }
 

@@ -217,14 +217,16 @@ fn secret_message(name: &str) -> String {
 
 /// Whether a variable name looks like a secret the proxy does not stand
 /// in for: `*_TOKEN`, `*_PASSWORD`, `*_API_KEY`, `*_PRIVATE_KEY`,
-/// `*SECRET*`, and the credentials listed in
-/// [`crate::providers::UNCOVERED`]. Provider keys are the proxy's business
+/// `*SECRET*`, the credentials listed in [`crate::providers::UNCOVERED`]
+/// and the cloud backends' own ([`crate::cloud::CREDENTIALS`]). Provider keys are the proxy's business
 /// (see `check_egress_overrides`), and so are the proxy's own variables.
 pub fn is_secret_name(name: &str) -> bool {
     if crate::providers::key_variables().any(|v| v == name) || PROXY_VARIABLES.contains(&name) {
         return false;
     }
-    if crate::providers::UNCOVERED.iter().any(|(v, _)| *v == name) {
+    if crate::providers::UNCOVERED.iter().any(|(v, _)| *v == name)
+        || crate::cloud::CREDENTIALS.contains(&name)
+    {
         return true;
     }
     let upper = name.to_ascii_uppercase();

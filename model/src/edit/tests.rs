@@ -284,3 +284,31 @@ fn set_values_are_coerced_by_the_key_type() {
     );
     assert!(coerce("[unclosed", None).is_err());
 }
+
+#[test]
+fn keys_holding_dots_are_quoted_in_the_path_and_round_trip() {
+    let path = "proxy.resolve.\"api.openai.com\"";
+    let out = set(COMMENTED, path, &s("127.0.0.1"), false).unwrap();
+    assert!(
+        out.ends_with("proxy:\n  enabled: false\n  resolve:\n    api.openai.com: 127.0.0.1\n"),
+        "{out}"
+    );
+    let root = yaml::parse(&out).unwrap().unwrap().to_value();
+    assert_eq!(root.get_path(path), Some(&s("127.0.0.1")));
+    // A second host lands beside the first; the first is changed in place.
+    let two = set(&out, "proxy.resolve.\"b.example\"", &s("10.0.0.2"), false).unwrap();
+    let two = set(&two, path, &s("10.0.0.1"), false).unwrap();
+    assert!(
+        two.ends_with("  resolve:\n    api.openai.com: 10.0.0.1\n    b.example: 10.0.0.2\n"),
+        "{two}"
+    );
+    let back = unset(&two, "proxy.resolve.\"b.example\"").unwrap().unwrap();
+    let back = unset(&back, path).unwrap().unwrap();
+    assert_eq!(back, COMMENTED.to_string() + "  resolve:\n");
+    // Unquoted, the dots are separators: another key, not this one.
+    assert_eq!(unset(&out, "proxy.resolve.api.openai.com").unwrap(), None);
+    assert!(matches!(
+        set(COMMENTED, "proxy.resolve.\"api", &s("x"), false),
+        Err(EditError::Path(_))
+    ));
+}

@@ -1,0 +1,115 @@
+//! The command-line conventions every `hermes` command keeps, through the
+//! real binary: a closed stdout ends the output quietly, a usage error has
+//! its own exit code, an error names its cause once, and every command that
+//! prints data takes `--output text|json`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Stdio;
+
+use hermes_tests::cli::{Run, TestHome};
+
+/// Runs `hermes ARGS` with its stdout a pipe whose reader is already gone,
+/// as under `| head` once head has read enough.
+fn with_closed_stdout(home: &TestHome, args: &[&str]) -> Run {
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    drop(reader);
+    home.command(args)
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+        .into()
+}
+
+#[test]
+fn a_closed_stdout_ends_the_output_quietly() {
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: local\n");
+    for (args, code) in [
+        (&["sandbox", "list"][..], 0),
+        (&["sandbox", "list", "--output", "json"], 0),
+        (&["session", "list"], 0),
+        (&["config", "show"], 0),
+        (&["config", "show", "--json"], 0),
+        (&["config", "get", "terminal"], 0),
+        (&["config", "path"], 0),
+        (&["config", "check"], 0),
+        (&["--help"], 0),
+        (&["config", "set", "--help"], 0),
+        (&["--version"], 0),
+    ] {
+        let run = with_closed_stdout(&home, args);
+        assert_eq!((run.code, run.stderr.as_str()), (code, ""), "{args:?}");
+    }
+    // The usual code, not 0, where the command fails: stderr says why.
+    let run = with_closed_stdout(&home, &["config", "get", "terminal.nothing"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(!run.stderr.contains("panicked"), "{run:?}");
+}
+
+#[test]
+fn a_usage_error_exits_64_never_2() {
+    let home = TestHome::new();
+    for args in [
+        &["reconcile", "--dry-run", "--no-such-flag"][..],
+        &["reconcile", "--output", "yaml"],
+        &["exec", "--session", "a/b", "--", "true"],
+        &["config", "get"],
+        &["no-such-command"],
+        &[],
+    ] {
+        let run = home.run(args);
+        // EX_USAGE: a script that reads 2 as "changes pending" after
+        // `reconcile --dry-run` cannot mistake a typo for a plan.
+        assert_eq!(run.code, 64, "{args:?}: {run:?}");
+        assert!(run.stdout.is_empty(), "{args:?}: {run:?}");
+        assert!(!run.stderr.is_empty(), "{args:?}: {run:?}");
+    }
+    let help = home.run(["--help"]);
+    assert_eq!(help.code, 0, "{help:?}");
+    assert!(help.stdout.contains("64 usage error"), "{}", help.stdout);
+    assert_eq!(home.run(["reconcile", "--help"]).code, 0);
+}
+
+#[test]
+fn an_error_names_its_cause_once() {
+    // The tunnel port held by this test: the proxy cannot listen there.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let home = TestHome::new();
+    home.write_config(format!(
+        "proxy:\n  enabled: true\n  tunnel_port: {port}\n  listen: [127.0.0.1]\n"
+    ));
+    let setup = home.run(["egress", "setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    // EADDRINUSE as the OS says it.
+    let cause = "Address already in use";
+    for args in [&["egress", "serve"][..], &["egress", "start"]] {
+        let run = home.run(args);
+        assert_eq!(run.code, 1, "{args:?}: {run:?}");
+        assert!(
+            run.stderr.contains(&format!("127.0.0.1:{port}")),
+            "{args:?}: {}",
+            run.stderr
+        );
+        // `start` shows the log of the proxy it started: one line there.
+        for line in run.stderr.lines().filter(|l| l.contains(cause)) {
+            assert_eq!(line.matches(cause).count(), 1, "{args:?}: {line}");
+        }
+        assert!(run.stderr.contains(cause), "{args:?}: {}", run.stderr);
+    }
+    let stop = home.run(["egress", "stop"]);
+    assert!(!stop.stderr.contains("panicked"), "{stop:?}");
+
+    // The controller's metrics address, taken.
+    let run = home.run([
+        "controller",
+        "--once",
+        "--metrics-addr",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(run.stderr.matches(cause).count(), 1, "{}", run.stderr);
+    drop(held);
+}
