@@ -35,12 +35,12 @@ use nix::fcntl::{Flock, FlockArg};
 
 use hermes_backends::cloud::{CloudDriver, CloudSandbox, CloudSpec, CloudState};
 use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
-use hermes_model::action::Action;
+use hermes_model::action::{Action, CloudAction, Families};
 use hermes_model::cloud::{CloudDesired, CloudObserved, CloudSandboxState};
 use hermes_model::config::Backend;
 use hermes_model::desired::{DEFAULT_TASK, Desired, HostEnv};
 use hermes_model::observed::Observed;
-use hermes_model::plan::{Describe, Kind, Op, Plan, Target};
+use hermes_model::plan::{Describe, Op, Plan, Target};
 
 use crate::apply::Applied;
 use crate::snapshots::SnapshotBook;
@@ -170,8 +170,9 @@ async fn apply_op<C: CloudDriver>(
     book: &SnapshotBook,
     task: &str,
     op: &Op<Action>,
+    action: &CloudAction,
 ) -> anyhow::Result<CloudSandbox> {
-    let sandbox = carry_out(driver, desired, cloud, book, task, op).await?;
+    let sandbox = carry_out(driver, desired, cloud, book, task, op, action).await?;
     book.record_sandbox(&desired.profile, task, &sandbox.id)?;
     Ok(sandbox)
 }
@@ -186,12 +187,13 @@ async fn carry_out<C: CloudDriver>(
     book: &SnapshotBook,
     task: &str,
     op: &Op<Action>,
+    action: &CloudAction,
 ) -> anyhow::Result<CloudSandbox> {
     let spec = spec(desired, cloud, task);
-    match &op.action {
-        Action::CloudResume { id } => Ok(driver.resume(id).await?),
-        Action::CloudCreate { snapshot } | Action::CloudRecreate { snapshot, .. } => {
-            if let Action::CloudRecreate { old_id, .. } = &op.action {
+    match action {
+        CloudAction::Resume { id } => Ok(driver.resume(id).await?),
+        CloudAction::Create { snapshot } | CloudAction::Recreate { snapshot, .. } => {
+            if let CloudAction::Recreate { old_id, .. } = action {
                 driver.destroy(old_id).await?;
                 // Gone: should the create below fail, nothing is recorded
                 // as serving the task.
@@ -214,7 +216,6 @@ async fn carry_out<C: CloudDriver>(
                 Err(e) => Err(e.into()),
             }
         }
-        other => anyhow::bail!("not a cloud operation: {}", other.verb()),
     }
 }
 
@@ -230,16 +231,11 @@ pub async fn apply_cloud<C: CloudDriver>(
     let Some(cloud) = &desired.cloud else {
         return applied;
     };
-    for op in &plan.ops {
-        let Target::Backend { task, .. } = &op.target else {
+    for (op, _) in Families::of(&plan.ops).cloud {
+        // The planner makes every cloud operation on its task's sandbox.
+        let Target::Cloud { task, .. } = &op.target else {
             continue;
         };
-        if !matches!(
-            op.action,
-            Action::CloudCreate { .. } | Action::CloudResume { .. } | Action::CloudRecreate { .. }
-        ) {
-            continue;
-        }
         let started = Instant::now();
         // Under the lock the service is asked again: an exec may have made
         // the sandbox since the pass observed.
@@ -369,13 +365,18 @@ async fn converge<C: CloudDriver>(
     let Some(op) = ops.first() else {
         return Ok(running);
     };
-    match op.action.kind() {
-        Kind::Blocked => anyhow::bail!("{}: {}", op.target, op.cause),
-        Kind::Report => anyhow::bail!("{}: {}; try again shortly", op.target, op.cause),
-        _ => {}
-    }
+    let action = match &op.action {
+        Action::Cloud(action) => action,
+        Action::Blocked => anyhow::bail!("{}: {}", op.target, op.cause),
+        Action::Keep { .. } => anyhow::bail!("{}: {}; try again shortly", op.target, op.cause),
+        Action::Sandbox(_) | Action::Proxy(_) | Action::Ssh(_) | Action::Instance(_) => {
+            anyhow::bail!("{}: not a cloud operation: {}", op.target, op.action.verb())
+        }
+    };
     Ok(Some(
-        apply_op(driver, desired, cloud, book, task, op).await?.id,
+        apply_op(driver, desired, cloud, book, task, op, action)
+            .await?
+            .id,
     ))
 }
 
@@ -556,11 +557,8 @@ pub async fn apply(
     let Some(cloud) = &desired.cloud else {
         return Applied::default();
     };
-    let wanted = plan.ops.iter().any(|op| {
-        matches!(op.target, Target::Backend { .. })
-            && matches!(op.action.kind(), Kind::Create | Kind::Change)
-    });
-    if !wanted {
+    let ops = Families::of(&plan.ops).cloud;
+    if ops.is_empty() {
         return Applied::default();
     }
     let book = SnapshotBook::new(home.root(), cloud.backend);
@@ -574,10 +572,8 @@ pub async fn apply(
         Ok(applied) => applied,
         Err(e) => {
             let mut applied = Applied::default();
-            for op in &plan.ops {
-                if matches!(op.target, Target::Backend { .. }) && op.action.kind() != Kind::Report {
-                    applied.record(op, Instant::now(), Err(e.to_string()), verbose);
-                }
+            for (op, _) in ops {
+                applied.record(op, Instant::now(), Err(e.to_string()), verbose);
             }
             applied
         }

@@ -6,7 +6,7 @@
 
 use std::process::Stdio;
 
-use hermes_model::action::Action;
+use hermes_model::action::ProxyAction;
 
 use crate::home::Home;
 
@@ -14,15 +14,13 @@ use crate::home::Home;
 /// the daemon to listen; stop up to 5 s before SIGKILL).
 const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Runs the `hermes egress` steps of a proxy operation; `Ok(false)` for
-/// any other action.
-pub async fn apply(home: &Home, action: &Action) -> Result<bool, String> {
+/// Runs the `hermes egress` steps of a proxy operation.
+pub async fn apply(home: &Home, action: ProxyAction) -> Result<(), String> {
     let steps: &[&str] = match action {
-        Action::ProxySetup => &["setup"],
-        Action::ProxyStart => &["start"],
-        Action::ProxyRestart => &["stop", "start"],
-        Action::ProxyStop => &["stop"],
-        _ => return Ok(false),
+        ProxyAction::Setup => &["setup"],
+        ProxyAction::Start => &["start"],
+        ProxyAction::Restart => &["stop", "start"],
+        ProxyAction::Stop => &["stop"],
     };
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the hermes binary: {e}"))?;
     for step in steps {
@@ -48,5 +46,5 @@ pub async fn apply(home: &Home, action: &Action) -> Result<bool, String> {
             return Err(format!("`hermes egress {step}` failed: {last}"));
         }
     }
-    Ok(true)
+    Ok(())
 }

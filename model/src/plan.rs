@@ -26,10 +26,12 @@ pub enum Target {
     Container { name: String },
     /// The remote host of the SSH backend (`user@host[:port]`).
     Ssh { dest: String },
-    /// The sandbox of a profile and task on a backend other than Docker
-    /// (a singularity instance, a cloud service's sandbox).
-    Backend {
-        backend: crate::config::Backend,
+    /// The singularity instance of a profile and task.
+    Instance { profile: String, task: String },
+    /// The sandbox of a profile and task on a cloud service (`service` is
+    /// modal, daytona or vercel_sandbox).
+    Cloud {
+        service: crate::config::Backend,
         profile: String,
         task: String,
     },
@@ -51,11 +53,12 @@ impl fmt::Display for Target {
             } => write!(f, "sandbox {profile}/{task}@{session}"),
             Target::Container { name } => write!(f, "container {name}"),
             Target::Ssh { dest } => write!(f, "ssh {dest}"),
-            Target::Backend {
-                backend,
+            Target::Instance { profile, task } => write!(f, "singularity {profile}/{task}"),
+            Target::Cloud {
+                service,
                 profile,
                 task,
-            } => write!(f, "{backend} {profile}/{task}"),
+            } => write!(f, "{service} {profile}/{task}"),
         }
     }
 }

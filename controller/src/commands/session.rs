@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
-use hermes_model::action::Action;
+use hermes_model::action::{Action, SandboxAction};
 use hermes_model::config::Backend;
 use hermes_model::desired::check_session;
 use hermes_model::plan::{Op, Plan, Target};
@@ -94,10 +94,10 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
                         task: c.task().unwrap_or_default().to_string(),
                         session: Some(id.clone()),
                     },
-                    action: Action::Remove {
+                    action: Action::Sandbox(SandboxAction::Remove {
                         id: c.id.clone(),
                         name: c.name.clone(),
-                    },
+                    }),
                     cause: "session ended".to_string(),
                 })
                 .collect();
