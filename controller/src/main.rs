@@ -6,8 +6,6 @@
 mod activity;
 mod apply;
 mod cli;
-// Until the cloud drivers are plugged into `cloud::with_driver`, only its
-// tests reach the code written over `CloudDriver`.
 mod cloud;
 mod commands;
 mod daemon;

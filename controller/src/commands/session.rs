@@ -148,13 +148,10 @@ async fn end_cloud_session(
     }
     let env = crate::commands::host_env(home)?;
     let book = crate::snapshots::SnapshotBook::new(home.root(), cloud.backend);
-    let job = crate::cloud::EndSession {
-        desired,
-        book: &book,
-        task: hermes_model::desired::DEFAULT_TASK,
-    };
     let home_dir = crate::cloud::home_dir(&env);
-    match crate::cloud::with_driver(cloud.backend, &env, home_dir.as_deref(), job).await?? {
+    let driver = crate::cloud::Driver::new(cloud.backend, &env, home_dir.as_deref())?;
+    let task = hermes_model::desired::DEFAULT_TASK;
+    match crate::cloud::end_cloud_session(&driver, desired, &book, task).await? {
         Some(snapshot) => println!(
             "{} {}/default: session {id} ended, snapshot {snapshot} kept for the next session",
             cloud.backend, desired.profile
