@@ -22,6 +22,36 @@ use crate::home::Home;
 /// few enough not to swamp it.
 pub const REMOVE_CONCURRENCY: usize = 8;
 
+/// Why an operation failed. It is printed and logged after the
+/// operation's target and verb (`error: sandbox default/default create:
+/// …`), so it says the cause only.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The Docker engine refused or failed.
+    #[error(transparent)]
+    Docker(#[from] DockerError),
+    #[error("no Docker engine answers")]
+    NoEngine,
+    #[error("no home to run the proxy from")]
+    NoHome,
+    /// A `hermes egress` step of the proxy.
+    #[error(transparent)]
+    Proxy(#[from] crate::proxy_ops::ProxyError),
+    /// `apptainer` or `singularity`.
+    #[error(transparent)]
+    Singularity(#[from] hermes_backends::singularity::SingularityError),
+    /// The SSH backend's host.
+    #[error(transparent)]
+    Ssh(#[from] crate::ssh::PrepareError),
+    /// No driver could be made for the cloud backend.
+    #[error(transparent)]
+    Driver(#[from] crate::cloud::DriverError),
+    /// The cloud service, its records or its lock, with the chain of
+    /// causes.
+    #[error("{0:#}")]
+    Cloud(anyhow::Error),
+}
+
 /// What an applied plan came to.
 #[derive(Debug, Default)]
 pub struct Applied {
@@ -30,7 +60,7 @@ pub struct Applied {
     /// The targets of the operations that succeeded, and of those that
     /// failed with why: a controller backs off per target.
     pub succeeded: Vec<Target>,
-    pub failures: Vec<(Target, String)>,
+    pub failures: Vec<(Target, ApplyError)>,
     /// Operations left undone because a stop was asked for.
     pub skipped: usize,
 }
@@ -68,7 +98,7 @@ impl Applied {
         &mut self,
         op: &Op<Action>,
         started: Instant,
-        result: Result<bool, String>,
+        result: Result<bool, ApplyError>,
         verbose: bool,
     ) {
         match result {
@@ -88,9 +118,9 @@ impl Applied {
             }
             Err(e) => {
                 self.failed += 1;
-                self.failures.push((op.target.clone(), e.clone()));
                 tracing::info!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
                 eprintln!("error: {} {}: {e}", op.target, op.action.verb());
+                self.failures.push((op.target.clone(), e));
             }
         }
     }
@@ -121,8 +151,11 @@ pub async fn apply(
         }
         let started = Instant::now();
         let result = match options.home {
-            Some(home) => crate::proxy_ops::apply(home, action).await.map(|()| true),
-            None => Err("no home to run the proxy from".to_string()),
+            Some(home) => crate::proxy_ops::apply(home, action)
+                .await
+                .map(|()| true)
+                .map_err(ApplyError::from),
+            None => Err(ApplyError::NoHome),
         };
         applied.record(op, started, result, verbose);
     }
@@ -164,13 +197,10 @@ pub async fn apply(
 }
 
 /// [`apply_sandbox`] when there is an engine; an error when there is none.
-async fn apply_with(engine: Option<&Engine>, action: &SandboxAction) -> Result<bool, String> {
+async fn apply_with(engine: Option<&Engine>, action: &SandboxAction) -> Result<bool, ApplyError> {
     match engine {
-        Some(engine) => apply_sandbox(engine, action)
-            .await
-            .map(|()| true)
-            .map_err(|e| e.to_string()),
-        None => Err("no Docker engine answers".to_string()),
+        Some(engine) => Ok(apply_sandbox(engine, action).await.map(|()| true)?),
+        None => Err(ApplyError::NoEngine),
     }
 }
 

@@ -44,11 +44,11 @@ use hermes_model::desired::{DEFAULT_TASK, Desired, HostEnv};
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Describe, Op, Plan, Target};
 
-use crate::apply::Applied;
+use crate::apply::{Applied, ApplyError};
 use crate::snapshots::SnapshotBook;
 
 /// Why no driver could be made for a backend.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum DriverError {
     /// The backend's driver is not compiled into this binary.
     #[error("backend {0} is not built in this binary")]
@@ -340,7 +340,7 @@ pub async fn apply_cloud<C: CloudDriver>(
         }
         .await
         .map(|_| true)
-        .map_err(|e| format!("{e:#}"));
+        .map_err(ApplyError::Cloud);
         applied.record(op, started, result, verbose);
     }
     applied
@@ -588,7 +588,7 @@ pub async fn apply(
         Err(e) => {
             let mut applied = Applied::default();
             for (op, _) in ops {
-                applied.record(op, Instant::now(), Err(e.to_string()), verbose);
+                applied.record(op, Instant::now(), Err(e.clone().into()), verbose);
             }
             applied
         }

@@ -16,7 +16,7 @@ use hermes_model::plan::{Describe, Kind};
 use hermes_model::sandbox::{SandboxKey, sanitize};
 use hermes_model::singularity::{HASH_FILE, InstanceSpec, SingularityObserved};
 
-use crate::apply::Applied;
+use crate::apply::{Applied, ApplyError};
 
 /// What a pass sees: the instances, when singularity is the backend.
 pub async fn observe(desired: &Desired) -> Option<SingularityObserved> {
@@ -30,19 +30,13 @@ pub async fn observe(desired: &Desired) -> Option<SingularityObserved> {
 pub async fn apply(plan: &hermes_reconcilers::HostPlan, verbose: bool) -> Applied {
     let mut applied = Applied::default();
     let ops = Families::of(&plan.ops).instance;
-    if ops.is_empty() {
-        return applied;
-    }
-    let runtime = Runtime::from_env();
     for (op, action) in ops {
         let started = Instant::now();
-        let result = match &runtime {
-            Err(e) => Err(e.to_string()),
-            Ok(runtime) => carry_out(runtime, action)
-                .await
-                .map(|()| true)
-                .map_err(|e| e.to_string()),
+        let result = match Runtime::from_env() {
+            Ok(runtime) => carry_out(&runtime, action).await,
+            Err(e) => Err(e),
         };
+        let result = result.map(|()| true).map_err(ApplyError::from);
         applied.record(op, started, result, verbose);
     }
     applied

@@ -364,17 +364,34 @@ pub async fn apply(
         applied.record(
             op,
             started,
-            result.map(|()| true).map_err(|e| format!("{e:#}")),
+            result.map(|()| true).map_err(Into::into),
             verbose,
         );
     }
     applied
 }
 
+/// Why an operation on the SSH host failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("the ssh backend needs a host: {0}")]
+    NoHost(String),
+    #[error("the backend is not ssh")]
+    NotSsh,
+    #[error(transparent)]
+    Ssh(#[from] SshError),
+    #[error("mkdir exited {code}: {stderr}")]
+    Mkdir { code: i64, stderr: String },
+}
+
 /// Makes the workspace `path` on the host, trusting a new host's key on
 /// the way.
-async fn prepare_workspace(home: &Home, desired: &Desired, path: &str) -> anyhow::Result<()> {
-    let target = target(desired)?;
+async fn prepare_workspace(home: &Home, desired: &Desired, path: &str) -> Result<(), PrepareError> {
+    let target = match &desired.ssh {
+        Some(Ok(target)) => target,
+        Some(Err(missing)) => return Err(PrepareError::NoHost(missing.clone())),
+        None => return Err(PrepareError::NotSsh),
+    };
     let req = ExecRequest {
         cmd: vec!["mkdir".into(), "-p".into(), "--".into(), path.to_string()],
         env: Vec::new(),
@@ -399,12 +416,12 @@ async fn prepare_workspace(home: &Home, desired: &Desired, path: &str) -> anyhow
             },
         )
         .await?;
-    anyhow::ensure!(
-        outcome.exit_code == 0,
-        "mkdir exited {}: {}",
-        outcome.exit_code,
-        String::from_utf8_lossy(&err).trim()
-    );
+    if outcome.exit_code != 0 {
+        return Err(PrepareError::Mkdir {
+            code: outcome.exit_code,
+            stderr: String::from_utf8_lossy(&err).trim().to_string(),
+        });
+    }
     Ok(())
 }
 
