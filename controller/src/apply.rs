@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use hermes_backends::docker::{CreateOutcome, DockerError, Engine};
-use hermes_model::action::Action;
+use hermes_model::action::{Action, Families, SandboxAction};
 use hermes_model::observed::ContainerState;
 use hermes_model::plan::{Describe, Op, Target};
 use hermes_model::sandbox::SandboxSpec;
@@ -22,6 +22,36 @@ use crate::home::Home;
 /// few enough not to swamp it.
 pub const REMOVE_CONCURRENCY: usize = 8;
 
+/// Why an operation failed. It is printed and logged after the
+/// operation's target and verb (`error: sandbox default/default create:
+/// …`), so it says the cause only.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The Docker engine refused or failed.
+    #[error(transparent)]
+    Docker(#[from] DockerError),
+    #[error("no Docker engine answers")]
+    NoEngine,
+    #[error("no home to run the proxy from")]
+    NoHome,
+    /// A `hermes egress` step of the proxy.
+    #[error(transparent)]
+    Proxy(#[from] crate::proxy_ops::ProxyError),
+    /// `apptainer` or `singularity`.
+    #[error(transparent)]
+    Singularity(#[from] hermes_backends::singularity::SingularityError),
+    /// The SSH backend's host.
+    #[error(transparent)]
+    Ssh(#[from] crate::ssh::PrepareError),
+    /// No driver could be made for the cloud backend.
+    #[error(transparent)]
+    Driver(#[from] crate::cloud::DriverError),
+    /// The cloud service, its records or its lock, with the chain of
+    /// causes.
+    #[error("{0:#}")]
+    Cloud(anyhow::Error),
+}
+
 /// What an applied plan came to.
 #[derive(Debug, Default)]
 pub struct Applied {
@@ -30,7 +60,7 @@ pub struct Applied {
     /// The targets of the operations that succeeded, and of those that
     /// failed with why: a controller backs off per target.
     pub succeeded: Vec<Target>,
-    pub failures: Vec<(Target, String)>,
+    pub failures: Vec<(Target, ApplyError)>,
     /// Operations left undone because a stop was asked for.
     pub skipped: usize,
 }
@@ -68,7 +98,7 @@ impl Applied {
         &mut self,
         op: &Op<Action>,
         started: Instant,
-        result: Result<bool, String>,
+        result: Result<bool, ApplyError>,
         verbose: bool,
     ) {
         match result {
@@ -88,9 +118,9 @@ impl Applied {
             }
             Err(e) => {
                 self.failed += 1;
-                self.failures.push((op.target.clone(), e.clone()));
                 tracing::info!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
                 eprintln!("error: {} {}: {e}", op.target, op.action.verb());
+                self.failures.push((op.target.clone(), e));
             }
         }
     }
@@ -108,116 +138,108 @@ pub async fn apply(
 ) -> Applied {
     let verbose = options.verbose;
     let mut applied = Applied::default();
+    // The proxy's and the Docker sandboxes' operations are carried out
+    // here; the SSH host's, the singularity instances' and the cloud
+    // sandboxes' by their own backends (`crate::ssh`, `crate::singularity`,
+    // `crate::cloud`).
+    let families = Families::of(&plan.ops);
     // The proxy first: sandboxes may wait on it.
-    let (proxy, sandboxes): (Vec<_>, Vec<_>) = plan
-        .ops
-        .iter()
-        // The SSH host, singularity instances and cloud sandboxes are
-        // carried out by their own backends (`crate::ssh`,
-        // `crate::singularity`, `crate::cloud`).
-        .filter(|op| !matches!(op.target, Target::Ssh { .. } | Target::Backend { .. }))
-        .partition(|op| op.target == Target::Proxy);
-    for op in proxy {
+    for (op, action) in families.proxy {
         if options.stopping() {
             applied.skipped += 1;
             continue;
         }
         let started = Instant::now();
         let result = match options.home {
-            Some(home) => crate::proxy_ops::apply(home, &op.action).await,
-            None => Err("no home to run the proxy from".to_string()),
+            Some(home) => crate::proxy_ops::apply(home, action)
+                .await
+                .map(|()| true)
+                .map_err(ApplyError::from),
+            None => Err(ApplyError::NoHome),
         };
         applied.record(op, started, result, verbose);
     }
-    let (removals, others): (Vec<_>, Vec<_>) = sandboxes
+    let (removals, others): (Vec<_>, Vec<_>) = families
+        .sandbox
         .into_iter()
-        .partition(|op| matches!(op.action, Action::Remove { .. }));
+        .partition(|(_, action)| matches!(action, SandboxAction::Remove { .. }));
     let mut removing = futures_util::stream::iter(removals)
-        .map(|op| async move {
+        .map(|(op, action)| async move {
             let started = Instant::now();
             if options.stopping() {
-                return (op, started, None);
+                return (op, action, started, None);
             }
-            (op, started, Some(apply_with(engine, op).await))
+            (op, action, started, Some(apply_with(engine, action).await))
         })
         .buffer_unordered(REMOVE_CONCURRENCY);
-    while let Some((op, started, result)) = removing.next().await {
+    while let Some((op, action, started, result)) = removing.next().await {
         let Some(result) = result else {
             applied.skipped += 1;
             continue;
         };
-        if let (Ok(true), Action::Remove { name, .. }) = (&result, &op.action) {
+        if let (Ok(true), SandboxAction::Remove { name, .. }) = (&result, action) {
             if let Err(e) = activity.forget(name) {
                 tracing::debug!(container = %name, error = %e, "cannot drop an activity record");
             }
         }
         applied.record(op, started, result, verbose);
     }
-    for op in others {
+    for (op, action) in others {
         if options.stopping() {
             applied.skipped += 1;
             continue;
         }
         let started = Instant::now();
-        let result = apply_with(engine, op).await;
+        let result = apply_with(engine, action).await;
         applied.record(op, started, result, verbose);
     }
     applied
 }
 
-/// [`apply_one`] when there is an engine; an error naming the operation
-/// when there is none.
-async fn apply_with(engine: Option<&Engine>, op: &Op<Action>) -> Result<bool, String> {
+/// [`apply_sandbox`] when there is an engine; an error when there is none.
+async fn apply_with(engine: Option<&Engine>, action: &SandboxAction) -> Result<bool, ApplyError> {
     match engine {
-        Some(engine) => apply_one(engine, op).await.map_err(|e| e.to_string()),
-        None if op.action.kind() == hermes_model::plan::Kind::Report
-            || matches!(op.action, Action::Blocked) =>
-        {
-            Ok(false)
-        }
-        None => Err("no Docker engine answers".to_string()),
+        Some(engine) => Ok(apply_sandbox(engine, action).await.map(|()| true)?),
+        None => Err(ApplyError::NoEngine),
     }
 }
 
-/// Carries out one operation; `Ok(false)` for operations that only report.
+/// Carries out the Docker sandbox's operation of `op`; `Ok(false)` when it
+/// has none (a refusal, a report).
 pub async fn apply_one(engine: &Engine, op: &Op<Action>) -> Result<bool, DockerError> {
     match &op.action {
-        Action::Create(spec) => {
+        Action::Sandbox(action) => apply_sandbox(engine, action).await.map(|()| true),
+        Action::Proxy(_)
+        | Action::Ssh(_)
+        | Action::Instance(_)
+        | Action::Cloud(_)
+        | Action::Blocked
+        | Action::Keep { .. } => Ok(false),
+    }
+}
+
+/// Carries out one operation on a Docker sandbox.
+pub async fn apply_sandbox(engine: &Engine, action: &SandboxAction) -> Result<(), DockerError> {
+    match action {
+        SandboxAction::Create(spec) => {
             ensure_image(engine, spec).await?;
             create_and_start(engine, spec).await?;
         }
-        Action::Start { id } => {
+        SandboxAction::Start { id } => {
             crate::disk::remount(engine, id).await?;
             engine.start(id).await?;
         }
-        Action::Recreate { old_id, spec } => {
+        SandboxAction::Recreate { old_id, spec } => {
             // Pull first: a failed pull must not cost the old container.
             ensure_image(engine, spec).await?;
             engine.remove(old_id).await?;
             create_and_start(engine, spec).await?;
         }
-        Action::Remove { id, .. } => {
+        SandboxAction::Remove { id, .. } => {
             engine.remove(id).await?;
         }
-        // The proxy's operations are carried out by `apply`, before any
-        // sandbox's; alone, they are nothing to do with the engine.
-        Action::ProxySetup | Action::ProxyStart | Action::ProxyRestart | Action::ProxyStop => {
-            return Ok(false);
-        }
-        // The other backends' operations are carried out by `crate::ssh`,
-        // `crate::singularity` and `crate::cloud`.
-        Action::Blocked
-        | Action::Keep { .. }
-        | Action::PrepareWorkspace { .. }
-        | Action::InstanceStart(_)
-        | Action::InstanceRestart(_)
-        | Action::CloudCreate { .. }
-        | Action::CloudResume { .. }
-        | Action::CloudRecreate { .. } => {
-            return Ok(false);
-        }
     }
-    Ok(true)
+    Ok(())
 }
 
 async fn ensure_image(engine: &Engine, spec: &SandboxSpec) -> Result<(), DockerError> {

@@ -1,12 +1,14 @@
 //! The cloud backends (modal, daytona, vercel_sandbox) in the binary:
 //! observing, applying, exec and a session's end, written once over any
-//! [`CloudDriver`], with the snapshot records kept in
+//! [`CloudDriver`] (a [`Driver`] in the binary, a scripted one in the
+//! tests), with the snapshot records kept in
 //! `$HERMES_HOME/<backend>_snapshots.json` ([`crate::snapshots`]).
 //!
-//! [`with_driver`] is the one place a backend name becomes a driver: a
-//! [`CloudJob`] is run with the driver of the configured backend. A
-//! backend whose driver is not part of this binary is an error that says
-//! so (`backend modal is not built in this binary`): the plan shows the
+//! [`Driver::new`] is the one place a backend name becomes a driver: an
+//! enum of the drivers built into this binary (each behind its cargo
+//! feature), which forwards every call to the one it holds. A backend
+//! whose driver is not part of this binary is an error that says so
+//! (`backend modal is not built in this binary`): the plan shows the
 //! sandbox blocked with it and the command exits 1.
 //!
 //! A dry run only calls [`CloudDriver::find`]: observing is the whole of
@@ -21,13 +23,13 @@
 //! it each pass and each exec would make another. A session's end and a
 //! destroy clear it.
 
-// Built without any cloud driver, the generic layer has no caller.
+// Built without any cloud driver, the generic layer has no caller, and
+// `Driver` has no variant to hand its methods' arguments to.
 #![cfg_attr(
     not(any(feature = "daytona", feature = "modal", feature = "vercel")),
-    allow(dead_code)
+    allow(dead_code, unused_variables)
 )]
 
-use std::future::Future;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -35,25 +37,18 @@ use nix::fcntl::{Flock, FlockArg};
 
 use hermes_backends::cloud::{CloudDriver, CloudSandbox, CloudSpec, CloudState};
 use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
-use hermes_model::action::Action;
+use hermes_model::action::{Action, CloudAction, Families};
 use hermes_model::cloud::{CloudDesired, CloudObserved, CloudSandboxState};
 use hermes_model::config::Backend;
 use hermes_model::desired::{DEFAULT_TASK, Desired, HostEnv};
 use hermes_model::observed::Observed;
-use hermes_model::plan::{Describe, Kind, Op, Plan, Target};
+use hermes_model::plan::{Describe, Op, Plan, Target};
 
-use crate::apply::Applied;
+use crate::apply::{Applied, ApplyError};
 use crate::snapshots::SnapshotBook;
 
-/// Work to do with the configured backend's driver, whatever its type.
-pub trait CloudJob {
-    type Output;
-
-    fn run<C: CloudDriver>(self, driver: &C) -> impl Future<Output = Self::Output>;
-}
-
 /// Why no driver could be made for a backend.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum DriverError {
     /// The backend's driver is not compiled into this binary.
     #[error("backend {0} is not built in this binary")]
@@ -63,47 +58,147 @@ pub enum DriverError {
     Refused { backend: Backend, reason: String },
 }
 
-/// Runs `job` with the driver of `backend`, its credentials read through
-/// `env` (this process's environment, then `.env`; Modal also reads
-/// `~/.modal.toml` from `home_dir`).
-///
-/// A backend whose driver's feature is off in this build is
-/// [`DriverError::NotBuilt`].
-pub async fn with_driver<J: CloudJob>(
-    backend: Backend,
-    env: &HostEnv,
-    home_dir: Option<&std::path::Path>,
-    job: J,
-) -> Result<J::Output, DriverError> {
-    let lookup = |name: &str| env.lookup(name).map(str::to_string);
-    let refused = |e: &dyn std::error::Error| DriverError::Refused {
-        backend,
-        reason: e.to_string(),
+/// The driver of a cloud backend: one variant per driver built into this
+/// binary. Its [`CloudDriver`] methods forward to the driver it holds.
+#[derive(Debug)]
+pub enum Driver {
+    #[cfg(feature = "modal")]
+    // Boxed: the Modal driver is large, the others small.
+    Modal(Box<hermes_backends::modal::ModalDriver>),
+    #[cfg(feature = "daytona")]
+    Daytona(hermes_backends::daytona::DaytonaDriver),
+    #[cfg(feature = "vercel")]
+    Vercel(hermes_backends::vercel::VercelDriver),
+}
+
+/// An error of the driver in use, as that driver reported it.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverCallError {
+    #[cfg(feature = "modal")]
+    #[error(transparent)]
+    Modal(#[from] hermes_backends::modal::ModalError),
+    #[cfg(feature = "daytona")]
+    #[error(transparent)]
+    Daytona(#[from] hermes_backends::daytona::DaytonaError),
+    #[cfg(feature = "vercel")]
+    #[error(transparent)]
+    Vercel(#[from] hermes_backends::vercel::VercelError),
+}
+
+impl Driver {
+    /// The driver of `backend`, its credentials read through `env` (this
+    /// process's environment, then `.env`; Modal also reads
+    /// `~/.modal.toml` from `home_dir`).
+    ///
+    /// A backend whose driver's feature is off in this build, or that is
+    /// no cloud, is [`DriverError::NotBuilt`].
+    pub fn new(
+        backend: Backend,
+        env: &HostEnv,
+        home_dir: Option<&std::path::Path>,
+    ) -> Result<Driver, DriverError> {
+        let lookup = |name: &str| env.lookup(name).map(str::to_string);
+        let refused = |e: &dyn std::error::Error| DriverError::Refused {
+            backend,
+            reason: e.to_string(),
+        };
+        let _ = (&lookup, &refused, home_dir);
+        match backend {
+            #[cfg(feature = "modal")]
+            Backend::Modal => hermes_backends::modal::ModalDriver::from_env(&lookup, home_dir)
+                .map(|d| Driver::Modal(Box::new(d)))
+                .map_err(|e| refused(&e)),
+            #[cfg(feature = "daytona")]
+            Backend::Daytona => hermes_backends::daytona::DaytonaDriver::from_env(&lookup)
+                .map(Driver::Daytona)
+                .map_err(|e| refused(&e)),
+            #[cfg(feature = "vercel")]
+            Backend::VercelSandbox => hermes_backends::vercel::VercelDriver::from_env(&lookup)
+                .map(Driver::Vercel)
+                .map_err(|e| refused(&e)),
+            _ => Err(DriverError::NotBuilt(backend)),
+        }
+    }
+}
+
+/// `$call` with the driver `$d` that `$self` holds, its error made a
+/// [`DriverCallError`].
+macro_rules! forward {
+    ($self:ident, $d:ident => $call:expr) => {
+        match *$self {
+            #[cfg(feature = "modal")]
+            Driver::Modal(ref $d) => $call.map_err(DriverCallError::from),
+            #[cfg(feature = "daytona")]
+            Driver::Daytona(ref $d) => $call.map_err(DriverCallError::from),
+            #[cfg(feature = "vercel")]
+            Driver::Vercel(ref $d) => $call.map_err(DriverCallError::from),
+        }
     };
-    let _ = (&lookup, &refused, home_dir);
-    match backend {
-        #[cfg(feature = "modal")]
-        Backend::Modal => {
-            let driver = hermes_backends::modal::ModalDriver::from_env(&lookup, home_dir)
-                .map_err(|e| refused(&e))?;
-            Ok(job.run(&driver).await)
+}
+
+impl CloudDriver for Driver {
+    type Error = DriverCallError;
+
+    fn backend(&self) -> &'static str {
+        match *self {
+            #[cfg(feature = "modal")]
+            Driver::Modal(ref d) => d.backend(),
+            #[cfg(feature = "daytona")]
+            Driver::Daytona(ref d) => d.backend(),
+            #[cfg(feature = "vercel")]
+            Driver::Vercel(ref d) => d.backend(),
         }
-        #[cfg(feature = "daytona")]
-        Backend::Daytona => {
-            let driver = hermes_backends::daytona::DaytonaDriver::from_env(&lookup)
-                .map_err(|e| refused(&e))?;
-            Ok(job.run(&driver).await)
-        }
-        #[cfg(feature = "vercel")]
-        Backend::VercelSandbox => {
-            let driver = hermes_backends::vercel::VercelDriver::from_env(&lookup)
-                .map_err(|e| refused(&e))?;
-            Ok(job.run(&driver).await)
-        }
-        _ => {
-            let _ = job;
-            Err(DriverError::NotBuilt(backend))
-        }
+    }
+
+    async fn find(
+        &self,
+        profile: &str,
+        task: &str,
+        known: Option<&str>,
+    ) -> Result<Option<CloudSandbox>, DriverCallError> {
+        forward!(self, d => d.find(profile, task, known).await)
+    }
+
+    async fn create(
+        &self,
+        spec: &CloudSpec,
+        snapshot: Option<&str>,
+    ) -> Result<CloudSandbox, DriverCallError> {
+        forward!(self, d => d.create(spec, snapshot).await)
+    }
+
+    async fn resume(&self, id: &str) -> Result<CloudSandbox, DriverCallError> {
+        forward!(self, d => d.resume(id).await)
+    }
+
+    async fn suspend(&self, id: &str) -> Result<Option<String>, DriverCallError> {
+        forward!(self, d => d.suspend(id).await)
+    }
+
+    async fn destroy(&self, id: &str) -> Result<(), DriverCallError> {
+        forward!(self, d => d.destroy(id).await)
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        req: &ExecRequest,
+        io: ExecIo<'_>,
+    ) -> Result<ExecOutcome, DriverCallError> {
+        forward!(self, d => d.exec(id, req, io).await)
+    }
+
+    async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        content: &[u8],
+    ) -> Result<(), DriverCallError> {
+        forward!(self, d => d.write_file(id, path, content).await)
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, DriverCallError> {
+        forward!(self, d => d.read_file(id, path).await)
     }
 }
 
@@ -170,8 +265,9 @@ async fn apply_op<C: CloudDriver>(
     book: &SnapshotBook,
     task: &str,
     op: &Op<Action>,
+    action: &CloudAction,
 ) -> anyhow::Result<CloudSandbox> {
-    let sandbox = carry_out(driver, desired, cloud, book, task, op).await?;
+    let sandbox = carry_out(driver, desired, cloud, book, task, op, action).await?;
     book.record_sandbox(&desired.profile, task, &sandbox.id)?;
     Ok(sandbox)
 }
@@ -186,12 +282,13 @@ async fn carry_out<C: CloudDriver>(
     book: &SnapshotBook,
     task: &str,
     op: &Op<Action>,
+    action: &CloudAction,
 ) -> anyhow::Result<CloudSandbox> {
     let spec = spec(desired, cloud, task);
-    match &op.action {
-        Action::CloudResume { id } => Ok(driver.resume(id).await?),
-        Action::CloudCreate { snapshot } | Action::CloudRecreate { snapshot, .. } => {
-            if let Action::CloudRecreate { old_id, .. } = &op.action {
+    match action {
+        CloudAction::Resume { id } => Ok(driver.resume(id).await?),
+        CloudAction::Create { snapshot } | CloudAction::Recreate { snapshot, .. } => {
+            if let CloudAction::Recreate { old_id, .. } = action {
                 driver.destroy(old_id).await?;
                 // Gone: should the create below fail, nothing is recorded
                 // as serving the task.
@@ -214,7 +311,6 @@ async fn carry_out<C: CloudDriver>(
                 Err(e) => Err(e.into()),
             }
         }
-        other => anyhow::bail!("not a cloud operation: {}", other.verb()),
     }
 }
 
@@ -230,16 +326,11 @@ pub async fn apply_cloud<C: CloudDriver>(
     let Some(cloud) = &desired.cloud else {
         return applied;
     };
-    for op in &plan.ops {
-        let Target::Backend { task, .. } = &op.target else {
+    for (op, _) in Families::of(&plan.ops).cloud {
+        // The planner makes every cloud operation on its task's sandbox.
+        let Target::Cloud { task, .. } = &op.target else {
             continue;
         };
-        if !matches!(
-            op.action,
-            Action::CloudCreate { .. } | Action::CloudResume { .. } | Action::CloudRecreate { .. }
-        ) {
-            continue;
-        }
         let started = Instant::now();
         // Under the lock the service is asked again: an exec may have made
         // the sandbox since the pass observed.
@@ -249,7 +340,7 @@ pub async fn apply_cloud<C: CloudDriver>(
         }
         .await
         .map(|_| true)
-        .map_err(|e| format!("{e:#}"));
+        .map_err(ApplyError::Cloud);
         applied.record(op, started, result, verbose);
     }
     applied
@@ -369,13 +460,18 @@ async fn converge<C: CloudDriver>(
     let Some(op) = ops.first() else {
         return Ok(running);
     };
-    match op.action.kind() {
-        Kind::Blocked => anyhow::bail!("{}: {}", op.target, op.cause),
-        Kind::Report => anyhow::bail!("{}: {}; try again shortly", op.target, op.cause),
-        _ => {}
-    }
+    let action = match &op.action {
+        Action::Cloud(action) => action,
+        Action::Blocked => anyhow::bail!("{}: {}", op.target, op.cause),
+        Action::Keep { .. } => anyhow::bail!("{}: {}; try again shortly", op.target, op.cause),
+        Action::Sandbox(_) | Action::Proxy(_) | Action::Ssh(_) | Action::Instance(_) => {
+            anyhow::bail!("{}: not a cloud operation: {}", op.target, op.action.verb())
+        }
+    };
     Ok(Some(
-        apply_op(driver, desired, cloud, book, task, op).await?.id,
+        apply_op(driver, desired, cloud, book, task, op, action)
+            .await?
+            .id,
     ))
 }
 
@@ -429,80 +525,6 @@ pub async fn end_cloud_session<C: CloudDriver>(
     Ok(snapshot)
 }
 
-/// Observing, as a job.
-#[derive(Debug)]
-pub struct Observe<'a> {
-    pub desired: &'a Desired,
-    pub book: &'a SnapshotBook,
-}
-
-impl CloudJob for Observe<'_> {
-    type Output = CloudObserved;
-
-    async fn run<C: CloudDriver>(self, driver: &C) -> CloudObserved {
-        observe_cloud(driver, self.desired, self.book).await
-    }
-}
-
-/// Applying a plan's cloud operations, as a job.
-#[derive(Debug)]
-pub struct ApplyPlan<'a> {
-    pub desired: &'a Desired,
-    pub plan: &'a Plan<Action>,
-    pub book: &'a SnapshotBook,
-    pub verbose: bool,
-}
-
-impl CloudJob for ApplyPlan<'_> {
-    type Output = Applied;
-
-    async fn run<C: CloudDriver>(self, driver: &C) -> Applied {
-        apply_cloud(driver, self.desired, self.plan, self.book, self.verbose).await
-    }
-}
-
-/// An exec, as a job.
-#[derive(Debug)]
-pub struct Exec<'a> {
-    pub desired: &'a Desired,
-    pub book: &'a SnapshotBook,
-    pub task: &'a str,
-    pub req: &'a ExecRequest,
-    pub io: ExecIo<'a>,
-}
-
-impl CloudJob for Exec<'_> {
-    type Output = anyhow::Result<ExecOutcome>;
-
-    async fn run<C: CloudDriver>(self, driver: &C) -> anyhow::Result<ExecOutcome> {
-        exec_cloud(
-            driver,
-            self.desired,
-            self.book,
-            self.task,
-            self.req,
-            self.io,
-        )
-        .await
-    }
-}
-
-/// A session's end, as a job.
-#[derive(Debug)]
-pub struct EndSession<'a> {
-    pub desired: &'a Desired,
-    pub book: &'a SnapshotBook,
-    pub task: &'a str,
-}
-
-impl CloudJob for EndSession<'_> {
-    type Output = anyhow::Result<Option<String>>;
-
-    async fn run<C: CloudDriver>(self, driver: &C) -> anyhow::Result<Option<String>> {
-        end_cloud_session(driver, self.desired, self.book, self.task).await
-    }
-}
-
 /// What a pass sees of the cloud backend: `None` off the clouds or while
 /// a credential is missing (the plan then blocks on it without asking the
 /// service); the error when no driver could be made, which the plan shows
@@ -519,11 +541,11 @@ pub async fn observe(
         return (None, None);
     }
     let book = SnapshotBook::new(home.root(), cloud.backend);
-    let job = Observe {
-        desired,
-        book: &book,
+    let seen = match Driver::new(cloud.backend, env, home_dir(env).as_deref()) {
+        Ok(driver) => Ok(observe_cloud(&driver, desired, &book).await),
+        Err(e) => Err(e),
     };
-    match with_driver(cloud.backend, env, home_dir(env).as_deref(), job).await {
+    match seen {
         // A service that did not answer is an error of the pass, as an
         // engine that does not answer is.
         Ok(CloudObserved::Unavailable { reason }) => (
@@ -556,28 +578,17 @@ pub async fn apply(
     let Some(cloud) = &desired.cloud else {
         return Applied::default();
     };
-    let wanted = plan.ops.iter().any(|op| {
-        matches!(op.target, Target::Backend { .. })
-            && matches!(op.action.kind(), Kind::Create | Kind::Change)
-    });
-    if !wanted {
+    let ops = Families::of(&plan.ops).cloud;
+    if ops.is_empty() {
         return Applied::default();
     }
     let book = SnapshotBook::new(home.root(), cloud.backend);
-    let job = ApplyPlan {
-        desired,
-        plan,
-        book: &book,
-        verbose,
-    };
-    match with_driver(cloud.backend, env, home_dir(env).as_deref(), job).await {
-        Ok(applied) => applied,
+    match Driver::new(cloud.backend, env, home_dir(env).as_deref()) {
+        Ok(driver) => apply_cloud(&driver, desired, plan, &book, verbose).await,
         Err(e) => {
             let mut applied = Applied::default();
-            for op in &plan.ops {
-                if matches!(op.target, Target::Backend { .. }) && op.action.kind() != Kind::Report {
-                    applied.record(op, Instant::now(), Err(e.to_string()), verbose);
-                }
+            for (op, _) in ops {
+                applied.record(op, Instant::now(), Err(e.clone().into()), verbose);
             }
             applied
         }
@@ -958,15 +969,7 @@ mod tests {
     #[cfg(not(feature = "modal"))]
     #[tokio::test]
     async fn a_backend_without_its_driver_is_an_error_naming_it() {
-        let d = desired();
-        let book = SnapshotBook::new(Path::new("/nonexistent"), Backend::Modal);
-        let job = Observe {
-            desired: &d,
-            book: &book,
-        };
-        let e = with_driver(Backend::Modal, &HostEnv::default(), None, job)
-            .await
-            .unwrap_err();
+        let e = Driver::new(Backend::Modal, &HostEnv::default(), None).unwrap_err();
         assert_eq!(e.to_string(), "backend modal is not built in this binary");
     }
 }

@@ -6,7 +6,7 @@
 
 use std::process::Stdio;
 
-use hermes_model::action::Action;
+use hermes_model::action::ProxyAction;
 
 use crate::home::Home;
 
@@ -14,18 +14,34 @@ use crate::home::Home;
 /// the daemon to listen; stop up to 5 s before SIGKILL).
 const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Runs the `hermes egress` steps of a proxy operation; `Ok(false)` for
-/// any other action.
-pub async fn apply(home: &Home, action: &Action) -> Result<bool, String> {
-    let steps: &[&str] = match action {
-        Action::ProxySetup => &["setup"],
-        Action::ProxyStart => &["start"],
-        Action::ProxyRestart => &["stop", "start"],
-        Action::ProxyStop => &["stop"],
-        _ => return Ok(false),
+/// Why a proxy operation failed: which `hermes egress` step, and how.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("cannot find the hermes binary: {0}")]
+    NoBinary(std::io::Error),
+    #[error("`hermes egress {step}` took longer than {STEP_TIMEOUT:?}")]
+    Timeout { step: &'static str },
+    #[error("cannot run `hermes egress {step}`: {error}")]
+    Spawn {
+        step: &'static str,
+        error: std::io::Error,
+    },
+    /// The step exited non-zero; `last` is the last line it wrote to
+    /// standard error.
+    #[error("`hermes egress {step}` failed: {last}")]
+    Failed { step: &'static str, last: String },
+}
+
+/// Runs the `hermes egress` steps of a proxy operation.
+pub async fn apply(home: &Home, action: ProxyAction) -> Result<(), ProxyError> {
+    let steps: &[&'static str] = match action {
+        ProxyAction::Setup => &["setup"],
+        ProxyAction::Start => &["start"],
+        ProxyAction::Restart => &["stop", "start"],
+        ProxyAction::Stop => &["stop"],
     };
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the hermes binary: {e}"))?;
-    for step in steps {
+    let exe = std::env::current_exe().map_err(ProxyError::NoBinary)?;
+    for &step in steps {
         let mut cmd = tokio::process::Command::new(&exe);
         cmd.arg("--home")
             .arg(home.root())
@@ -36,8 +52,8 @@ pub async fn apply(home: &Home, action: &Action) -> Result<bool, String> {
             .kill_on_drop(true);
         let out = tokio::time::timeout(STEP_TIMEOUT, cmd.output())
             .await
-            .map_err(|_| format!("`hermes egress {step}` took longer than {STEP_TIMEOUT:?}"))?
-            .map_err(|e| format!("cannot run `hermes egress {step}`: {e}"))?;
+            .map_err(|_| ProxyError::Timeout { step })?
+            .map_err(|error| ProxyError::Spawn { step, error })?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             let last = stderr
@@ -45,8 +61,11 @@ pub async fn apply(home: &Home, action: &Action) -> Result<bool, String> {
                 .rev()
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("no message");
-            return Err(format!("`hermes egress {step}` failed: {last}"));
+            return Err(ProxyError::Failed {
+                step,
+                last: last.to_string(),
+            });
         }
     }
-    Ok(true)
+    Ok(())
 }

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest, Executor};
-use hermes_backends::singularity::{Instance, Runtime};
-use hermes_model::action::Action;
+use hermes_backends::singularity::{Instance, Runtime, SingularityError};
+use hermes_model::action::{Action, Families, InstanceAction};
 use hermes_model::config::Backend;
 use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
@@ -16,7 +16,7 @@ use hermes_model::plan::{Describe, Kind};
 use hermes_model::sandbox::{SandboxKey, sanitize};
 use hermes_model::singularity::{HASH_FILE, InstanceSpec, SingularityObserved};
 
-use crate::apply::Applied;
+use crate::apply::{Applied, ApplyError};
 
 /// What a pass sees: the instances, when singularity is the backend.
 pub async fn observe(desired: &Desired) -> Option<SingularityObserved> {
@@ -29,35 +29,25 @@ pub async fn observe(desired: &Desired) -> Option<SingularityObserved> {
 /// Carries out the plan's instance operations.
 pub async fn apply(plan: &hermes_reconcilers::HostPlan, verbose: bool) -> Applied {
     let mut applied = Applied::default();
-    let ops: Vec<_> = plan
-        .ops
-        .iter()
-        .filter(|op| {
-            matches!(
-                op.action,
-                Action::InstanceStart(_) | Action::InstanceRestart(_)
-            )
-        })
-        .collect();
-    if ops.is_empty() {
-        return applied;
-    }
-    let runtime = Runtime::from_env();
-    for op in ops {
+    let ops = Families::of(&plan.ops).instance;
+    for (op, action) in ops {
         let started = Instant::now();
-        let result = match &runtime {
-            Err(e) => Err(e.to_string()),
-            Ok(runtime) => match &op.action {
-                Action::InstanceStart(spec) => runtime.start(spec).await,
-                Action::InstanceRestart(spec) => runtime.restart(spec).await,
-                _ => Ok(()),
-            }
-            .map(|()| true)
-            .map_err(|e| e.to_string()),
+        let result = match Runtime::from_env() {
+            Ok(runtime) => carry_out(&runtime, action).await,
+            Err(e) => Err(e),
         };
+        let result = result.map(|()| true).map_err(ApplyError::from);
         applied.record(op, started, result, verbose);
     }
     applied
+}
+
+/// Carries out one instance operation.
+async fn carry_out(runtime: &Runtime, action: &InstanceAction) -> Result<(), SingularityError> {
+    match action {
+        InstanceAction::Start(spec) => runtime.start(spec).await,
+        InstanceAction::Restart(spec) => runtime.restart(spec).await,
+    }
 }
 
 /// Runs a command in the instance of `task` (or the session's), starting
@@ -85,11 +75,11 @@ async fn ensure(runtime: &Runtime, desired: &Desired, spec: &InstanceSpec) -> an
         ..Observed::default()
     };
     for op in hermes_reconcilers::singularity::plan(&only, &observed) {
-        match (&op.action, op.action.kind()) {
-            (_, Kind::Blocked) => anyhow::bail!("{}: {}", op.target, op.cause),
-            (Action::InstanceStart(s), _) => runtime.start(s).await?,
-            (Action::InstanceRestart(s), _) => runtime.restart(s).await?,
-            _ => {}
+        if op.action.kind() == Kind::Blocked {
+            anyhow::bail!("{}: {}", op.target, op.cause);
+        }
+        if let Action::Instance(action) = &op.action {
+            carry_out(runtime, action).await?;
         }
     }
     Ok(())

@@ -18,9 +18,9 @@ use hermes_backends::ssh::{
     ConnectOptions, Destination, Forward, HolderClient, HolderOptions, Identity, RemoteExec,
     RemoteFile, SpawnHolder, SshError,
 };
-use hermes_model::action::Action;
+use hermes_model::action::{Action, Families, SshAction};
 use hermes_model::desired::{DEFAULT_TASK, Desired, Egress};
-use hermes_model::plan::{Describe, Plan, Target};
+use hermes_model::plan::Plan;
 use hermes_model::ssh::{SshObserved, SshTarget, remote_ca, remote_workspace, ssh_egress};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -347,83 +347,82 @@ pub async fn observe(home: &Home, desired: &Desired) -> Option<SshObserved> {
     )
 }
 
-/// What applying the SSH operations came to.
-#[derive(Debug, Default)]
-pub struct Applied {
-    pub done: usize,
-    pub failed: usize,
-    /// The targets of the operations that succeeded, and of those that
-    /// failed with why: a controller backs off per target.
-    pub succeeded: Vec<Target>,
-    pub failures: Vec<(Target, String)>,
-}
-
 /// Carries out the plan's SSH operations: makes the workspace, trusting a
 /// new host's key on the way.
-pub async fn apply(home: &Home, desired: &Desired, plan: &Plan<Action>, verbose: bool) -> Applied {
-    let mut applied = Applied::default();
-    for op in &plan.ops {
-        let Action::PrepareWorkspace { path } = &op.action else {
-            continue;
-        };
+pub async fn apply(
+    home: &Home,
+    desired: &Desired,
+    plan: &Plan<Action>,
+    verbose: bool,
+) -> crate::apply::Applied {
+    let mut applied = crate::apply::Applied::default();
+    for (op, action) in Families::of(&plan.ops).ssh {
         let started = Instant::now();
-        let result = async {
-            let target = target(desired)?;
-            let req = ExecRequest {
-                cmd: vec!["mkdir".into(), "-p".into(), "--".into(), path.clone()],
-                env: Vec::new(),
-                cwd: Some(".".into()),
-                timeout: PROBE_TIMEOUT,
-            };
-            let remote = RemoteExec {
-                default_cwd: ".".into(),
-                learn: true,
-                ..RemoteExec::default()
-            };
-            let mut out = tokio::io::sink();
-            let mut err = Vec::new();
-            let outcome = client(home, target)
-                .exec(
-                    &req,
-                    &remote,
-                    ExecIo {
-                        stdin: None,
-                        stdout: &mut out,
-                        stderr: &mut err,
-                    },
-                )
-                .await?;
-            anyhow::ensure!(
-                outcome.exit_code == 0,
-                "mkdir exited {}: {}",
-                outcome.exit_code,
-                String::from_utf8_lossy(&err).trim()
-            );
-            Ok(())
-        }
-        .await;
-        match result {
-            Ok(()) => {
-                applied.done += 1;
-                applied.succeeded.push(op.target.clone());
-                if verbose {
-                    println!(
-                        "{} {}   {} done ({:.1}s)",
-                        op.action.kind().symbol(),
-                        op.target,
-                        op.action.verb(),
-                        started.elapsed().as_secs_f64()
-                    );
-                }
-            }
-            Err(e) => {
-                applied.failed += 1;
-                applied.failures.push((op.target.clone(), format!("{e:#}")));
-                eprintln!("error: {} {}: {e:#}", op.target, op.action.verb());
-            }
-        }
+        let result = match action {
+            SshAction::PrepareWorkspace { path } => prepare_workspace(home, desired, path).await,
+        };
+        applied.record(
+            op,
+            started,
+            result.map(|()| true).map_err(Into::into),
+            verbose,
+        );
     }
     applied
+}
+
+/// Why an operation on the SSH host failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("the ssh backend needs a host: {0}")]
+    NoHost(String),
+    #[error("the backend is not ssh")]
+    NotSsh,
+    #[error(transparent)]
+    Ssh(#[from] SshError),
+    #[error("mkdir exited {code}: {stderr}")]
+    Mkdir { code: i64, stderr: String },
+}
+
+/// Makes the workspace `path` on the host, trusting a new host's key on
+/// the way.
+async fn prepare_workspace(home: &Home, desired: &Desired, path: &str) -> Result<(), PrepareError> {
+    let target = match &desired.ssh {
+        Some(Ok(target)) => target,
+        Some(Err(missing)) => return Err(PrepareError::NoHost(missing.clone())),
+        None => return Err(PrepareError::NotSsh),
+    };
+    let req = ExecRequest {
+        cmd: vec!["mkdir".into(), "-p".into(), "--".into(), path.to_string()],
+        env: Vec::new(),
+        cwd: Some(".".into()),
+        timeout: PROBE_TIMEOUT,
+    };
+    let remote = RemoteExec {
+        default_cwd: ".".into(),
+        learn: true,
+        ..RemoteExec::default()
+    };
+    let mut out = tokio::io::sink();
+    let mut err = Vec::new();
+    let outcome = client(home, target)
+        .exec(
+            &req,
+            &remote,
+            ExecIo {
+                stdin: None,
+                stdout: &mut out,
+                stderr: &mut err,
+            },
+        )
+        .await?;
+    if outcome.exit_code != 0 {
+        return Err(PrepareError::Mkdir {
+            code: outcome.exit_code,
+            stderr: String::from_utf8_lossy(&err).trim().to_string(),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

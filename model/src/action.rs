@@ -1,13 +1,43 @@
 //! The operations of the host's plan. Each is one engine call or a short
 //! idempotent sequence, so a pass cut short (even by `kill -9`) is finished
 //! by the next one.
+//!
+//! An [`Action`] is one family's operation ([`SandboxAction`] on a Docker
+//! sandbox, [`ProxyAction`] on the egress proxy, [`SshAction`] on the SSH
+//! backend's host, [`InstanceAction`] on a singularity instance,
+//! [`CloudAction`] on a cloud service's sandbox), or one of the two that
+//! change nothing: a refusal ([`Action::Blocked`]) or a report
+//! ([`Action::Keep`]). Each applier takes its own family and matches it
+//! whole: a new operation cannot be forgotten by one of them.
 
-use crate::plan::{Describe, Kind};
+use crate::plan::{Describe, Kind, Op};
 use crate::sandbox::SandboxSpec;
 use crate::singularity::InstanceSpec;
 
+/// An operation of the plan.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
+    /// A Docker sandbox's (or a labelled container's).
+    Sandbox(SandboxAction),
+    /// The egress proxy daemon's.
+    Proxy(ProxyAction),
+    /// The SSH backend's host's.
+    Ssh(SshAction),
+    /// A singularity instance's.
+    Instance(InstanceAction),
+    /// A cloud service's sandbox's.
+    Cloud(CloudAction),
+    /// Wanted, but refused; the cause says why.
+    Blocked,
+    /// Something hermes does not manage or no longer wants (a labelled
+    /// container, a cloud sandbox the service is busy with): reported,
+    /// never touched.
+    Keep { id: String, verb: &'static str },
+}
+
+/// An operation on a Docker sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SandboxAction {
     /// Create the container and start it.
     Create(Box<SandboxSpec>),
     /// Start an existing container whose spec is current.
@@ -20,53 +50,64 @@ pub enum Action {
     },
     /// Remove a container (a duplicate, or one that is reaped).
     Remove { id: String, name: String },
+}
+
+/// An operation on the egress proxy daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyAction {
     /// Make the proxy's CA, tokens, mappings and config (`egress setup`).
-    ProxySetup,
+    Setup,
     /// Start the proxy daemon.
-    ProxyStart,
+    Start,
     /// Stop the proxy daemon and start it again with the current settings.
-    ProxyRestart,
+    Restart,
     /// Stop the proxy daemon.
-    ProxyStop,
-    /// Make the workspace directory on the SSH backend's host (relative to
-    /// the remote home), trusting the host's key if it is new.
+    Stop,
+}
+
+/// An operation on the SSH backend's host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SshAction {
+    /// Make the workspace directory on the host (relative to the remote
+    /// home), trusting the host's key if it is new.
     PrepareWorkspace { path: String },
-    /// Start a singularity instance (building its image into the cache
-    /// first when it is not there).
-    InstanceStart(Box<InstanceSpec>),
+}
+
+/// An operation on a singularity instance.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InstanceAction {
+    /// Start the instance (building its image into the cache first when it
+    /// is not there).
+    Start(Box<InstanceSpec>),
     /// Stop the instance and start it with the current spec; its overlay,
     /// and so its files, are kept.
-    InstanceRestart(Box<InstanceSpec>),
-    /// Create a sandbox on the cloud service, from the task's snapshot when
+    Restart(Box<InstanceSpec>),
+}
+
+/// An operation on a cloud service's sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloudAction {
+    /// Create a sandbox on the service, from the task's snapshot when
     /// there is one, else from the base image.
-    CloudCreate { snapshot: Option<String> },
+    Create { snapshot: Option<String> },
     /// Start the task's stopped sandbox on the service again.
-    CloudResume { id: String },
+    Resume { id: String },
     /// Delete a sandbox the service says is dead, then create as
-    /// [`Action::CloudCreate`].
-    CloudRecreate {
+    /// [`CloudAction::Create`].
+    Recreate {
         old_id: String,
         snapshot: Option<String>,
     },
-    /// Wanted, but refused; the cause says why.
-    Blocked,
-    /// A labelled container hermes does not manage or no longer wants:
-    /// reported, never touched.
-    Keep { id: String, verb: &'static str },
 }
 
 impl Describe for Action {
     fn kind(&self) -> Kind {
         match self {
-            Action::Create(_) | Action::PrepareWorkspace { .. } => Kind::Create,
-            Action::ProxySetup | Action::ProxyStart => Kind::Create,
-            // An instance that is not running does not exist.
-            Action::InstanceStart(_) | Action::CloudCreate { .. } => Kind::Create,
-            // A stopped container or sandbox exists: starting it changes it.
-            Action::Start { .. } | Action::CloudResume { .. } => Kind::Change,
-            Action::InstanceRestart(_) | Action::CloudRecreate { .. } => Kind::Change,
-            Action::Recreate { .. } | Action::ProxyRestart => Kind::Change,
-            Action::Remove { .. } | Action::ProxyStop => Kind::Remove,
+            Action::Sandbox(a) => a.kind(),
+            Action::Proxy(a) => a.kind(),
+            Action::Ssh(a) => a.kind(),
+            Action::Instance(a) => a.kind(),
+            Action::Cloud(a) => a.kind(),
             Action::Blocked => Kind::Blocked,
             Action::Keep { .. } => Kind::Report,
         }
@@ -74,22 +115,130 @@ impl Describe for Action {
 
     fn verb(&self) -> &'static str {
         match self {
-            Action::Create(_) => "create",
-            Action::Start { .. } => "start",
-            Action::PrepareWorkspace { .. } => "prepare",
-            Action::Recreate { .. } => "recreate",
-            Action::Remove { .. } => "remove",
-            Action::ProxySetup => "setup",
-            Action::ProxyStart => "start",
-            Action::ProxyRestart => "restart",
-            Action::ProxyStop => "stop",
-            Action::InstanceStart(_) => "start",
-            Action::InstanceRestart(_) => "restart",
-            Action::CloudCreate { .. } => "create",
-            Action::CloudResume { .. } => "resume",
-            Action::CloudRecreate { .. } => "recreate",
+            Action::Sandbox(a) => a.verb(),
+            Action::Proxy(a) => a.verb(),
+            Action::Ssh(a) => a.verb(),
+            Action::Instance(a) => a.verb(),
+            Action::Cloud(a) => a.verb(),
             Action::Blocked => "blocked",
             Action::Keep { verb, .. } => verb,
         }
+    }
+}
+
+impl Describe for SandboxAction {
+    fn kind(&self) -> Kind {
+        match self {
+            SandboxAction::Create(_) => Kind::Create,
+            // A stopped container exists: starting it changes it.
+            SandboxAction::Start { .. } | SandboxAction::Recreate { .. } => Kind::Change,
+            SandboxAction::Remove { .. } => Kind::Remove,
+        }
+    }
+
+    fn verb(&self) -> &'static str {
+        match self {
+            SandboxAction::Create(_) => "create",
+            SandboxAction::Start { .. } => "start",
+            SandboxAction::Recreate { .. } => "recreate",
+            SandboxAction::Remove { .. } => "remove",
+        }
+    }
+}
+
+impl Describe for ProxyAction {
+    fn kind(&self) -> Kind {
+        match self {
+            ProxyAction::Setup | ProxyAction::Start => Kind::Create,
+            ProxyAction::Restart => Kind::Change,
+            ProxyAction::Stop => Kind::Remove,
+        }
+    }
+
+    fn verb(&self) -> &'static str {
+        match self {
+            ProxyAction::Setup => "setup",
+            ProxyAction::Start => "start",
+            ProxyAction::Restart => "restart",
+            ProxyAction::Stop => "stop",
+        }
+    }
+}
+
+impl Describe for SshAction {
+    fn kind(&self) -> Kind {
+        match self {
+            SshAction::PrepareWorkspace { .. } => Kind::Create,
+        }
+    }
+
+    fn verb(&self) -> &'static str {
+        match self {
+            SshAction::PrepareWorkspace { .. } => "prepare",
+        }
+    }
+}
+
+impl Describe for InstanceAction {
+    fn kind(&self) -> Kind {
+        match self {
+            // An instance that is not running does not exist.
+            InstanceAction::Start(_) => Kind::Create,
+            InstanceAction::Restart(_) => Kind::Change,
+        }
+    }
+
+    fn verb(&self) -> &'static str {
+        match self {
+            InstanceAction::Start(_) => "start",
+            InstanceAction::Restart(_) => "restart",
+        }
+    }
+}
+
+impl Describe for CloudAction {
+    fn kind(&self) -> Kind {
+        match self {
+            CloudAction::Create { .. } => Kind::Create,
+            // A stopped sandbox exists: starting it changes it.
+            CloudAction::Resume { .. } | CloudAction::Recreate { .. } => Kind::Change,
+        }
+    }
+
+    fn verb(&self) -> &'static str {
+        match self {
+            CloudAction::Create { .. } => "create",
+            CloudAction::Resume { .. } => "resume",
+            CloudAction::Recreate { .. } => "recreate",
+        }
+    }
+}
+
+/// A plan's operations sorted by family, in the plan's order: what each
+/// applier carries out. Refusals and reports belong to none.
+#[derive(Debug, Default)]
+pub struct Families<'a> {
+    pub sandbox: Vec<(&'a Op<Action>, &'a SandboxAction)>,
+    pub proxy: Vec<(&'a Op<Action>, ProxyAction)>,
+    pub ssh: Vec<(&'a Op<Action>, &'a SshAction)>,
+    pub instance: Vec<(&'a Op<Action>, &'a InstanceAction)>,
+    pub cloud: Vec<(&'a Op<Action>, &'a CloudAction)>,
+}
+
+impl<'a> Families<'a> {
+    /// The operations of `ops`, each with its family's action.
+    pub fn of(ops: &'a [Op<Action>]) -> Families<'a> {
+        let mut families = Families::default();
+        for op in ops {
+            match &op.action {
+                Action::Sandbox(a) => families.sandbox.push((op, a)),
+                Action::Proxy(a) => families.proxy.push((op, *a)),
+                Action::Ssh(a) => families.ssh.push((op, a)),
+                Action::Instance(a) => families.instance.push((op, a)),
+                Action::Cloud(a) => families.cloud.push((op, a)),
+                Action::Blocked | Action::Keep { .. } => {}
+            }
+        }
+        families
     }
 }

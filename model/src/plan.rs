@@ -11,6 +11,8 @@
 
 use std::fmt;
 
+use serde::Serialize;
+
 /// What an operation acts on.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Target {
@@ -26,10 +28,12 @@ pub enum Target {
     Container { name: String },
     /// The remote host of the SSH backend (`user@host[:port]`).
     Ssh { dest: String },
-    /// The sandbox of a profile and task on a backend other than Docker
-    /// (a singularity instance, a cloud service's sandbox).
-    Backend {
-        backend: crate::config::Backend,
+    /// The singularity instance of a profile and task.
+    Instance { profile: String, task: String },
+    /// The sandbox of a profile and task on a cloud service (`service` is
+    /// modal, daytona or vercel_sandbox).
+    Cloud {
+        service: crate::config::Backend,
         profile: String,
         task: String,
     },
@@ -51,27 +55,34 @@ impl fmt::Display for Target {
             } => write!(f, "sandbox {profile}/{task}@{session}"),
             Target::Container { name } => write!(f, "container {name}"),
             Target::Ssh { dest } => write!(f, "ssh {dest}"),
-            Target::Backend {
-                backend,
+            Target::Instance { profile, task } => write!(f, "singularity {profile}/{task}"),
+            Target::Cloud {
+                service,
                 profile,
                 task,
-            } => write!(f, "{backend} {profile}/{task}"),
+            } => write!(f, "{service} {profile}/{task}"),
         }
     }
 }
 
-/// How an operation counts in the footer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// How an operation counts in the footer. Its JSON name (the plan's
+/// `kind`) is spelled out here, so renaming a variant changes no output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Kind {
     /// Brings something up that is not there or not running (`+`).
+    #[serde(rename = "create")]
     Create,
     /// Replaces or alters something that exists (`~`).
+    #[serde(rename = "change")]
     Change,
     /// Takes something away (`-`).
+    #[serde(rename = "remove")]
     Remove,
     /// Wanted, but refused for safety (`!`).
+    #[serde(rename = "blocked")]
     Blocked,
     /// Seen and left alone, worth a word (`?`): no change.
+    #[serde(rename = "report")]
     Report,
 }
 
@@ -109,14 +120,49 @@ pub struct Plan<A> {
     pub ops: Vec<Op<A>>,
 }
 
-/// The counts of the footer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The counts of the footer (the plan JSON's `summary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Summary {
+    #[serde(rename = "create")]
     pub create: usize,
+    #[serde(rename = "change")]
     pub change: usize,
+    #[serde(rename = "remove")]
     pub remove: usize,
+    #[serde(rename = "blocked")]
     pub blocked: usize,
+    #[serde(rename = "reported")]
     pub reported: usize,
+}
+
+/// The plan as JSON (`reconcile --dry-run --output json`). Every name is
+/// spelled out in a `serde` attribute, never taken from a Rust name: the
+/// JSON is an interface, and renaming a type or a variant must not change
+/// it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanJson<'a> {
+    #[serde(rename = "operations")]
+    pub operations: Vec<OpJson<'a>>,
+    #[serde(rename = "summary")]
+    pub summary: Summary,
+    /// No operation would change anything and nothing is blocked.
+    #[serde(rename = "converged")]
+    pub converged: bool,
+}
+
+/// One operation of [`PlanJson`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpJson<'a> {
+    #[serde(rename = "kind")]
+    pub kind: Kind,
+    /// The target as printed (`sandbox default/default`).
+    #[serde(rename = "target")]
+    pub target: String,
+    /// The verb as printed (`create`, `recreate`, …).
+    #[serde(rename = "action")]
+    pub action: &'static str,
+    #[serde(rename = "cause")]
+    pub cause: &'a str,
 }
 
 impl<A: Describe> Plan<A> {
@@ -152,24 +198,21 @@ impl<A: Describe> Plan<A> {
     }
 
     /// The plan as JSON: the same operations, in the same order.
-    pub fn to_json(&self) -> serde_json::Value {
-        let s = self.summary();
-        serde_json::json!({
-            "operations": self.ops.iter().map(|op| serde_json::json!({
-                "kind": format!("{:?}", op.action.kind()).to_lowercase(),
-                "target": op.target.to_string(),
-                "action": op.action.verb(),
-                "cause": op.cause,
-            })).collect::<Vec<_>>(),
-            "summary": {
-                "create": s.create,
-                "change": s.change,
-                "remove": s.remove,
-                "blocked": s.blocked,
-                "reported": s.reported,
-            },
-            "converged": !self.is_pending(),
-        })
+    pub fn to_json(&self) -> PlanJson<'_> {
+        PlanJson {
+            operations: self
+                .ops
+                .iter()
+                .map(|op| OpJson {
+                    kind: op.action.kind(),
+                    target: op.target.to_string(),
+                    action: op.action.verb(),
+                    cause: &op.cause,
+                })
+                .collect(),
+            summary: self.summary(),
+            converged: !self.is_pending(),
+        }
     }
 }
 
@@ -209,6 +252,8 @@ impl<A: Describe> fmt::Display for Plan<A> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     #[derive(Debug, Clone, PartialEq)]
@@ -301,8 +346,47 @@ Plan: 1 to create, 1 to change, 1 to remove, 1 blocked."
             plan.to_string(),
             "? container x   unmanaged   no spec hash label\nNo changes. The host is converged."
         );
-        assert_eq!(plan.to_json()["converged"], serde_json::Value::Bool(true));
+        assert!(plan.to_json().converged);
         let empty: Plan<Verb> = Plan::new(vec![]);
         assert_eq!(empty.to_string(), "No changes. The host is converged.");
+    }
+
+    #[test]
+    fn the_plan_json_spells_every_name() {
+        let plan = Plan::new(vec![
+            op(sandbox("a"), Verb::Create, "c1"),
+            op(sandbox("b"), Verb::Recreate, "c2"),
+            op(sandbox("c"), Verb::Remove, "c3"),
+            op(sandbox("d"), Verb::Blocked, "c4"),
+            op(
+                Target::Container { name: "x".into() },
+                Verb::Unmanaged,
+                "c5",
+            ),
+        ]);
+        let json = serde_json::to_value(plan.to_json()).unwrap();
+        let kinds: Vec<&str> = json["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|op| op["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["create", "change", "remove", "blocked", "report"]);
+        assert_eq!(
+            json["operations"][1],
+            serde_json::json!({
+                "kind": "change",
+                "target": "sandbox default/b",
+                "action": "recreate",
+                "cause": "c2",
+            })
+        );
+        assert_eq!(
+            json["summary"],
+            serde_json::json!({
+                "create": 1, "change": 1, "remove": 1, "blocked": 1, "reported": 1,
+            })
+        );
+        assert_eq!(json["converged"], serde_json::Value::Bool(false));
     }
 }

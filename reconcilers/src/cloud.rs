@@ -18,7 +18,7 @@
 //! ([`without_snapshot`]): the next pass finds no record, so a bad
 //! snapshot never makes a loop.
 
-use hermes_model::action::Action;
+use hermes_model::action::{Action, CloudAction};
 use hermes_model::cloud::{CloudObserved, CloudSandboxState};
 use hermes_model::desired::{DEFAULT_TASK, Desired};
 use hermes_model::observed::Observed;
@@ -29,8 +29,8 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     let Some(cloud) = &desired.cloud else {
         return Vec::new();
     };
-    let target = Target::Backend {
-        backend: cloud.backend,
+    let target = Target::Cloud {
+        service: cloud.backend,
         profile: desired.profile.clone(),
         task: DEFAULT_TASK.to_string(),
     };
@@ -62,9 +62,9 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     };
     match sandbox {
         None => op(
-            Action::CloudCreate {
+            Action::Cloud(CloudAction::Create {
                 snapshot: snapshot.clone(),
-            },
+            }),
             match snapshot {
                 Some(_) => format!("{from} (no sandbox on {})", cloud.backend),
                 None => format!("{from} (no sandbox on {}, no snapshot)", cloud.backend),
@@ -72,7 +72,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
         ),
         Some((_, CloudSandboxState::Running)) => Vec::new(),
         Some((id, CloudSandboxState::Stopped)) => op(
-            Action::CloudResume { id: id.clone() },
+            Action::Cloud(CloudAction::Resume { id: id.clone() }),
             format!("sandbox {id} is stopped; its filesystem is kept"),
         ),
         Some((id, CloudSandboxState::Pending)) => op(
@@ -83,10 +83,10 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
             format!("sandbox {id} is being created, started or stopped by the service"),
         ),
         Some((id, CloudSandboxState::Dead)) => op(
-            Action::CloudRecreate {
+            Action::Cloud(CloudAction::Recreate {
                 old_id: id.clone(),
                 snapshot: snapshot.clone(),
-            },
+            }),
             format!("sandbox {id} failed or was terminated; {from}"),
         ),
     }
@@ -96,23 +96,28 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
 /// restore (`error`): the same, from the base image `image`, saying that
 /// the snapshot is dropped. `None` when `op` restores no snapshot.
 pub fn without_snapshot(op: &Op<Action>, image: &str, error: &str) -> Option<Op<Action>> {
-    let (action, dropped) = match &op.action {
-        Action::CloudCreate { snapshot: Some(id) } => (Action::CloudCreate { snapshot: None }, id),
-        Action::CloudRecreate {
+    let Action::Cloud(cloud) = &op.action else {
+        return None;
+    };
+    let (action, dropped) = match cloud {
+        CloudAction::Create { snapshot: Some(id) } => (CloudAction::Create { snapshot: None }, id),
+        CloudAction::Recreate {
             old_id,
             snapshot: Some(id),
         } => (
-            Action::CloudRecreate {
+            CloudAction::Recreate {
                 old_id: old_id.clone(),
                 snapshot: None,
             },
             id,
         ),
-        _ => return None,
+        CloudAction::Create { snapshot: None }
+        | CloudAction::Recreate { snapshot: None, .. }
+        | CloudAction::Resume { .. } => return None,
     };
     Some(Op {
         target: op.target.clone(),
-        action,
+        action: Action::Cloud(action),
         cause: format!(
             "snapshot {dropped} failed to restore ({error}); dropped, from the base image {image}"
         ),
@@ -280,7 +285,10 @@ mod tests {
         };
         let ops = plan(&d, &observed);
         let fallback = without_snapshot(&ops[0], "python:3.12", "image not found").unwrap();
-        assert_eq!(fallback.action, Action::CloudCreate { snapshot: None });
+        assert_eq!(
+            fallback.action,
+            Action::Cloud(CloudAction::Create { snapshot: None })
+        );
         assert_eq!(
             Plan::new(vec![fallback.clone()]).to_string(),
             "+ modal default/default   create      snapshot im-bad failed to restore (image not found); dropped, from the base image python:3.12\n\
@@ -290,18 +298,18 @@ mod tests {
         assert_eq!(without_snapshot(&fallback, "python:3.12", "x"), None);
         let recreate = Op {
             target: fallback.target.clone(),
-            action: Action::CloudRecreate {
+            action: Action::Cloud(CloudAction::Recreate {
                 old_id: "sb-1".into(),
                 snapshot: Some("im-bad".into()),
-            },
+            }),
             cause: String::new(),
         };
         assert_eq!(
             without_snapshot(&recreate, "i", "e").unwrap().action,
-            Action::CloudRecreate {
+            Action::Cloud(CloudAction::Recreate {
                 old_id: "sb-1".into(),
                 snapshot: None
-            }
+            })
         );
     }
 }

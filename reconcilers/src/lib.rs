@@ -34,7 +34,7 @@ mod golden_tests;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use hermes_model::action::Action;
+use hermes_model::action::{Action, SandboxAction};
 use hermes_model::config::Backend;
 use hermes_model::desired::Desired;
 use hermes_model::observed::{ContainerState, Observed};
@@ -74,7 +74,7 @@ pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> Host
     ops.extend(sandbox_ops);
     if let Some(doubt) = &desired.doubt {
         for op in &mut ops {
-            if let Action::Remove { id, .. } = &op.action {
+            if let Action::Sandbox(SandboxAction::Remove { id, .. }) = &op.action {
                 op.action = Action::Keep {
                     id: id.clone(),
                     verb: "kept",

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeSet;
 
-use hermes_model::action::Action;
+use hermes_model::action::{Action, SandboxAction};
 use hermes_model::desired::Desired;
 use hermes_model::observed::{ContainerState, Observed, ObservedContainer};
 use hermes_model::plan::{Op, Target};
@@ -85,7 +85,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
         let Some(keep) = pick_keeper(&managed) else {
             ops.push(Op {
                 target,
-                action: Action::Create(Box::new(spec.clone())),
+                action: Action::Sandbox(SandboxAction::Create(Box::new(spec.clone()))),
                 cause: "no container with these labels".to_string(),
             });
             continue;
@@ -95,10 +95,10 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
             if c.id != keep.id {
                 ops.push(Op {
                     target: target.clone(),
-                    action: Action::Remove {
+                    action: Action::Sandbox(SandboxAction::Remove {
                         id: c.id.clone(),
                         name: c.name.clone(),
-                    },
+                    }),
                     cause: format!(
                         "duplicate {} ({}); {} {} is kept",
                         c.name,
@@ -169,10 +169,10 @@ fn converge_one(
         cause.push_str(&recreate_cost(keep));
         return Some(Op {
             target,
-            action: Action::Recreate {
+            action: Action::Sandbox(SandboxAction::Recreate {
                 old_id: keep.id.clone(),
                 spec: Box::new(spec.clone()),
-            },
+            }),
             cause,
         });
     }
@@ -188,32 +188,32 @@ fn converge_one(
             "paused by hand; left alone".to_string(),
         ),
         ContainerState::Created if now - keep.created > STUCK_SECONDS => (
-            Action::Recreate {
+            Action::Sandbox(SandboxAction::Recreate {
                 old_id: keep.id.clone(),
                 spec: Box::new(spec.clone()),
-            },
+            }),
             stuck_cause(keep, now),
         ),
         ContainerState::Created => (
-            Action::Start {
+            Action::Sandbox(SandboxAction::Start {
                 id: keep.id.clone(),
-            },
+            }),
             format!("created {} ago, never started", age(now - keep.created)),
         ),
         ContainerState::Exited => (
-            Action::Start {
+            Action::Sandbox(SandboxAction::Start {
                 id: keep.id.clone(),
-            },
+            }),
             match keep.finished_at {
                 Some(t) => format!("exited {} ago", age(now - t)),
                 None => "exited".to_string(),
             },
         ),
         ContainerState::Dead => (
-            Action::Recreate {
+            Action::Sandbox(SandboxAction::Recreate {
                 old_id: keep.id.clone(),
                 spec: Box::new(spec.clone()),
-            },
+            }),
             "dead: the engine cannot start it; /workspace and /root are kept".to_string(),
         ),
     };

@@ -13,7 +13,7 @@
 //! blocked with the reason. Nothing ever falls back to handing a sandbox a
 //! real key: an unwired sandbox has no keys at all.
 
-use hermes_model::action::Action;
+use hermes_model::action::{Action, InstanceAction, ProxyAction, SandboxAction};
 use hermes_model::config::Backend;
 use hermes_model::desired::{Desired, Egress};
 use hermes_model::observed::{Observed, ProxyObserved};
@@ -22,33 +22,33 @@ use hermes_model::plan::{Describe, Kind, Op, Target};
 /// The operations on the proxy daemon.
 pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     let p = &observed.proxy;
-    let op = |action: Action, cause: String| {
+    let op = |action: ProxyAction, cause: String| {
         vec![Op {
             target: Target::Proxy,
-            action,
+            action: Action::Proxy(action),
             cause,
         }]
     };
     match &desired.egress {
         Egress::Off if p.running => op(
-            Action::ProxyStop,
+            ProxyAction::Stop,
             "disabled in config (proxy.enabled: false), running".to_string(),
         ),
         Egress::Off => Vec::new(),
-        Egress::NotSetUp { missing } => op(Action::ProxySetup, format!("not set up: {missing}")),
+        Egress::NotSetUp { missing } => op(ProxyAction::Setup, format!("not set up: {missing}")),
         Egress::On { .. } if !p.running => op(
-            Action::ProxyStart,
+            ProxyAction::Start,
             "enabled in config, not running".to_string(),
         ),
         Egress::On { settings, .. } if p.settings.as_deref() != Some(settings.as_str()) => op(
-            Action::ProxyRestart,
+            ProxyAction::Restart,
             format!(
                 "settings changed: {} -> {settings}",
                 p.settings.as_deref().unwrap_or("unknown")
             ),
         ),
         Egress::On { .. } if !p.healthy => op(
-            Action::ProxyRestart,
+            ProxyAction::Restart,
             format!(
                 "running but not healthy: {}",
                 p.problem.as_deref().unwrap_or("no answer")
@@ -92,18 +92,21 @@ pub fn fail_closed_reason(desired: &Desired, proxy: &ProxyObserved) -> Option<St
 /// singularity instance into a refusal naming `reason`.
 pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
     for op in ops {
-        let runs_a_sandbox = match op.target {
-            Target::Sandbox { .. } => matches!(
-                op.action,
-                Action::Create(_) | Action::Start { .. } | Action::Recreate { .. }
-            ),
-            Target::Backend { .. } => {
-                matches!(
-                    op.action,
-                    Action::InstanceStart(_) | Action::InstanceRestart(_)
-                )
-            }
-            _ => false,
+        let runs_a_sandbox = match &op.action {
+            Action::Sandbox(a) => match a {
+                SandboxAction::Create(_)
+                | SandboxAction::Start { .. }
+                | SandboxAction::Recreate { .. } => true,
+                SandboxAction::Remove { .. } => false,
+            },
+            Action::Instance(a) => match a {
+                InstanceAction::Start(_) | InstanceAction::Restart(_) => true,
+            },
+            Action::Proxy(_)
+            | Action::Ssh(_)
+            | Action::Cloud(_)
+            | Action::Blocked
+            | Action::Keep { .. } => false,
         };
         if runs_a_sandbox {
             op.cause = format!("{reason}; wanted: {} ({})", op.action.verb(), op.cause);

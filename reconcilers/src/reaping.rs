@@ -21,7 +21,7 @@
 
 use std::collections::BTreeSet;
 
-use hermes_model::action::Action;
+use hermes_model::action::{Action, SandboxAction};
 use hermes_model::desired::{Desired, Role};
 use hermes_model::observed::{ContainerState, Idleness, Observed, ObservedContainer};
 use hermes_model::plan::{Op, Target};
@@ -67,10 +67,10 @@ fn plan_one(
     let remove = |cause: String| {
         Some(Op {
             target: target(c),
-            action: Action::Remove {
+            action: Action::Sandbox(SandboxAction::Remove {
                 id: c.id.clone(),
                 name: c.name.clone(),
-            },
+            }),
             cause,
         })
     };

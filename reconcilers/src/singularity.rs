@@ -13,8 +13,7 @@
 //! Docker (the instance runs on this host): [`crate::plan_all`] blocks a
 //! start or restart while the enforced proxy is not ready.
 
-use hermes_model::action::Action;
-use hermes_model::config::Backend;
+use hermes_model::action::{Action, InstanceAction};
 use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Op, Target};
@@ -27,8 +26,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     };
     let mut ops = Vec::new();
     for spec in &desired.instances {
-        let target = Target::Backend {
-            backend: Backend::Singularity,
+        let target = Target::Instance {
             profile: spec.key.profile.clone(),
             task: spec.key.task.clone(),
         };
@@ -52,14 +50,14 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
                 };
                 ops.push(Op {
                     target,
-                    action: Action::InstanceStart(Box::new(spec.clone())),
+                    action: Action::Instance(InstanceAction::Start(Box::new(spec.clone()))),
                     cause: format!("no instance {}{build}", spec.name),
                 });
             }
             Some(found) if found.spec_hash.as_deref() == Some(spec.hash.as_str()) => {}
             Some(found) => ops.push(Op {
                 target,
-                action: Action::InstanceRestart(Box::new(spec.clone())),
+                action: Action::Instance(InstanceAction::Restart(Box::new(spec.clone()))),
                 cause: format!(
                     "spec changed: {} -> {}; the overlay (its files) is kept",
                     found.spec_hash.as_deref().unwrap_or("unknown"),

@@ -4,7 +4,7 @@
 //! egress proxy enforced on SSH (`proxy.enforce_on_ssh`) and not ready,
 //! the host is blocked: its commands would be refused (fail closed).
 
-use hermes_model::action::Action;
+use hermes_model::action::{Action, SshAction};
 use hermes_model::desired::{DEFAULT_TASK, Desired};
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Op, Target};
@@ -44,7 +44,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     let prepare = |cause: String| {
         vec![Op {
             target: on.clone(),
-            action: Action::PrepareWorkspace { path: path.clone() },
+            action: Action::Ssh(SshAction::PrepareWorkspace { path: path.clone() }),
             cause,
         }]
     };

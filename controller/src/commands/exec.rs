@@ -146,6 +146,8 @@ async fn run_cloud(
         timeout,
     };
     let host = crate::commands::host_env(home)?;
+    let home_dir = crate::cloud::home_dir(&host);
+    let driver = crate::cloud::Driver::new(cloud.backend, &host, home_dir.as_deref())?;
     let book = crate::snapshots::SnapshotBook::new(home.root(), cloud.backend);
     let (mut out, mut err) = output_writers(home, desired);
     let io = hermes_backends::exec::ExecIo {
@@ -153,18 +155,10 @@ async fn run_cloud(
         stdout: &mut out,
         stderr: &mut err,
     };
-    let job = crate::cloud::Exec {
-        desired,
-        book: &book,
-        task: &args.task,
-        req: &request,
-        io,
-    };
-    let home_dir = crate::cloud::home_dir(&host);
-    let outcome = crate::cloud::with_driver(cloud.backend, &host, home_dir.as_deref(), job).await;
+    let outcome = crate::cloud::exec_cloud(&driver, desired, &book, &args.task, &request, io).await;
     out.finish().await?;
     err.finish().await?;
-    let outcome = outcome??;
+    let outcome = outcome?;
     Ok(ended(&outcome, timeout))
 }
 

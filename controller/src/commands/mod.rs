@@ -98,14 +98,7 @@ pub async fn apply_backends(
     plan: &hermes_reconcilers::HostPlan,
     verbose: bool,
 ) -> crate::apply::Applied {
-    let ssh = crate::ssh::apply(home, desired, plan, verbose).await;
-    let mut applied = crate::apply::Applied {
-        done: ssh.done,
-        failed: ssh.failed,
-        succeeded: ssh.succeeded,
-        failures: ssh.failures,
-        skipped: 0,
-    };
+    let mut applied = crate::ssh::apply(home, desired, plan, verbose).await;
     applied.absorb(crate::singularity::apply(plan, verbose).await);
     if desired.cloud.is_some() {
         match host_env(home) {

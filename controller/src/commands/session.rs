@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
-use hermes_model::action::Action;
+use hermes_model::action::{Action, SandboxAction};
 use hermes_model::config::Backend;
 use hermes_model::desired::check_session;
 use hermes_model::plan::{Op, Plan, Target};
@@ -94,10 +94,10 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
                         task: c.task().unwrap_or_default().to_string(),
                         session: Some(id.clone()),
                     },
-                    action: Action::Remove {
+                    action: Action::Sandbox(SandboxAction::Remove {
                         id: c.id.clone(),
                         name: c.name.clone(),
-                    },
+                    }),
                     cause: "session ended".to_string(),
                 })
                 .collect();
@@ -148,13 +148,10 @@ async fn end_cloud_session(
     }
     let env = crate::commands::host_env(home)?;
     let book = crate::snapshots::SnapshotBook::new(home.root(), cloud.backend);
-    let job = crate::cloud::EndSession {
-        desired,
-        book: &book,
-        task: hermes_model::desired::DEFAULT_TASK,
-    };
     let home_dir = crate::cloud::home_dir(&env);
-    match crate::cloud::with_driver(cloud.backend, &env, home_dir.as_deref(), job).await?? {
+    let driver = crate::cloud::Driver::new(cloud.backend, &env, home_dir.as_deref())?;
+    let task = hermes_model::desired::DEFAULT_TASK;
+    match crate::cloud::end_cloud_session(&driver, desired, &book, task).await? {
         Some(snapshot) => println!(
             "{} {}/default: session {id} ended, snapshot {snapshot} kept for the next session",
             cloud.backend, desired.profile

@@ -138,7 +138,7 @@ fn duplicates_keep_the_running_one_started_last() {
     let removed: Vec<_> = ops
         .iter()
         .filter_map(|op| match &op.action {
-            Action::Remove { id, .. } => Some(id.as_str()),
+            Action::Sandbox(SandboxAction::Remove { id, .. }) => Some(id.as_str()),
             _ => None,
         })
         .collect();
@@ -168,12 +168,12 @@ fn without_a_running_duplicate_the_one_created_last_is_kept() {
     )
     .ops;
     assert!(
-        matches!(&ops[0].action, Action::Remove { id, .. } if id == "a"),
+        matches!(&ops[0].action, Action::Sandbox(SandboxAction::Remove { id, .. }) if id == "a"),
         "{ops:?}"
     );
     // The keeper has another name than the spec's: it is recreated.
     assert!(
-        matches!(&ops[1].action, Action::Recreate { old_id, .. } if old_id == "b"),
+        matches!(&ops[1].action, Action::Sandbox(SandboxAction::Recreate { old_id, .. }) if old_id == "b"),
         "{ops:?}"
     );
 }
@@ -216,7 +216,10 @@ fn a_dead_container_is_recreated() {
         NOW,
     )
     .ops;
-    assert!(matches!(ops[0].action, Action::Recreate { .. }));
+    assert!(matches!(
+        ops[0].action,
+        Action::Sandbox(SandboxAction::Recreate { .. })
+    ));
 }
 
 #[test]
@@ -236,10 +239,22 @@ fn a_container_stuck_in_created_is_recreated_after_a_minute() {
         )
         .ops
     };
-    assert!(matches!(at(59)[0].action, Action::Start { .. }));
-    assert!(matches!(at(60)[0].action, Action::Start { .. }));
+    assert!(matches!(
+        at(59)[0].action,
+        Action::Sandbox(SandboxAction::Start { .. })
+    ));
+    assert!(matches!(
+        at(60)[0].action,
+        Action::Sandbox(SandboxAction::Start { .. })
+    ));
     let ops = at(61);
-    assert!(matches!(ops[0].action, Action::Recreate { .. }), "{ops:?}");
+    assert!(
+        matches!(
+            ops[0].action,
+            Action::Sandbox(SandboxAction::Recreate { .. })
+        ),
+        "{ops:?}"
+    );
     assert_eq!(
         ops[0].cause,
         "stuck in created for 1m1s (> 1m): a start that failed"
