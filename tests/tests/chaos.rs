@@ -373,3 +373,25 @@ impl Drop for ImageCleanup {
             .output();
     }
 }
+
+/// SSH: `kill -9` of `hermes exec` ends the remote command within a couple
+/// of seconds (the connection holder kills its tree when its client goes).
+#[test]
+fn a_killed_exec_takes_its_command_with_it_on_ssh() {
+    let sshd = hermes_tests::sshd::Sshd::start();
+    let home = TestHome::new();
+    home.write_config(sshd.config(""));
+    let first = home.run(["exec", "--", "true"]);
+    assert_eq!(first.code, 0, "{first:?}");
+    let remote = || sshd.exec(&["ps", "-eo", "pid,args"]);
+    kill_9_mid_command(
+        &home,
+        &["exec", "--", "sh", "-c", "sleep 304; echo after"],
+        || remote().contains("sleep 304"),
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || !remote().contains("sleep 304")),
+        "the command outlived its hermes exec:\n{}",
+        remote()
+    );
+}
