@@ -276,3 +276,122 @@ fn a_killed_exec_takes_its_command_with_it_on_local() {
         "the command outlived its hermes exec"
     );
 }
+
+/// Docker through the engine's exec (an image without `setsid`, where the
+/// runner cannot run): `kill -9` of `hermes exec` ends its command within a
+/// couple of seconds; a command that ended on its own gives its exit code
+/// and output as before.
+#[test]
+fn a_killed_exec_takes_its_command_with_it_through_the_engines_exec() {
+    let pid = std::process::id();
+    let image = format!("hermes-test-chaos-nosetsid:{pid}");
+    let maker = format!("hermes-chaos-nosetsid-{pid}");
+    let _maker = ContainerCleanup(maker.clone());
+    hermes_tests::docker_cli::docker(&[
+        "run",
+        "--name",
+        &maker,
+        &hermes_tests::test_image(),
+        "rm",
+        "/usr/bin/setsid",
+    ]);
+    hermes_tests::docker_cli::docker(&["commit", &maker, &image]);
+    let _image = ImageCleanup(image.clone());
+
+    let profile = format!("che{pid}");
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    home.write_config(format!(
+        "terminal:\n  backend: docker\n  docker_image: {image}\n"
+    ));
+    let container = format!("hermes-{profile}-default");
+    let first = home.run([
+        "--profile",
+        &profile,
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "echo $PPID; echo err >&2; exit 3",
+    ]);
+    // The command is the engine exec's own process (no runner above it).
+    assert_eq!((first.code, first.stdout.as_str()), (3, "0\n"), "{first:?}");
+    assert!(first.stderr.contains("err"), "{first:?}");
+    // Its watch ended with it.
+    assert!(
+        !docker_top(&container).contains("hermes-watch"),
+        "the watch outlived its command:\n{}",
+        docker_top(&container)
+    );
+
+    kill_9_mid_command(
+        &home,
+        &[
+            "--profile",
+            &profile,
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "sleep 302; echo after",
+        ],
+        || docker_top(&container).contains("sleep 302"),
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || !docker_top(&container)
+            .contains("sleep 302")),
+        "the command outlived its hermes exec:\n{}",
+        docker_top(&container)
+    );
+
+    // What a command that ended on its own left in the background stays.
+    let left = home.run([
+        "--profile",
+        &profile,
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "sleep 303 >/dev/null 2>&1 &",
+    ]);
+    assert_eq!(left.code, 0, "{left:?}");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        docker_top(&container).contains("sleep 303"),
+        "what the command left in the background was killed:\n{}",
+        docker_top(&container)
+    );
+}
+
+/// Removes an image however the test ends.
+struct ImageCleanup(String);
+
+impl Drop for ImageCleanup {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rmi", "-f", &self.0])
+            .output();
+    }
+}
+
+/// SSH: `kill -9` of `hermes exec` ends the remote command within a couple
+/// of seconds (the connection holder kills its tree when its client goes).
+#[test]
+fn a_killed_exec_takes_its_command_with_it_on_ssh() {
+    let sshd = hermes_tests::sshd::Sshd::start();
+    let home = TestHome::new();
+    home.write_config(sshd.config(""));
+    let first = home.run(["exec", "--", "true"]);
+    assert_eq!(first.code, 0, "{first:?}");
+    let remote = || sshd.exec(&["ps", "-eo", "pid,args"]);
+    kill_9_mid_command(
+        &home,
+        &["exec", "--", "sh", "-c", "sleep 304; echo after"],
+        || remote().contains("sleep 304"),
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || !remote().contains("sleep 304")),
+        "the command outlived its hermes exec:\n{}",
+        remote()
+    );
+}

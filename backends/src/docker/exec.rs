@@ -10,12 +10,23 @@
 //! sandbox, so a command that filled the pids limit cannot stop it); where
 //! hermes cannot see or signal the container's processes, a second exec,
 //! as root, does it inside.
+//!
+//! A command ends with the hermes process that runs it, however that
+//! process ends (`kill -9` included): beside the command, an engine exec
+//! of a small `sh` (the watch, [`watch_script`]) reads its standard input,
+//! attached to a connection only hermes holds. The engine closes that
+//! input when the connection closes; at its end of file the watch kills
+//! the command's processes by marker, descendants included. A command
+//! that ends on its own releases its watch with a line first, so what it
+//! left in the background stays. Background commands have no watch. An
+//! image without `sh` gets none either: the command runs as before.
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
@@ -50,7 +61,15 @@ impl Engine {
         mut stderr: impl AsyncWrite + Unpin,
     ) -> Result<ExecOutcome, DockerError> {
         let deadline = Instant::now() + req.timeout;
-        let (exec_id, marker) = self.create_marked_exec(container, req, true).await?;
+        let marker = new_exec_id();
+        // The watch is up before the command starts: a hermes killed from
+        // here on leaves nothing running. Dropped (not released), it kills
+        // the command.
+        let (exec_id, watch) = tokio::join!(
+            self.create_marked_exec(container, req, true, &marker),
+            self.watch(container, &marker)
+        );
+        let exec_id = exec_id?;
         let start = StartExecOptions {
             detach: false,
             tty: false,
@@ -93,6 +112,9 @@ impl Engine {
         let result = tokio::time::timeout_at(deadline, run).await;
         let error = match result {
             Ok(Ok(exit_code)) => {
+                if let Some(watch) = watch {
+                    watch.release().await;
+                }
                 return Ok(ExecOutcome {
                     exit_code,
                     timed_out: false,
@@ -133,15 +155,15 @@ impl Engine {
     }
 
     /// Creates the engine exec of `req`, its environment in the body and
-    /// marked with a fresh [`EXEC_ID_ENV`]; `attach`: whether its output is
-    /// read. Returns the exec id and the marker.
+    /// marked with `marker` ([`EXEC_ID_ENV`], fresh for each exec);
+    /// `attach`: whether its output is read. Returns the exec id.
     async fn create_marked_exec(
         &self,
         container: &str,
         req: &ExecRequest,
         attach: bool,
-    ) -> Result<(String, String), DockerError> {
-        let marker = new_exec_id();
+        marker: &str,
+    ) -> Result<String, DockerError> {
         let mut env: Vec<String> = req
             .env
             .iter()
@@ -165,7 +187,7 @@ impl Engine {
             .await
             .map_err(|e| exec_error(container, "create exec in", e))?
             .id;
-        Ok((exec_id, marker))
+        Ok(exec_id)
     }
 
     /// Starts `req` in `container` detached and returns at once with the
@@ -177,7 +199,10 @@ impl Engine {
         container: &str,
         req: &ExecRequest,
     ) -> Result<String, DockerError> {
-        let (exec_id, marker) = self.create_marked_exec(container, req, false).await?;
+        let marker = new_exec_id();
+        let exec_id = self
+            .create_marked_exec(container, req, false, &marker)
+            .await?;
         let start = StartExecOptions {
             detach: true,
             tty: false,
@@ -188,6 +213,42 @@ impl Engine {
             .await
             .map_err(|e| exec_error(container, "start exec in", e))?;
         Ok(marker)
+    }
+
+    /// Starts the watch over the command marked `marker`: an engine exec
+    /// of [`watch_script`] as the command's user (who may read its
+    /// processes' environment and signal them, with no capability), its
+    /// standard input attached. `None` when it cannot be started (the
+    /// command then runs unwatched, as before).
+    async fn watch(&self, container: &str, marker: &str) -> Option<Watch> {
+        let options = CreateExecOptions::<String> {
+            cmd: Some(vec![
+                "sh".to_string(),
+                "-c".to_string(),
+                watch_script(),
+                "hermes-watch".to_string(),
+                marker.to_string(),
+            ]),
+            working_dir: Some("/".to_string()),
+            attach_stdin: Some(true),
+            // Attached, so that its output ends when the watch does.
+            attach_stdout: Some(true),
+            attach_stderr: Some(false),
+            tty: Some(false),
+            ..Default::default()
+        };
+        let started = async {
+            let id = self.docker.create_exec(container, options).await?.id;
+            self.docker.start_exec(&id, None).await
+        };
+        match started.await {
+            Ok(StartExecResults::Attached { output, input }) => Some(Watch { input, output }),
+            Ok(StartExecResults::Detached) => None,
+            Err(e) => {
+                tracing::debug!(container, error = %e, "cannot start the watch over a command; it runs unwatched");
+                None
+            }
+        }
     }
 
     /// Polls the exec until it has exited and returns its exit code.
@@ -299,6 +360,45 @@ impl Engine {
     }
 }
 
+/// What the watch of a command runs (`sh -c SCRIPT hermes-watch MARKER`):
+/// a line on its input is the command's own end (it goes, killing
+/// nothing); end of file without one is hermes gone, and the command's
+/// processes are killed ([`KILL_SCRIPT`]).
+pub(crate) fn watch_script() -> String {
+    format!("# hermes-watch\nread -r hermes_l && exit 0\n{KILL_SCRIPT}")
+}
+
+/// The watch over one command run by an engine exec: the write half of
+/// its attached input, and its output (nothing is written; it ends once
+/// the watch ended and its input is closed), held together so that dropping both closes the connection, which
+/// the watch reads as hermes gone.
+struct Watch {
+    input: Pin<Box<dyn AsyncWrite + Send>>,
+    output: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
+}
+
+/// How long a released watch may take to end.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Watch {
+    /// The command ended on its own: its watch goes, killing nothing.
+    /// Returns once it ended (so that the sandbox is not seen busy
+    /// after the command), or after [`RELEASE_TIMEOUT`].
+    async fn release(mut self) {
+        let ended = async {
+            self.input.write_all(b"\n").await?;
+            self.input.shutdown().await?;
+            while self.output.next().await.is_some() {}
+            Ok::<(), std::io::Error>(())
+        };
+        match tokio::time::timeout(RELEASE_TIMEOUT, ended).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "the watch did not take its release"),
+            Err(_) => tracing::debug!("the released watch did not end in time"),
+        }
+    }
+}
+
 /// Why the streaming part of an exec stopped early.
 enum RunError {
     Output(std::io::Error),
@@ -327,5 +427,69 @@ impl Executor for Container {
         self.engine
             .exec_with_runner(&self.id, self.runner.as_deref(), req, io.stdout, io.stderr)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::io::Write;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A `sleep` of this host carrying `marker`, and the watch over it.
+    fn watched(marker: &str) -> (Child, Child) {
+        let command = Command::new("sleep")
+            .arg("60")
+            .env(EXEC_ID_ENV, marker)
+            .spawn()
+            .unwrap();
+        let watch = Command::new("sh")
+            .args(["-c", &watch_script(), "hermes-watch", marker])
+            .env_remove(EXEC_ID_ENV)
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        (command, watch)
+    }
+
+    /// Whether `child` ended within a few seconds.
+    fn ends(child: &mut Child) -> bool {
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            if child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    #[test]
+    fn the_watch_kills_the_command_at_the_end_of_its_input() {
+        let marker = new_exec_id();
+        let (mut command, mut watch) = watched(&marker);
+        drop(watch.stdin.take());
+        assert!(ends(&mut watch));
+        assert!(ends(&mut command), "the command outlived its watch");
+    }
+
+    #[test]
+    fn a_released_watch_kills_nothing() {
+        let marker = new_exec_id();
+        let (mut command, mut watch) = watched(&marker);
+        let mut input = watch.stdin.take().unwrap();
+        input.write_all(b"\n").unwrap();
+        drop(input);
+        assert!(ends(&mut watch));
+        assert!(
+            command.try_wait().unwrap().is_none(),
+            "the command was killed"
+        );
+        command.kill().unwrap();
+        command.wait().unwrap();
     }
 }
