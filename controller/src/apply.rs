@@ -151,7 +151,7 @@ pub async fn apply(
         }
         let started = Instant::now();
         let result = match options.home {
-            Some(home) => crate::proxy_ops::apply(home, action)
+            Some(home) => crate::proxy_ops::apply(home, engine, action)
                 .await
                 .map(|()| true)
                 .map_err(ApplyError::from),

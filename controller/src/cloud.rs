@@ -332,18 +332,58 @@ pub async fn apply_cloud<C: CloudDriver>(
             continue;
         };
         let started = Instant::now();
-        // Under the lock the service is asked again: an exec may have made
-        // the sandbox since the pass observed.
-        let result = async {
-            let _lock = lock_task_making(book).await?;
-            converge(driver, desired, cloud, book, task).await
-        }
-        .await
-        .map(|_| true)
-        .map_err(ApplyError::Cloud);
+        let result = carry_out_planned(driver, desired, cloud, book, task, op)
+            .await
+            .map(|()| true)
+            .map_err(ApplyError::Cloud);
         applied.record(op, started, result, verbose);
     }
     applied
+}
+
+/// Carries out the planned `op` on the task's sandbox, under the lock, once
+/// the service, asked again, still reports the sandbox the plan was made
+/// against (an exec, or another hermes, may have made or changed it since
+/// the pass observed). When it does not, nothing is done: the error says
+/// what changed, and the next pass plans again from what it sees.
+async fn carry_out_planned<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    cloud: &CloudDesired,
+    book: &SnapshotBook,
+    task: &str,
+    op: &Op<Action>,
+) -> anyhow::Result<()> {
+    let Action::Cloud(action) = &op.action else {
+        anyhow::bail!("not a cloud operation: {}", op.action.verb());
+    };
+    let _lock = lock_task_making(book).await?;
+    let (record, found) = look(driver, desired, book, task).await?;
+    let now = found
+        .as_ref()
+        .map(|s| format!("{} {}", s.id, state(s.state)))
+        .unwrap_or_else(|| "no sandbox".to_string());
+    let observed = seen(record, found);
+    let still = hermes_reconcilers::cloud::plan(desired, &observed);
+    if still.first().map(|o| &o.action) != Some(&op.action) {
+        anyhow::bail!(
+            "the service changed since the plan (it now reports {now}); nothing done, the next pass plans again"
+        );
+    }
+    apply_op(driver, desired, cloud, book, task, op, action).await?;
+    Ok(())
+}
+
+/// What a pass would see of the task's sandbox: `found` on the service,
+/// with the task's record.
+fn seen(record: hermes_model::cloud::TaskRecord, found: Option<CloudSandbox>) -> Observed {
+    Observed {
+        cloud: Some(CloudObserved::Seen {
+            sandbox: found.map(|s| (s.id, state(s.state))),
+            snapshot: record.snapshot,
+        }),
+        ..Observed::default()
+    }
 }
 
 /// A command in the task's sandbox on the service, which is created (from
@@ -449,13 +489,7 @@ async fn converge<C: CloudDriver>(
         .as_ref()
         .filter(|s| s.state == CloudState::Running)
         .map(|s| s.id.clone());
-    let observed = Observed {
-        cloud: Some(CloudObserved::Seen {
-            sandbox: found.map(|s| (s.id, state(s.state))),
-            snapshot: record.snapshot,
-        }),
-        ..Observed::default()
-    };
+    let observed = seen(record, found);
     let ops = hermes_reconcilers::cloud::plan(desired, &observed);
     let Some(op) = ops.first() else {
         return Ok(running);
@@ -622,6 +656,9 @@ mod tests {
         /// Creates from these snapshots fail.
         bad_snapshots: Vec<String>,
         suspend_to: Option<String>,
+        /// What `find` answers from its second call on, when set: the
+        /// service changed after the pass observed.
+        later: Option<Option<CloudSandbox>>,
         calls: RefCell<Vec<String>>,
     }
 
@@ -642,9 +679,13 @@ mod tests {
             task: &str,
             known: Option<&str>,
         ) -> Result<Option<CloudSandbox>, Failure> {
+            let first = !self.calls.borrow().iter().any(|c| c.starts_with("find "));
             self.calls
                 .borrow_mut()
                 .push(format!("find {profile}/{task} {}", known.unwrap_or("-")));
+            if let (false, Some(later)) = (first, &self.later) {
+                return Ok(later.clone());
+            }
             if self.by_id {
                 return Ok(known
                     .filter(|id| id.starts_with("sb-new"))
@@ -964,6 +1005,77 @@ mod tests {
             None
         );
         assert_eq!(book.sandbox("default", "default").unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_service_changed_under_the_lock_stops_the_planned_operation() {
+        let d = desired();
+        // Planned: resume the stopped sb-1. Under the lock the service
+        // reports it dead: no resume (nor the recreate a new plan would
+        // make); the next pass plans again.
+        let dir = tempfile::tempdir().unwrap();
+        let book = SnapshotBook::new(dir.path(), Backend::Modal);
+        let driver = Scripted {
+            found: Some(CloudSandbox {
+                id: "sb-1".into(),
+                state: CloudState::Stopped,
+            }),
+            later: Some(Some(CloudSandbox {
+                id: "sb-1".into(),
+                state: CloudState::Dead,
+            })),
+            ..Scripted::default()
+        };
+        let seen = observe_cloud(&driver, &d, &book).await;
+        let planned = plan(&d, seen);
+        assert_eq!(
+            planned.ops[0].action,
+            Action::Cloud(CloudAction::Resume { id: "sb-1".into() })
+        );
+        let applied = apply_cloud(&driver, &d, &planned, &book, false).await;
+        assert_eq!((applied.done, applied.failed), (0, 1));
+        let error = applied.failures[0].1.to_string();
+        assert!(
+            error.contains("the service changed since the plan (it now reports sb-1 dead)")
+                && error.contains("the next pass plans again"),
+            "{error}"
+        );
+        assert_eq!(
+            *driver.calls.borrow(),
+            ["find default/default -", "find default/default -"]
+        );
+        // Planned: create. Under the lock an exec has made one: nothing is
+        // created, and the next pass, seeing it run, is converged.
+        let dir = tempfile::tempdir().unwrap();
+        let book = SnapshotBook::new(dir.path(), Backend::Modal);
+        let driver = Scripted {
+            later: Some(Some(CloudSandbox {
+                id: "sb-exec".into(),
+                state: CloudState::Running,
+            })),
+            ..Scripted::default()
+        };
+        let seen = observe_cloud(&driver, &d, &book).await;
+        let planned = plan(&d, seen);
+        let applied = apply_cloud(&driver, &d, &planned, &book, false).await;
+        assert_eq!((applied.done, applied.failed), (0, 1));
+        assert_eq!(*driver.created.borrow(), 0);
+        let seen = observe_cloud(&driver, &d, &book).await;
+        assert!(plan(&d, seen).ops.is_empty());
+        // Unchanged under the lock: the planned operation is carried out.
+        let dir = tempfile::tempdir().unwrap();
+        let book = SnapshotBook::new(dir.path(), Backend::Modal);
+        let driver = Scripted {
+            found: Some(CloudSandbox {
+                id: "sb-1".into(),
+                state: CloudState::Stopped,
+            }),
+            ..Scripted::default()
+        };
+        let seen = observe_cloud(&driver, &d, &book).await;
+        let applied = apply_cloud(&driver, &d, &plan(&d, seen), &book, false).await;
+        assert_eq!((applied.done, applied.failed), (1, 0));
+        assert_eq!(driver.calls.borrow().last().unwrap(), "resume sb-1");
     }
 
     #[cfg(not(feature = "modal"))]

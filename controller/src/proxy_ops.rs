@@ -3,9 +3,13 @@
 //! a person at the shell set up, start and stop the daemon the same way
 //! (pid file, readiness wait, logs). The child inherits this process's
 //! environment, where the real keys come from.
+//!
+//! The removal of the proxy-only network (`proxy.enforce_network` turned
+//! off) is done here, in-process: its firewall chain, then the network.
 
 use std::process::Stdio;
 
+use hermes_backends::docker::Engine;
 use hermes_model::action::ProxyAction;
 
 use crate::home::Home;
@@ -30,15 +34,33 @@ pub enum ProxyError {
     /// standard error.
     #[error("`hermes egress {step}` failed: {last}")]
     Failed { step: &'static str, last: String },
+    #[error("no Docker engine answers")]
+    NoEngine,
+    /// Containers were attached to the network when it was to go.
+    #[error(
+        "the network {network} has {containers} container(s) attached; it goes once they are off it"
+    )]
+    InUse { network: String, containers: usize },
+    /// The firewall chain or the network could not be removed.
+    #[error("{0:#}")]
+    Network(anyhow::Error),
 }
 
-/// Runs the `hermes egress` steps of a proxy operation.
-pub async fn apply(home: &Home, action: ProxyAction) -> Result<(), ProxyError> {
+/// Runs the `hermes egress` steps of a proxy operation (the network's
+/// removal in this process, with `engine`).
+pub async fn apply(
+    home: &Home,
+    engine: Option<&Engine>,
+    action: ProxyAction,
+) -> Result<(), ProxyError> {
     let steps: &[&'static str] = match action {
         ProxyAction::Setup => &["setup"],
         ProxyAction::Start => &["start"],
         ProxyAction::Restart => &["stop", "start"],
         ProxyAction::Stop => &["stop"],
+        ProxyAction::RemoveNetwork => {
+            return remove_network(home, engine.ok_or(ProxyError::NoEngine)?).await;
+        }
     };
     let exe = std::env::current_exe().map_err(ProxyError::NoBinary)?;
     for &step in steps {
@@ -66,6 +88,35 @@ pub async fn apply(home: &Home, action: ProxyAction) -> Result<(), ProxyError> {
                 last: last.to_string(),
             });
         }
+    }
+    Ok(())
+}
+
+/// Removes this home's proxy-only network's firewall chain, then the
+/// network; refused while containers are attached (removing the chain
+/// would open the host to them).
+async fn remove_network(home: &Home, engine: &Engine) -> Result<(), ProxyError> {
+    let network = crate::egress::network::ProxyNetwork::for_home(home);
+    let found = engine
+        .inspect_internal_network(&network.name, &network.bridge)
+        .await
+        .map_err(|e| ProxyError::Network(e.into()))?;
+    if let Some(net) = found.as_ref().filter(|net| net.containers > 0) {
+        return Err(ProxyError::InUse {
+            network: network.name,
+            containers: net.containers,
+        });
+    }
+    let chain = network.clone();
+    tokio::task::spawn_blocking(move || chain.remove_firewall())
+        .await
+        .map_err(|e| ProxyError::Network(e.into()))?
+        .map_err(ProxyError::Network)?;
+    if found.is_some() {
+        engine
+            .remove_network(&network.name)
+            .await
+            .map_err(|e| ProxyError::Network(e.into()))?;
     }
     Ok(())
 }

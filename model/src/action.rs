@@ -63,6 +63,9 @@ pub enum ProxyAction {
     Restart,
     /// Stop the proxy daemon.
     Stop,
+    /// Remove the proxy-only network and its host firewall chain
+    /// (`proxy.enforce_network` is off).
+    RemoveNetwork,
 }
 
 /// An operation on the SSH backend's host.
@@ -151,7 +154,7 @@ impl Describe for ProxyAction {
         match self {
             ProxyAction::Setup | ProxyAction::Start => Kind::Create,
             ProxyAction::Restart => Kind::Change,
-            ProxyAction::Stop => Kind::Remove,
+            ProxyAction::Stop | ProxyAction::RemoveNetwork => Kind::Remove,
         }
     }
 
@@ -161,6 +164,7 @@ impl Describe for ProxyAction {
             ProxyAction::Start => "start",
             ProxyAction::Restart => "restart",
             ProxyAction::Stop => "stop",
+            ProxyAction::RemoveNetwork => "remove-network",
         }
     }
 }

@@ -113,6 +113,26 @@ pub struct ProxyObserved {
     pub settings: Option<String>,
     /// What is wrong, in words, when it is not healthy.
     pub problem: Option<String>,
+    /// This home's proxy-only network (`proxy.enforce_network`) and its
+    /// host firewall chain, when either exists.
+    pub network: Option<ProxyNetworkObserved>,
+}
+
+/// The proxy-only network of this home as a pass found it: the Docker
+/// network (with hermes's labels and this home's `hermes-home` label) or
+/// its firewall chain, or both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyNetworkObserved {
+    /// The Docker network's name.
+    pub name: String,
+    /// Whether the Docker network exists.
+    pub exists: bool,
+    /// How many containers are attached to it.
+    pub containers: usize,
+    /// The host firewall chain's name.
+    pub chain: String,
+    /// Whether the chain (or its rules) is in the host firewall.
+    pub chain_exists: bool,
 }
 
 /// Whether a container is in use, and since when it is not.

@@ -5,7 +5,11 @@
 //! - enabled, not running → start;
 //! - running with other settings, or not answering its health check →
 //!   restart;
-//! - disabled and running → stop.
+//! - disabled and running → stop;
+//! - the proxy-only network (or its firewall chain) there while
+//!   `proxy.enforce_network` is off (or the proxy disabled) → remove both;
+//!   kept, and reported, while containers are attached to it (they are
+//!   recreated off it first, and the pass plans again).
 //!
 //! Fail closed (`proxy.enabled` with `proxy.enforce_on_docker`): while the
 //! proxy is not set up, not running, not healthy or not yet on the current
@@ -19,8 +23,61 @@ use hermes_model::desired::{Desired, Egress};
 use hermes_model::observed::{Observed, ProxyObserved};
 use hermes_model::plan::{Describe, Kind, Op, Target};
 
-/// The operations on the proxy daemon.
+/// The verb of the report that keeps the proxy-only network while
+/// containers are attached to it: a pass plans again once they are
+/// recreated off it ([`has_proxy_work`]).
+pub const NETWORK_IN_USE: &str = "network-in-use";
+
+/// The operations on the proxy daemon and its network.
 pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
+    let mut ops: Vec<Op<Action>> = network(desired, observed).into_iter().collect();
+    ops.extend(daemon(desired, observed));
+    ops
+}
+
+/// The proxy-only network's operation: its removal when it is no longer
+/// wanted.
+fn network(desired: &Desired, observed: &Observed) -> Option<Op<Action>> {
+    let proxy = &desired.config.proxy;
+    if proxy.enabled && proxy.enforce_network {
+        return None;
+    }
+    let net = observed.proxy.network.as_ref()?;
+    let why = if proxy.enabled {
+        "proxy.enforce_network is off"
+    } else {
+        "the proxy is disabled"
+    };
+    if net.exists && net.containers > 0 {
+        return Some(Op {
+            target: Target::Proxy,
+            action: Action::Keep {
+                id: net.name.clone(),
+                verb: NETWORK_IN_USE,
+            },
+            cause: format!(
+                "{why}; the network {} and its firewall chain {} are kept while {} container(s) are attached, removed once they are off it",
+                net.name, net.chain, net.containers
+            ),
+        });
+    }
+    let what = match (net.exists, net.chain_exists) {
+        (true, true) => format!(
+            "the network {} and its firewall chain {}",
+            net.name, net.chain
+        ),
+        (true, false) => format!("the network {}", net.name),
+        (false, _) => format!("the firewall chain {}", net.chain),
+    };
+    Some(Op {
+        target: Target::Proxy,
+        action: Action::Proxy(ProxyAction::RemoveNetwork),
+        cause: format!("{why}; {what} still there"),
+    })
+}
+
+/// The operations on the proxy daemon.
+fn daemon(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     let p = &observed.proxy;
     let op = |action: ProxyAction, cause: String| {
         vec![Op {
@@ -115,10 +172,15 @@ pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
     }
 }
 
-/// Whether a plan has operations on the proxy that change it.
+/// Whether a plan has operations on the proxy that change it, or a
+/// proxy-only network that waits for its containers to leave: either is a
+/// reason to plan again once the plan is applied.
 pub fn has_proxy_work(ops: &[Op<Action>]) -> bool {
-    ops.iter()
-        .any(|op| op.target == Target::Proxy && op.action.kind() != Kind::Report)
+    ops.iter().any(|op| {
+        op.target == Target::Proxy
+            && (op.action.kind() != Kind::Report
+                || matches!(op.action, Action::Keep { verb, .. } if verb == NETWORK_IN_USE))
+    })
 }
 
 #[cfg(test)]

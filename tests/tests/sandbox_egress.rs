@@ -519,16 +519,34 @@ exit 0
     ]);
     assert_eq!(control.trim(), "HOST-SERVICE");
 
-    // Off again: the sandbox moves back to the default bridge (its files
-    // kept), the chain goes, and the network once nothing is attached.
+    // Off again: the dry run shows the network's removal; the pass moves
+    // the sandbox back to the default bridge (its files kept), then
+    // removes the chain and the network, as the dry run said.
     std::fs::write(host.workspace().join("marker"), "kept").unwrap();
     host.home.write_config(
         host.home
             .read_config()
             .replace("  enforce_network: true\n", ""),
     );
+    let chain = format!("HERMES-{}", network.trim_start_matches("hermes-egress-"));
+    let dry = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert!(
+        dry.stdout.lines().any(|l| l.starts_with("? proxy")
+            && l.contains("network-in-use")
+            && l.contains(network)
+            && l.contains(&chain)
+            && l.contains("removed once they are off it")),
+        "the dry run does not show the network's removal:\n{}",
+        dry.stdout
+    );
     let off = host.hermes(&["reconcile"]);
     assert_eq!(off.code, 0, "{off:?}");
+    assert!(
+        off.stdout.contains("remove-network done"),
+        "the network's removal is not an operation of the pass:\n{}",
+        off.stdout
+    );
     let networks = docker(&[
         "inspect",
         "--format",
@@ -540,14 +558,10 @@ exit 0
         std::fs::read_to_string(host.workspace().join("marker")).unwrap(),
         "kept"
     );
-    let chain = format!("HERMES-{}", network.trim_start_matches("hermes-egress-"));
     let rules = std::process::Command::new("iptables-save")
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&rules.stdout).contains(&chain));
-    let setup = host.hermes(&["egress", "setup"]);
-    assert_eq!(setup.code, 0, "{setup:?}");
-    assert!(setup.stdout.contains("removed"), "{}", setup.stdout);
     let left = docker(&[
         "network",
         "ls",
@@ -556,4 +570,6 @@ exit 0
         &format!("name={network}"),
     ]);
     assert_eq!(left.trim(), "", "the network is still there");
+    let converged = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(converged.code, 0, "{converged:?}");
 }

@@ -39,6 +39,8 @@ pub struct InternalNetwork {
     pub icc: bool,
     /// Whether [`Engine::ensure_internal_network`] replaced it just now.
     pub replaced: bool,
+    /// Its labels.
+    pub labels: HashMap<String, String>,
 }
 
 impl Engine {
@@ -183,6 +185,7 @@ impl Engine {
             containers: net.containers.map_or(0, |c| c.len()),
             icc,
             replaced: false,
+            labels: net.labels.unwrap_or_default(),
         }))
     }
 

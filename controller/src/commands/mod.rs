@@ -37,6 +37,8 @@ pub async fn observe_for(
     let profile = hermes_model::sandbox::sanitize(&desired.profile);
     let containers = engine.observe_profile(&profile).await?;
     let mut observed = with_activity(containers, home).await?;
+    observed.proxy.network =
+        crate::egress::pass::observe_network(home, engine, &desired.config).await;
     let needed = hermes_reconcilers::processes_needed(desired, &observed);
     if !needed.is_empty() {
         let ids: Vec<&str> = needed.iter().map(String::as_str).collect();

@@ -73,11 +73,6 @@ pub enum NetworkSetup {
         /// Whether the proxy must listen anew (a new network or gateway).
         changed: bool,
     },
-    /// `enforce_network` is off: the network and its firewall removed.
-    Removed { name: String },
-    /// `enforce_network` is off: the firewall removed, the network kept
-    /// while sandboxes are attached.
-    Kept { name: String },
 }
 
 impl NetworkSetup {
@@ -110,20 +105,13 @@ impl std::fmt::Display for NetworkSetup {
                     tunnel_port.saturating_add(1)
                 )
             }
-            NetworkSetup::Removed { name } => {
-                write!(f, "Network:  {name} removed (proxy.enforce_network is off)")
-            }
-            NetworkSetup::Kept { name } => write!(
-                f,
-                "Network:  {name} kept while sandboxes are attached (proxy.enforce_network is off)"
-            ),
         }
     }
 }
 
 /// With `proxy.enforce_network`: makes the proxy-only network and its
-/// firewall chain; without: removes them when they exist and the network
-/// is unused. For the command line: the engine is asked on a
+/// firewall chain; without, nothing (a pass plans their removal). For the
+/// command line: the engine is asked on a
 /// current-thread runtime of its own.
 pub(crate) fn setup(home: &Home, config: &Config) -> anyhow::Result<NetworkSetup> {
     let network = ProxyNetwork::for_home(home);
@@ -145,28 +133,9 @@ pub(crate) fn setup(home: &Home, config: &Config) -> anyhow::Result<NetworkSetup
             replaced,
         });
     }
-    if before.is_none() {
-        return Ok(NetworkSetup::None);
-    }
-    network.remove_firewall()?;
-    let removed = runtime.block_on(async {
-        let engine = Engine::connect().await?;
-        let net = engine
-            .inspect_internal_network(&network.name, &network.bridge)
-            .await?;
-        match net {
-            Some(net) if net.containers > 0 => anyhow::Ok(false),
-            _ => {
-                engine.remove_network(&network.name).await?;
-                anyhow::Ok(true)
-            }
-        }
-    })?;
-    Ok(if removed {
-        NetworkSetup::Removed { name: network.name }
-    } else {
-        NetworkSetup::Kept { name: network.name }
-    })
+    // Off: the network and its chain, when still there, are the pass's to
+    // remove (`remove-network` in the plan, after its sandboxes left it).
+    Ok(NetworkSetup::None)
 }
 
 /// The names of one home's proxy-only network.

@@ -8,12 +8,13 @@
 //! one it started with (and updates it when it reloads its tokens), and a
 //! difference restarts it.
 
+use hermes_backends::docker::Engine;
 use hermes_egress::settings::ProxyConfigFile;
 use hermes_egress::tokens::{MappingsFile, TokensFile};
 use hermes_model::config::Config;
 use hermes_model::desired::Egress;
 use hermes_model::egress::EgressWiring;
-use hermes_model::observed::ProxyObserved;
+use hermes_model::observed::{ProxyNetworkObserved, ProxyObserved};
 use sha2::{Digest, Sha256};
 
 use super::daemon::running_pid;
@@ -206,5 +207,66 @@ pub async fn observe(home: &Home) -> ProxyObserved {
         healthy,
         settings,
         problem,
+        network: None,
     }
+}
+
+/// This home's proxy-only network and its firewall chain, when either is
+/// there: the Docker network counts only with hermes's labels and this
+/// home's `hermes-home` label (a network of that name made by anyone else
+/// is never touched). Asked only when `proxy.enforce_network` is off (or
+/// the proxy disabled), the one case a pass plans from it: its removal.
+pub async fn observe_network(
+    home: &Home,
+    engine: &Engine,
+    config: &Config,
+) -> Option<ProxyNetworkObserved> {
+    if config.proxy.enabled && config.proxy.enforce_network {
+        return None;
+    }
+    let network = ProxyNetwork::for_home(home);
+    let found = match engine
+        .inspect_internal_network(&network.name, &network.bridge)
+        .await
+    {
+        Ok(found) => found.filter(|net| {
+            net.labels
+                .get(hermes_model::sandbox::LABEL_AGENT)
+                .map(String::as_str)
+                == Some("1")
+                && net.labels.get("hermes-egress-network").map(String::as_str) == Some("1")
+                && net.labels.get(hermes_model::homes::LABEL_HOME) == Some(&network.home_id)
+        }),
+        Err(e) => {
+            tracing::debug!(network = %network.name, error = %e, "not the proxy-only network hermes makes");
+            None
+        }
+    };
+    // The chain is looked for only beside the network: `egress setup`
+    // removes the chain first, so a chain without its network is one
+    // removed by hand.
+    let net = found?;
+    let chain_exists = chain_exists(&network.chain).await;
+    Some(ProxyNetworkObserved {
+        name: network.name,
+        exists: true,
+        containers: net.containers,
+        chain: network.chain,
+        chain_exists,
+    })
+}
+
+/// Whether the host firewall has the chain `chain` (`iptables -S`).
+async fn chain_exists(chain: &str) -> bool {
+    let out = tokio::process::Command::new("iptables")
+        .args(["-w", "-S", chain])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .status();
+    matches!(
+        tokio::time::timeout(std::time::Duration::from_secs(5), out).await,
+        Ok(Ok(status)) if status.success()
+    )
 }

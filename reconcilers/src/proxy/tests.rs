@@ -8,7 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use hermes_model::config::load;
 use hermes_model::desired::{Desired, Egress, HostEnv};
 use hermes_model::egress::EgressWiring;
-use hermes_model::observed::{Observed, ProxyObserved};
+use hermes_model::observed::{Observed, ProxyNetworkObserved, ProxyObserved};
 
 const NOW: u64 = 1_800_000_000;
 
@@ -44,7 +44,18 @@ fn healthy() -> ProxyObserved {
         healthy: true,
         settings: Some("5e771265abcd".to_string()),
         problem: None,
+        network: None,
     }
+}
+
+fn network(containers: usize) -> Option<ProxyNetworkObserved> {
+    Some(ProxyNetworkObserved {
+        name: "hermes-egress-0a1b2c3d".to_string(),
+        exists: true,
+        containers,
+        chain: "HERMES-0a1b2c3d".to_string(),
+        chain_exists: true,
+    })
 }
 
 fn text(d: &Desired, proxy: ProxyObserved) -> String {
@@ -151,4 +162,74 @@ fn a_wired_sandbox_is_recreated_when_egress_settings_change() {
     let d = desired(DOCKER_PROXY, on());
     let plain = desired("terminal:\n  backend: docker\n", Egress::Off);
     assert_ne!(d.sandboxes[0].hash(), plain.sandboxes[0].hash());
+}
+
+#[test]
+fn the_network_is_removed_once_enforce_network_is_off() {
+    let d = desired(
+        DOCKER_PROXY,
+        Egress::NotSetUp {
+            missing: "config.json is older than config.yaml's proxy section".to_string(),
+        },
+    );
+    let mut proxy = healthy();
+    proxy.network = network(0);
+    assert_eq!(
+        text(&d, proxy),
+        "+ proxy                     setup       not set up: config.json is older than config.yaml's proxy section\n\
+         - proxy                     remove-network  proxy.enforce_network is off; the network hermes-egress-0a1b2c3d and its firewall chain HERMES-0a1b2c3d still there\n\
+         ! sandbox default/default   blocked     egress proxy not set up (config.json is older than config.yaml's proxy section) (fail closed); wanted: create (no container with these labels)\n\
+         Plan: 1 to create, 0 to change, 1 to remove, 1 blocked."
+    );
+    // A chain left without its network goes too; so does a network left
+    // by a proxy now disabled.
+    let mut proxy = healthy();
+    proxy.network = network(0).map(|n| ProxyNetworkObserved { exists: false, ..n });
+    let t = text(&desired(DOCKER_PROXY, on()), proxy);
+    assert!(
+        t.starts_with("- proxy                     remove-network  proxy.enforce_network is off; the firewall chain HERMES-0a1b2c3d still there\n"),
+        "{t}"
+    );
+    let proxy = ProxyObserved {
+        network: network(0),
+        ..ProxyObserved::default()
+    };
+    let t = text(
+        &desired("terminal:\n  backend: docker\n", Egress::Off),
+        proxy,
+    );
+    assert!(
+        t.starts_with(
+            "- proxy                     remove-network  the proxy is disabled; the network"
+        ),
+        "{t}"
+    );
+}
+
+#[test]
+fn the_network_is_kept_while_containers_are_attached_and_while_it_is_wanted() {
+    let mut proxy = healthy();
+    proxy.network = network(2);
+    let t = text(&desired(DOCKER_PROXY, on()), proxy.clone());
+    assert!(
+        t.starts_with("? proxy                     network-in-use  proxy.enforce_network is off; the network hermes-egress-0a1b2c3d and its firewall chain HERMES-0a1b2c3d are kept while 2 container(s) are attached, removed once they are off it\n"),
+        "{t}"
+    );
+    assert!(!t.contains("remove-network"), "{t}");
+    let plan = crate::plan_all(
+        &desired(DOCKER_PROXY, on()),
+        &Observed {
+            proxy: proxy.clone(),
+            ..Observed::default()
+        },
+        UNIX_EPOCH + Duration::from_secs(NOW),
+    );
+    assert!(
+        crate::proxy::has_proxy_work(&plan.ops),
+        "a pass plans again"
+    );
+    let enforced = desired(&format!("{DOCKER_PROXY}  enforce_network: true\n"), on());
+    proxy.network = network(0);
+    let t = text(&enforced, proxy);
+    assert!(!t.contains("network"), "{t}");
 }
