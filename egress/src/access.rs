@@ -1,7 +1,7 @@
 //! The access log and the counters: one JSON line per request (time,
 //! client, host, method, path without query values, status, bytes,
-//! duration, decision and reason, and the provider whose token was
-//! swapped, by name), written by a thread of its own so that a slow disk
+//! duration, decision and reason, the provider whose token was swapped,
+//! by name, and the path it came by, `via`), written by a thread of its own so that a slow disk
 //! never holds a request; and the counters the management endpoint shows.
 
 use std::io::Write;
@@ -24,6 +24,19 @@ pub enum Decision {
     Error,
 }
 
+/// How a request came to the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    /// The client knew it spoke to a proxy: `CONNECT`, or an absolute URL
+    /// on the plain port.
+    Connect,
+    /// The client connected to the name's address, which the proxy-only
+    /// network's DNS gave as the proxy's: the target from the TLS SNI, or
+    /// from the `Host` header of plain HTTP.
+    Transparent,
+}
+
 /// One line of the access log.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
@@ -41,6 +54,7 @@ pub struct Record {
     /// The provider whose token was swapped for its key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    pub via: Via,
 }
 
 /// A request whose line is not written yet.
@@ -52,6 +66,7 @@ pub struct Pending {
     pub host: String,
     pub method: String,
     pub path: String,
+    pub via: Via,
 }
 
 impl Pending {
@@ -65,7 +80,15 @@ impl Pending {
             host: field(host, MAX_HOST),
             method: field(method.to_string(), MAX_METHOD),
             path: field(path, MAX_PATH),
+            via: Via::Connect,
         }
+    }
+
+    /// The same, come by `via`.
+    #[must_use]
+    pub fn via(mut self, via: Via) -> Pending {
+        self.via = via;
+        self
     }
 
     pub fn finish(
@@ -88,6 +111,7 @@ impl Pending {
             decision,
             reason,
             token,
+            via: self.via,
         }
     }
 }

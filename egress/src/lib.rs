@@ -6,6 +6,7 @@
 //! - [`policy`]: hosts, IP literal spellings, the allowlist and deny ranges.
 //! - [`target`]: CONNECT targets, absolute URLs and Host headers.
 //! - [`dial`]: resolution and connects that only reach checked addresses.
+//! - [`dns`]: the name server of the proxy-only network (allowlist only).
 //! - [`ca`]: the local CA and the leaves it mints, cached per name.
 //! - [`tokens`]: providers, proxy tokens, mappings and the real keys.
 //! - [`rewrite`]: the token-for-key swap in headers and query.
@@ -24,6 +25,7 @@ pub mod access;
 pub mod body;
 pub mod ca;
 pub mod dial;
+pub mod dns;
 #[doc(hidden)]
 pub mod fuzz_targets;
 pub mod limits;

@@ -94,6 +94,11 @@ fn handle(shared: &Shared, req: &Request<Incoming>) -> Response<ProxyBody> {
             "tunnel": addrs(bound.map(|b| &b.tunnel)),
             "http": addrs(bound.map(|b| &b.http)),
             "counters": shared.counters().snapshot(),
+            // The proxy-only network's DNS responder (transparent egress).
+            "dns": shared.dns.as_ref().map(|counters| serde_json::json!({
+                "listen": bound.and_then(|b| b.dns).map(|a| a.to_string()),
+                "counters": counters.snapshot(),
+            })),
             "limits": {
                 "connections_per_client": shared.limits.per_client(),
                 "connections": shared.limits.total(),

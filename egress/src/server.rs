@@ -25,15 +25,18 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 use tokio_rustls::LazyConfigAcceptor;
 
-use crate::access::{AccessLog, Counters, Decision, Pending};
+use crate::access::{AccessLog, Counters, Decision, Pending, Via};
 use crate::body::{Logged, ProxyBody};
 use crate::ca::LeafCache;
 use crate::dial::{self, DialError};
+use crate::dns::{DnsCounters, Responder};
 use crate::limits::{Limits, Slot};
 use crate::policy::{Allowlist, DenyList, Host, parse_host};
 use crate::rewrite::{inject, path_without_query_values};
 use crate::settings::Settings;
-use crate::target::{Target, host_header_matches, parse_absolute, parse_connect};
+use crate::target::{
+    Target, TargetError, host_header_matches, parse_absolute, parse_authority, parse_connect,
+};
 use crate::tokens::Credentials;
 use crate::upstream::{self, Sender, UpstreamError, UpstreamTls};
 
@@ -53,6 +56,11 @@ pub enum ServerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("the DNS responder cannot listen on {addr} (udp): {source}")]
+    DnsBind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("nothing to listen on: the listen list is empty")]
     NoListen,
     #[error("refusing to listen on {0}: name the addresses to listen on")]
@@ -69,12 +77,14 @@ pub struct Bound {
     pub tunnel: Vec<SocketAddr>,
     pub http: Vec<SocketAddr>,
     pub mgmt: SocketAddr,
+    /// The DNS responder (UDP), with `proxy.enforce_network`.
+    pub dns: Option<SocketAddr>,
 }
 
 /// What every connection shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    allow: Allowlist,
+    allow: Arc<Allowlist>,
     deny: DenyList,
     /// What `deny` refuses besides its ranges: this host's addresses.
     host_addrs: Arc<crate::policy::HostAddrs>,
@@ -98,6 +108,8 @@ pub(crate) struct Shared {
     log: AccessLog,
     pub(crate) mgmt_token: String,
     pub(crate) bound: std::sync::OnceLock<Bound>,
+    /// The DNS responder's counters, when it runs.
+    pub(crate) dns: Option<Arc<DnsCounters>>,
 }
 
 impl Shared {
@@ -157,6 +169,7 @@ pub struct Server {
     tunnel: Vec<TcpListener>,
     http: Vec<TcpListener>,
     mgmt: TcpListener,
+    dns: Option<(tokio::net::UdpSocket, Responder)>,
     shared: Arc<Shared>,
 }
 
@@ -181,6 +194,18 @@ pub async fn bind(
         http.push(listen(SocketAddr::new(*ip, settings.http_port)).await?);
     }
     let mgmt = listen(settings.mgmt_addr).await?;
+    let dns_socket = match settings.dns {
+        Some(dns) => Some((
+            crate::dns::bind(dns.listen)
+                .await
+                .map_err(|source| ServerError::DnsBind {
+                    addr: dns.listen,
+                    source,
+                })?,
+            dns.answer,
+        )),
+        None => None,
+    };
     let addrs = |ls: &[TcpListener]| ls.iter().filter_map(|l| l.local_addr().ok()).collect();
     let bound = Bound {
         tunnel: addrs(&tunnel),
@@ -189,6 +214,9 @@ pub async fn bind(
             addr: settings.mgmt_addr,
             source,
         })?,
+        dns: dns_socket
+            .as_ref()
+            .and_then(|(socket, _)| socket.local_addr().ok()),
     };
     let counters = Arc::new(Counters::default());
     let log = AccessLog::spawn(log_out, counters).map_err(ServerError::Log)?;
@@ -203,8 +231,17 @@ pub async fn bind(
     // read now and kept current by `run`.
     let host_addrs = Arc::new(crate::policy::HostAddrs::default());
     host_addrs.set(dial::host_addrs());
+    let allow = Arc::new(settings.allow);
+    let dns_counters = dns_socket
+        .as_ref()
+        .map(|_| Arc::new(DnsCounters::default()));
+    let dns = dns_socket
+        .zip(dns_counters.clone())
+        .map(|((socket, answer), counters)| {
+            (socket, Responder::new(allow.clone(), answer, counters))
+        });
     let shared = Arc::new(Shared {
-        allow: settings.allow,
+        allow,
         deny: settings.deny.with_host_addrs(host_addrs.clone()),
         host_addrs,
         resolve: settings.resolve,
@@ -220,12 +257,14 @@ pub async fn bind(
         log,
         mgmt_token: settings.mgmt_token,
         bound: std::sync::OnceLock::new(),
+        dns: dns_counters,
     });
     let _ = shared.bound.set(bound);
     Ok(Server {
         tunnel,
         http,
         mgmt,
+        dns,
         shared,
     })
 }
@@ -253,8 +292,16 @@ impl Server {
     /// Serves until `shutdown` completes.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         let mut tasks = tokio::task::JoinSet::new();
-        for listener in self.tunnel.into_iter().chain(self.http) {
-            tasks.spawn(accept_loop(listener, self.shared.clone()));
+        // TLS arriving on the tunnel port without a CONNECT is the
+        // transparent path (the proxy-only network redirects port 443 here).
+        for listener in self.tunnel {
+            tasks.spawn(accept_loop(listener, self.shared.clone(), true));
+        }
+        for listener in self.http {
+            tasks.spawn(accept_loop(listener, self.shared.clone(), false));
+        }
+        if let Some((socket, responder)) = self.dns {
+            tasks.spawn(crate::dns::serve(socket, responder));
         }
         tasks.spawn(crate::mgmt::serve(self.mgmt, self.shared.clone()));
         tasks.spawn(dial::watch_host_addrs(self.shared.host_addrs.clone()));
@@ -263,7 +310,9 @@ impl Server {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+/// Accepts client connections; with `sniff_tls`, one that opens with a
+/// TLS handshake (no CONNECT before it) goes the transparent way.
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, sniff_tls: bool) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -285,7 +334,12 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             let counters = shared.counters().clone();
             counters.connections.fetch_add(1, Ordering::Relaxed);
             counters.open_connections.fetch_add(1, Ordering::Relaxed);
-            serve_client(shared, stream, peer, Arc::new(slot)).await;
+            let slot = Arc::new(slot);
+            if sniff_tls && opens_with_tls(&stream, shared.client_idle).await {
+                transparent_tls(shared, stream, peer, slot).await;
+            } else {
+                serve_client(shared, stream, peer, slot).await;
+            }
             counters.open_connections.fetch_sub(1, Ordering::Relaxed);
         });
     }
@@ -363,6 +417,15 @@ async fn connect(
     Response::new(ProxyBody::empty())
 }
 
+/// A refusal decided before the tunnel's TLS was up (the connect-time
+/// deny check of the transparent path): every request inside gets it.
+#[derive(Debug)]
+struct Refused {
+    status: StatusCode,
+    reason: &'static str,
+    why: String,
+}
+
 /// The state of one tunnel: its target, the addresses checked for it, and
 /// the upstream connection its requests reuse.
 #[derive(Debug)]
@@ -373,6 +436,8 @@ struct Tunnel {
     upstream: Mutex<Option<Sender>>,
     /// The client connection's place in the limits.
     slot: Arc<Slot>,
+    via: Via,
+    refused: Option<Refused>,
 }
 
 async fn tunnel(
@@ -401,9 +466,104 @@ async fn tunnel(
         let record = pending.finish(403, 0, Decision::Deny, "sni-mismatch", None);
         return shared.log.write(record);
     }
-    let config = match shared.leaves.server_config(&target.host).await {
+    let tunnel = Tunnel {
+        peer,
+        target,
+        addrs,
+        upstream: Mutex::new(None),
+        slot,
+        via: Via::Connect,
+        refused: None,
+    };
+    serve_tls(shared, start, tunnel).await;
+}
+
+/// Whether a client connection opens with a TLS handshake record (rather
+/// than an HTTP request line), waiting at most `idle` for its first byte.
+async fn opens_with_tls(stream: &TcpStream, idle: Duration) -> bool {
+    let mut first = [0u8; 1];
+    matches!(
+        tokio::time::timeout(idle, stream.peek(&mut first)).await,
+        Ok(Ok(1)) if first[0] == 0x16
+    )
+}
+
+/// TLS straight to the proxy, without CONNECT (a sandbox on the proxy-only
+/// network whose program ignores `HTTPS_PROXY`: its DNS gave the proxy's
+/// address for the name). The target is the SNI name on port 443; from
+/// there everything is as for a tunnel: the allowlist, the connect-time
+/// deny check, the Host header naming the SNI, the token swap.
+async fn transparent_tls(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: Arc<Slot>,
+) {
+    let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
+    let start = match tokio::time::timeout(CLIENT_TLS_TIMEOUT, acceptor).await {
+        Ok(Ok(start)) => start,
+        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "client TLS hello failed"),
+        Err(_) => return tracing::debug!(%peer, "client TLS hello timed out"),
+    };
+    let sni = start.client_hello().server_name().map(str::to_string);
+    let deny = |host: String, reason: &'static str| {
+        let pending = Pending::new(peer, host, "TLS", String::new()).via(Via::Transparent);
+        shared
+            .log
+            .write(pending.finish(403, 0, Decision::Deny, reason, None));
+    };
+    // Without a name the proxy cannot know where the client meant to go;
+    // a name not on the allowlist gets no certificate minted for it. The
+    // handshake is dropped (the DNS answers such names NXDOMAIN, so only a
+    // client that dials the proxy's address by hand gets here).
+    let host = match sni.as_deref().map(parse_host) {
+        Some(Ok(host @ Host::Name(_))) => host,
+        _ => return deny(sni.unwrap_or_default(), "no-sni"),
+    };
+    if !shared.allow.allows(&host) {
+        return deny(host.to_string(), "not-allowed");
+    }
+    let target = Target { host, port: 443 };
+    let (addrs, refused) = match dial::resolve(&target, &shared.resolve, &shared.deny).await {
+        Ok(addrs) => (addrs, None),
+        Err(e) => {
+            let status = match e {
+                DialError::Denied(_) => StatusCode::FORBIDDEN,
+                _ => StatusCode::BAD_GATEWAY,
+            };
+            let refused = Refused {
+                status,
+                reason: e.reason(),
+                why: e.to_string(),
+            };
+            (Vec::new(), Some(refused))
+        }
+    };
+    shared.counters().tunnels.fetch_add(1, Ordering::Relaxed);
+    let tunnel = Tunnel {
+        peer,
+        target,
+        addrs,
+        upstream: Mutex::new(None),
+        slot,
+        via: Via::Transparent,
+        refused,
+    };
+    serve_tls(shared, start, tunnel).await;
+}
+
+/// Completes the client's TLS handshake with a leaf for the tunnel's
+/// name and serves the requests inside.
+async fn serve_tls<IO>(shared: Arc<Shared>, start: tokio_rustls::StartHandshake<IO>, tunnel: Tunnel)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = tunnel.peer;
+    let config = match shared.leaves.server_config(&tunnel.target.host).await {
         Ok(config) => config,
-        Err(e) => return tracing::error!(host = %target.host, error = %e, "minting a leaf failed"),
+        Err(e) => {
+            return tracing::error!(host = %tunnel.target.host, error = %e, "minting a leaf failed");
+        }
     };
     let tls = match tokio::time::timeout(CLIENT_TLS_TIMEOUT, start.into_stream(config)).await {
         Ok(Ok(tls)) => tls,
@@ -412,13 +572,7 @@ async fn tunnel(
     };
     let counters = shared.counters().clone();
     counters.open_tunnels.fetch_add(1, Ordering::Relaxed);
-    let tunnel = Arc::new(Tunnel {
-        peer,
-        target,
-        addrs,
-        upstream: Mutex::new(None),
-        slot,
-    });
+    let tunnel = Arc::new(tunnel);
     let idle = shared.tunnel_idle;
     let service = service_fn(move |req| {
         let shared = shared.clone();
@@ -452,7 +606,17 @@ async fn tunnel_request(
         tunnel.target.host.to_string(),
         req.method().as_str(),
         path_without_query_values(&path),
-    );
+    )
+    .via(tunnel.via);
+    if let Some(refused) = &tunnel.refused {
+        return refuse(
+            &shared,
+            pending,
+            refused.status,
+            refused.reason,
+            &refused.why,
+        );
+    }
     // One Host header, naming the tunnel: a second copy (which an upstream
     // might read instead of the first) is refused before any key goes in.
     if req.headers().get_all(header::HOST).iter().nth(1).is_some() {
@@ -519,12 +683,28 @@ fn swap(
     headers: &mut HeaderMap,
     path: String,
 ) -> Result<(String, Option<String>), (&'static str, String)> {
-    let credentials = shared.credentials();
+    swap_with(&shared.credentials(), host, headers, path)
+}
+
+fn swap_with(
+    credentials: &Credentials,
+    host: &Host,
+    headers: &mut HeaderMap,
+    path: String,
+) -> Result<(String, Option<String>), (&'static str, String)> {
     let Some(cred) = credentials.for_host(host) else {
         return Ok((path, None));
     };
     match inject(cred, headers, &path) {
         Ok(new_path) => Ok((new_path.unwrap_or(path), Some(cred.provider.clone()))),
+        Err(crate::rewrite::Refusal::NoKey) => {
+            // The sandbox did its part: the host holds no key to swap in.
+            let why = format!(
+                "the host has no real key for {}: set it in the environment of `hermes egress start` or in the hermes home's .env, then restart the proxy",
+                cred.provider
+            );
+            Err((crate::rewrite::Refusal::NoKey.reason(), why))
+        }
         Err(refusal) => {
             let places: Vec<String> = cred.places.iter().map(ToString::to_string).collect();
             let why = format!(
@@ -573,7 +753,10 @@ async fn send_in_tunnel(
     Ok(response.await?)
 }
 
-/// An absolute-form request on a proxy port (`GET http://host/path`).
+/// A request on a proxy port that is no CONNECT: absolute-form
+/// (`GET http://host/path`, a client that knows it speaks to a proxy), or
+/// origin-form (`GET /path` with a `Host` header: plain HTTP that the
+/// proxy-only network redirected here from port 80, the transparent path).
 async fn plain(
     shared: Arc<Shared>,
     peer: SocketAddr,
@@ -582,14 +765,20 @@ async fn plain(
 ) -> Response<ProxyBody> {
     let uri = req.uri().clone();
     let shown_path = path_without_query_values(uri.path_and_query().map_or("/", |pq| pq.as_str()));
-    let host_text = uri.host().unwrap_or_default().to_string();
-    let pending = Pending::new(peer, host_text, req.method().as_str(), shown_path);
-    let (target, path) = match parse_absolute(&uri) {
-        Ok(parsed) => parsed,
-        Err(e) => return refuse(&shared, pending, StatusCode::BAD_REQUEST, "bad-target", &e),
+    let origin_form = uri.scheme().is_none() && uri.authority().is_none();
+    let host_header = req
+        .headers()
+        .get(header::HOST)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let (host_text, via) = if origin_form {
+        (host_header.clone().unwrap_or_default(), Via::Transparent)
+    } else {
+        (uri.host().unwrap_or_default().to_string(), Via::Connect)
     };
+    let pending = Pending::new(peer, host_text, req.method().as_str(), shown_path).via(via);
     // The URL names the target; one Host header at most (it is replaced
-    // by the URL's authority below).
+    // by the URL's authority below). In origin-form, the one Host header
+    // names the target, on port 80.
     if req.headers().get_all(header::HOST).iter().nth(1).is_some() {
         let why = "more than one Host header";
         return refuse(
@@ -600,6 +789,15 @@ async fn plain(
             &why,
         );
     }
+    let parsed = if origin_form {
+        origin_target(host_header.as_deref(), &uri)
+    } else {
+        parse_absolute(&uri)
+    };
+    let (target, path) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return refuse(&shared, pending, StatusCode::BAD_REQUEST, "bad-target", &e),
+    };
     if !shared.allow.allows(&target.host) {
         let why = format!("{} is not on the allowlist", target.host);
         return refuse(&shared, pending, StatusCode::FORBIDDEN, "not-allowed", &why);
@@ -641,6 +839,20 @@ async fn plain(
     })
     .await;
     respond(&shared, pending, None, sent)
+}
+
+/// The target of an origin-form request: its Host header's name, on
+/// port 80 (the only port the proxy-only network redirects to the plain
+/// port), and the path.
+fn origin_target(host: Option<&str>, uri: &http::Uri) -> Result<(Target, String), TargetError> {
+    let target = parse_authority(host.ok_or(TargetError::Form)?, Some(80))?;
+    if target.port != 80 {
+        return Err(TargetError::Port);
+    }
+    let path = uri
+        .path_and_query()
+        .map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string());
+    Ok((target, path))
 }
 
 /// Sends an upgrade request (WebSocket) on a connection of its own and,
@@ -745,20 +957,43 @@ fn refuse(
     } else {
         (Decision::Deny, REFUSED_HEADER)
     };
-    let text = format!("hermes egress: {reason}: {why}\n");
+    let body = refusal_body(decision, reason, why);
     shared
         .log
-        .write(pending.finish(status.as_u16(), text.len() as u64, decision, reason, None));
-    let mut response = Response::new(ProxyBody::text(text));
+        .write(pending.finish(status.as_u16(), body.len() as u64, decision, reason, None));
+    let mut response = Response::new(ProxyBody::text(body));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(header_name, HeaderValue::from_static(reason));
     headers.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
+        HeaderValue::from_static("application/json"),
     );
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
+}
+
+/// The body of a response the proxy makes itself, in the shape the
+/// providers' SDKs read an error from (`error.message`, `error.type`,
+/// `error.code`): `{"type":"error","error":{"type":"hermes_egress_refused",
+/// "code":"<reason>","message":"hermes egress refused: <why>"}}`; an error
+/// of the proxy's own (5xx) says `hermes_egress_error`.
+pub fn refusal_body(decision: Decision, reason: &str, why: &dyn std::fmt::Display) -> String {
+    let (kind, word) = match decision {
+        Decision::Error => ("hermes_egress_error", "failed"),
+        _ => ("hermes_egress_refused", "refused"),
+    };
+    let mut body = serde_json::json!({
+        "type": "error",
+        "error": {
+            "type": kind,
+            "code": reason,
+            "message": format!("hermes egress {word}: {why}"),
+        },
+    })
+    .to_string();
+    body.push('\n');
+    body
 }
 
 /// Whether a request asks to switch protocols (`Connection: upgrade` and

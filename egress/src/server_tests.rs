@@ -433,3 +433,155 @@ async fn idle_connections_are_closed_before_the_first_request_and_between_reques
         .ok();
     assert!(started.elapsed() >= Duration::from_millis(900));
 }
+
+/// The body of a refusal, as JSON.
+fn refusal_json(response: &str) -> serde_json::Value {
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("{e}: {response}"))
+}
+
+#[tokio::test]
+async fn refusals_carry_an_sdk_shaped_json_error() {
+    let f = fixture().await;
+    let mut tcp = TcpStream::connect(f.plain).await.unwrap();
+    tcp.write_all(
+        b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
+    assert!(
+        response.contains("content-type: application/json"),
+        "{response}"
+    );
+    assert!(
+        response.contains("x-hermes-egress-refused: not-allowed"),
+        "{response}"
+    );
+    let body = refusal_json(&response);
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "hermes_egress_refused");
+    assert_eq!(body["error"]["code"], "not-allowed");
+    assert_eq!(
+        body["error"]["message"],
+        "hermes egress refused: example.com is not on the allowlist"
+    );
+}
+
+#[test]
+fn a_no_key_refusal_says_the_host_has_no_key() {
+    let tokens = TokensFile::updated(None, false).unwrap();
+    let credentials = Credentials::build(&MappingsFile::builtin(), &tokens, |_| None);
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {}", tokens.tokens["openai"])).unwrap(),
+    );
+    let (reason, why) = swap_with(
+        &credentials,
+        &Host::Name("api.openai.com".into()),
+        &mut headers,
+        "/".into(),
+    )
+    .unwrap_err();
+    assert_eq!(reason, "no-key");
+    assert!(
+        why.starts_with("the host has no real key for openai"),
+        "{why}"
+    );
+    assert!(!why.contains("token"), "{why}");
+}
+
+#[tokio::test]
+async fn plain_http_without_a_proxy_url_takes_its_target_from_the_host_header() {
+    let f = fixture().await;
+    let mut tcp = TcpStream::connect(f.plain).await.unwrap();
+    tcp.write_all(
+        format!(
+            "GET /v1/models?x=1 HTTP/1.1\r\nHost: api.openai.com\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            f.token
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).await.unwrap();
+    assert!(
+        response.contains("x-hermes-egress-refused: tls-required"),
+        "{response}"
+    );
+    // A Host naming another port than 80 is no transparent request.
+    let mut tcp = TcpStream::connect(f.plain).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: example.org:8080\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).await.unwrap();
+    assert!(
+        response.contains("x-hermes-egress-refused: bad-target"),
+        "{response}"
+    );
+    assert_eq!(f.upstream.accepted(), 0);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let log = f.lines.text();
+    assert!(
+        log.contains(r#""host":"api.openai.com","method":"GET","path":"/v1/models?x=""#)
+            && log.contains(r#""reason":"tls-required","via":"transparent""#),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn tls_without_connect_takes_its_target_from_the_sni() {
+    let f = fixture().await;
+    // Not on the allowlist: no certificate, the handshake fails.
+    let tcp = TcpStream::connect(f.proxy).await.unwrap();
+    let err = request(tcp, &f.ca_pem, "evil.test", get("evil.test", "/", None))
+        .await
+        .unwrap_err();
+    assert!(err.starts_with("tls"), "{err}");
+    // Allowlisted: the handshake completes with a leaf for the name and
+    // the request goes the tunnel's way, to the name on port 443 (where
+    // the fixture's upstream is not: the proxy says so).
+    let tcp = TcpStream::connect(f.proxy).await.unwrap();
+    let auth = format!("Bearer {}", f.token);
+    let (status, headers, body) = request(
+        tcp,
+        &f.ca_pem,
+        "api.openai.com",
+        get("api.openai.com", "/echo", Some(&auth)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    assert!(headers.contains_key(ERROR_HEADER), "{headers:?}");
+    let body: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+    assert_eq!(body["error"]["type"], "hermes_egress_error");
+    // The Host header must name the SNI, as in a tunnel.
+    let tcp = TcpStream::connect(f.proxy).await.unwrap();
+    let (status, headers, _) = request(
+        tcp,
+        &f.ca_pem,
+        "api.openai.com",
+        get("evil.test", "/echo", Some(&auth)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(headers[REFUSED_HEADER], "host-mismatch");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let log = f.lines.text();
+    assert!(
+        log.contains(r#""host":"evil.test","method":"TLS","path":"","status":403"#)
+            && log.contains(r#""reason":"not-allowed","via":"transparent""#),
+        "{log}"
+    );
+    assert!(
+        log.contains(r#""reason":"host-mismatch","via":"transparent""#),
+        "{log}"
+    );
+    assert_eq!(f.upstream.accepted(), 0);
+}

@@ -212,6 +212,16 @@ pub struct Settings {
     pub log_max_bytes: u64,
     /// How many rotated logs are kept.
     pub log_files: usize,
+    /// The proxy-only network's DNS responder, when there is one.
+    pub dns: Option<DnsSettings>,
+}
+
+/// Where the DNS responder listens (UDP) and the address it answers for
+/// allowlisted names: the proxy's, on the proxy-only network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DnsSettings {
+    pub listen: std::net::SocketAddr,
+    pub answer: Ipv4Addr,
 }
 
 impl Settings {
@@ -255,6 +265,7 @@ impl Settings {
                 .map_or(DEFAULT_TUNNEL_IDLE, Duration::from_secs),
             log_max_bytes: file.limits.log_max_bytes(),
             log_files: file.limits.log_files(),
+            dns: None,
         }
     }
 }

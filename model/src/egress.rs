@@ -106,6 +106,10 @@ impl SandboxSpec {
             .push(format!("{PROXY_HOST_NAME}:{}", wiring.gateway));
         if wiring.network.is_some() && self.network {
             self.network_name = wiring.network.clone();
+            // The proxy's DNS responder on the network's gateway: names
+            // resolve to the proxy, so programs that ignore HTTPS_PROXY
+            // reach it too (transparent egress).
+            self.dns = vec![wiring.gateway.to_string()];
         }
         self.labels
             .insert(LABEL_EGRESS.to_string(), wiring.fingerprint());
@@ -227,6 +231,22 @@ mod tests {
         let offline = spec("terminal:\n  docker_network: false\n").with_egress(&w);
         assert_eq!(offline.network_name, None);
         assert!(!offline.network);
+        assert!(offline.dns.is_empty());
+    }
+
+    #[test]
+    fn on_the_network_the_name_server_is_the_proxy_and_the_hash_says_so() {
+        let mut w = wiring();
+        assert!(spec("").with_egress(&w).dns.is_empty());
+        let before = spec("").with_egress(&w).hash().to_string();
+        w.network = Some("hermes-egress".into());
+        let enforced = spec("").with_egress(&w);
+        assert_eq!(enforced.dns, ["172.17.0.1"]);
+        let mut without_dns = enforced.clone();
+        without_dns.dns.clear();
+        without_dns.rehash();
+        assert_ne!(enforced.hash(), without_dns.hash());
+        assert_ne!(enforced.hash(), before);
     }
 
     #[test]

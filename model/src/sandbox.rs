@@ -266,6 +266,9 @@ pub struct SandboxSpec {
     pub network_name: Option<String>,
     pub devices: Vec<String>,
     pub add_hosts: Vec<String>,
+    /// The container's name servers (the proxy-only network's gateway,
+    /// where the egress proxy's DNS responder answers); empty: the engine's.
+    pub dns: Vec<String>,
     pub ulimits: Vec<(String, i64, i64)>,
     pub cmd: Vec<String>,
     pub working_dir: String,
@@ -410,6 +413,7 @@ impl SandboxSpec {
             network_name: None,
             devices: extra.devices.clone(),
             add_hosts: extra.add_hosts.clone(),
+            dns: Vec::new(),
             ulimits: extra.ulimits.clone(),
             cmd: vec!["sleep".to_string(), "infinity".to_string()],
             working_dir: "/workspace".to_string(),
@@ -470,6 +474,9 @@ impl SandboxSpec {
         }
         for a in &self.add_hosts {
             field("add_host", a);
+        }
+        for d in &self.dns {
+            field("dns", d);
         }
         for (n, s, hd) in &self.ulimits {
             field("ulimit", &format!("{n}={s}:{hd}"));

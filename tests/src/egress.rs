@@ -255,3 +255,48 @@ pub fn in_container(
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// Removes what transparent egress adds to a proxy-only network's
+/// firewall (its `nat` chain and jump, the `DOCKER-USER`/`FORWARD` rules
+/// that refuse a bypass at once), for tests that clean up by hand.
+pub fn remove_transparent_rules(bridge: &str, chain: &str) {
+    let iptables = |args: &[&str]| {
+        // A rule may stand more than once: delete until it is gone.
+        for _ in 0..8 {
+            let out = std::process::Command::new("iptables")
+                .arg("-w")
+                .args(args)
+                .output();
+            if !out.is_ok_and(|o| o.status.success()) {
+                break;
+            }
+        }
+    };
+    for parent in ["DOCKER-USER", "FORWARD"] {
+        iptables(&[
+            "-D",
+            parent,
+            "-i",
+            bridge,
+            "-p",
+            "tcp",
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "tcp-reset",
+        ]);
+        iptables(&[
+            "-D",
+            parent,
+            "-i",
+            bridge,
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "icmp-port-unreachable",
+        ]);
+    }
+    iptables(&["-t", "nat", "-D", "PREROUTING", "-i", bridge, "-j", chain]);
+    iptables(&["-t", "nat", "-F", chain]);
+    iptables(&["-t", "nat", "-X", chain]);
+}

@@ -434,6 +434,7 @@ impl Drop for NetworkCleanup {
         ] {
             let _ = std::process::Command::new("iptables").args(args).output();
         }
+        hermes_tests::egress::remove_transparent_rules(&bridge, &chain);
     }
 }
 

@@ -248,6 +248,7 @@ fn create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody, DockerError> {
         },
         devices: Some(devices),
         extra_hosts: Some(spec.add_hosts.clone()),
+        dns: (!spec.dns.is_empty()).then(|| spec.dns.clone()),
         ulimits: Some(
             spec.ulimits
                 .iter()

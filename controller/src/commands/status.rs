@@ -113,6 +113,9 @@ pub struct ProxyReport {
     /// Where its state file says it accepts CONNECT.
     #[serde(rename = "listening")]
     pub listening: Vec<String>,
+    /// Transparent egress (`proxy.enforce_network`): names resolve to the proxy.
+    #[serde(rename = "transparent")]
+    pub transparent: bool,
 }
 
 /// The controller, if one runs, and its last status file.
@@ -220,6 +223,7 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
             healthy: proxy.healthy,
             problem: proxy.problem,
             listening,
+            transparent: proxy_enabled && desired.config.proxy.enforce_network,
         },
         blocked,
         container_disk: crate::disk::status(),
@@ -283,7 +287,15 @@ impl fmt::Display for StatusReport {
             } else {
                 proxy.listening.join(", ")
             };
-            writeln!(f, "Proxy:       {health}; listening on {listening}")?;
+            let transparent = if proxy.transparent {
+                "; transparent egress on"
+            } else {
+                ""
+            };
+            writeln!(
+                f,
+                "Proxy:       {health}; listening on {listening}{transparent}"
+            )?;
         } else {
             writeln!(
                 f,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use hermes_egress::logfile::{RotatingLog, SharedLog, own_stdio};
-use hermes_egress::settings::{ProxyConfigFile, Settings};
+use hermes_egress::settings::{DnsSettings, ProxyConfigFile, Settings};
 use hermes_egress::tokens::{Credentials, MappingsFile, TokensFile};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -164,7 +164,18 @@ fn load_settings(home: &Home, paths: &Paths) -> anyhow::Result<Settings> {
             explicit.push(gateway);
         }
     }
-    Ok(Settings::new(&file, listen, credentials, ca, upstream_ca))
+    let mut settings = Settings::new(&file, listen, credentials, ca, upstream_ca);
+    if file.enforce_network
+        && let Some(gateway) = ProxyNetwork::for_home(home).gateway()
+    {
+        // The network's name server (its port 53/udp is redirected here):
+        // allowlisted names resolve to the proxy, nothing is forwarded.
+        settings.dns = Some(DnsSettings {
+            listen: std::net::SocketAddr::new(IpAddr::V4(gateway), file.tunnel_port),
+            answer: gateway,
+        });
+    }
+    Ok(settings)
 }
 
 /// Lets the proxy hold many tunnels: the soft open-files limit up to the hard one.

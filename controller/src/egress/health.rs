@@ -33,6 +33,17 @@ pub struct Health {
     /// Its counters since it started.
     #[serde(rename = "counters")]
     pub counters: Counters,
+    /// The proxy-only network's DNS responder, when it runs.
+    #[serde(rename = "dns", default)]
+    pub dns: Option<DnsHealth>,
+}
+
+/// The DNS responder of transparent egress, as `/health` reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsHealth {
+    /// Where it listens (UDP).
+    #[serde(rename = "listen", default)]
+    pub listen: Option<String>,
 }
 
 /// The proxy's counters (`hermes_egress::access::Counters::snapshot`),

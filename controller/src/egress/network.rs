@@ -24,6 +24,12 @@
 //! when it is missing) and checked with `iptables-save` (one process, no
 //! rule ever half-written).
 //!
+//! The transparent path (issue: programs that ignore `HTTPS_PROXY`): the
+//! chain's twin in the `nat` table redirects the gateway's ports 443, 80
+//! and 53/udp to the proxy's own ports ([`ProxyNetwork::nat_rules`]), and
+//! the sandboxes' name server is the gateway, where the proxy's DNS
+//! responder answers allowlisted names with the gateway's address.
+//!
 //! Also here: the addresses the proxy listens on when config names none
 //! ([`default_listen`]), and the network's part of `hermes egress setup`
 //! ([`setup`]).
@@ -179,7 +185,9 @@ impl ProxyNetwork {
 
     /// The rules, in `iptables-save`'s own spelling: the jump from INPUT
     /// for traffic that comes in on the bridge, then the chain admitting
-    /// the CONNECT port and the plain HTTP port and rejecting the rest.
+    /// the CONNECT port and the plain HTTP port (TCP) and the DNS
+    /// responder (UDP on the CONNECT port), and rejecting the rest at
+    /// once: a TCP reset, an ICMP error for anything else, never silence.
     pub fn firewall_rules(&self, tunnel_port: u16) -> Vec<String> {
         let (chain, bridge) = (&self.chain, &self.bridge);
         let http = tunnel_port.saturating_add(1);
@@ -187,7 +195,34 @@ impl ProxyNetwork {
             format!("-A INPUT -i {bridge} -j {chain}"),
             format!("-A {chain} -p tcp -m tcp --dport {tunnel_port} -j ACCEPT"),
             format!("-A {chain} -p tcp -m tcp --dport {http} -j ACCEPT"),
+            format!("-A {chain} -p udp -m udp --dport {tunnel_port} -j ACCEPT"),
+            format!("-A {chain} -p tcp -j REJECT --reject-with tcp-reset"),
             format!("-A {chain} -j REJECT --reject-with icmp-port-unreachable"),
+        ]
+    }
+
+    /// The transparent path, in the `nat` table (`iptables-save`'s
+    /// spelling): the jump from PREROUTING for traffic that comes in on
+    /// the bridge, then redirects of the gateway's port 443 to the CONNECT
+    /// port (where TLS without a CONNECT takes its target from the SNI),
+    /// port 80 to the plain port (origin-form requests, the target from
+    /// `Host`) and port 53/udp to the DNS responder. Redirects, not
+    /// listeners on 443, 80 and 53: the proxy needs no privileged port,
+    /// and a host service already listening there on every address
+    /// (a web server, a local resolver) neither blocks it nor is reached.
+    pub fn nat_rules(&self, tunnel_port: u16, gateway: Ipv4Addr) -> Vec<String> {
+        let (chain, bridge) = (&self.chain, &self.bridge);
+        let http = tunnel_port.saturating_add(1);
+        let to = |proto: &str, port: u16, to: u16| {
+            format!(
+                "-A {chain} -d {gateway}/32 -p {proto} -m {proto} --dport {port} -j REDIRECT --to-ports {to}"
+            )
+        };
+        vec![
+            format!("-A PREROUTING -i {bridge} -j {chain}"),
+            to("tcp", 443, tunnel_port),
+            to("tcp", 80, http),
+            to("udp", 53, tunnel_port),
         ]
     }
 
@@ -199,12 +234,37 @@ impl ProxyNetwork {
         format!("-i {bridge} -o {bridge} -j REJECT --reject-with icmp-port-unreachable")
     }
 
+    /// Every rule of this network in `DOCKER-USER` (or `FORWARD`): the one
+    /// between its containers, then the ones that refuse whatever else a
+    /// sandbox sends to be forwarded (a raw IP address, any port) at once,
+    /// a TCP reset or an ICMP error: Docker's own rules for an internal
+    /// network drop it silently, and a client then waits for its timeout.
+    pub fn forward_rules(&self) -> Vec<String> {
+        let bridge = &self.bridge;
+        vec![
+            self.forward_rule(),
+            format!("-i {bridge} -p tcp -j REJECT --reject-with tcp-reset"),
+            format!("-i {bridge} -j REJECT --reject-with icmp-port-unreachable"),
+        ]
+    }
+
     /// Whether the host firewall holds exactly this network's rules.
     pub fn firewall_in_place(&self, tunnel_port: u16) -> anyhow::Result<bool> {
         let saved = iptables_save()?;
+        let Some(gateway) = self.gateway() else {
+            return Ok(false);
+        };
         Ok(
             chain_matches(&saved, &self.chain, &self.firewall_rules(tunnel_port))
-                && forward_rule_in(&saved, &self.forward_rule()).is_some(),
+                && self
+                    .forward_rules()
+                    .iter()
+                    .all(|rule| forward_rule_in(&saved, rule).is_some())
+                && chain_matches(
+                    &iptables_save_table("nat")?,
+                    &self.chain,
+                    &self.nat_rules(tunnel_port, gateway),
+                ),
         )
     }
 
@@ -219,25 +279,41 @@ impl ProxyNetwork {
             script.push_str(rule);
             script.push('\n');
         }
-        if forward_rule_in(&before, &self.forward_rule()).is_none() {
-            let parent = if before.lines().any(|l| l.starts_with(":DOCKER-USER ")) {
-                "DOCKER-USER"
-            } else {
-                "FORWARD"
-            };
-            script.push_str(&format!("-I {parent} 1 {}\n", self.forward_rule()));
+        let parent = if before.lines().any(|l| l.starts_with(":DOCKER-USER ")) {
+            "DOCKER-USER"
+        } else {
+            "FORWARD"
+        };
+        // Inserted last first, so that they stand in their order at the head.
+        for rule in self.forward_rules().iter().rev() {
+            if forward_rule_in(&before, rule).is_none() {
+                script.push_str(&format!("-I {parent} 1 {rule}\n"));
+            }
+        }
+        script.push_str("COMMIT\n");
+        let gateway = self
+            .gateway()
+            .with_context(|| format!("the bridge {} has no IPv4 address", self.bridge))?;
+        let nat = self.nat_rules(tunnel_port, gateway);
+        let (nat_jump, nat_rules) = nat.split_first().context("no rules")?;
+        script.push_str(&format!("*nat\n:{} - [0:0]\n", self.chain));
+        for rule in nat_rules {
+            script.push_str(rule);
+            script.push('\n');
         }
         script.push_str("COMMIT\n");
         iptables_restore(&script)?;
-        let saved = iptables_save()?;
-        if !saved.lines().any(|l| l == jump) {
+        for (table, jump, parent) in [("filter", jump, "INPUT"), ("nat", nat_jump, "PREROUTING")] {
+            if iptables_save_table(table)?.lines().any(|l| l == jump) {
+                continue;
+            }
             let args: Vec<&str> = jump
-                .trim_start_matches("-A INPUT ")
+                .trim_start_matches(&format!("-A {parent} "))
                 .split_whitespace()
                 .collect();
             let mut cmd = Command::new("iptables");
-            cmd.args(["-w", "-I", "INPUT", "1"]).args(&args);
-            run(cmd, "iptables -I INPUT")?;
+            cmd.args(["-w", "-t", table, "-I", parent, "1"]).args(&args);
+            run(cmd, "iptables -I (the jump to hermes's chain)")?;
         }
         Ok(())
     }
@@ -246,21 +322,43 @@ impl ProxyNetwork {
     /// is skipped.
     pub fn remove_firewall(&self) -> anyhow::Result<()> {
         let saved = iptables_save()?;
-        let forward = self.forward_rule();
-        while let Some(parent) = forward_rule_in(&iptables_save()?, &forward) {
-            let mut cmd = Command::new("iptables");
-            cmd.args(["-w", "-D", parent])
-                .args(forward.split_whitespace());
-            run(
-                cmd,
-                "iptables -D (the rule between the network's containers)",
-            )?;
+        for forward in self.forward_rules() {
+            while let Some(parent) = forward_rule_in(&iptables_save()?, &forward) {
+                let mut cmd = Command::new("iptables");
+                cmd.args(["-w", "-D", parent])
+                    .args(forward.split_whitespace());
+                run(cmd, "iptables -D (a rule of the network's in DOCKER-USER)")?;
+            }
         }
         let jump = format!("-A INPUT -i {} -j {}", self.bridge, self.chain);
         for _ in saved.lines().filter(|l| *l == jump) {
             let mut cmd = Command::new("iptables");
             cmd.args(["-w", "-D", "INPUT", "-i", &self.bridge, "-j", &self.chain]);
             run(cmd, "iptables -D INPUT")?;
+        }
+        let nat = iptables_save_table("nat")?;
+        let nat_jump = format!("-A PREROUTING -i {} -j {}", self.bridge, self.chain);
+        for _ in nat.lines().filter(|l| *l == nat_jump) {
+            let mut cmd = Command::new("iptables");
+            cmd.args([
+                "-w",
+                "-t",
+                "nat",
+                "-D",
+                "PREROUTING",
+                "-i",
+                &self.bridge,
+                "-j",
+                &self.chain,
+            ]);
+            run(cmd, "iptables -t nat -D PREROUTING")?;
+        }
+        if nat.lines().any(|l| l == format!(":{} - [0:0]", self.chain)) {
+            for flag in ["-F", "-X"] {
+                let mut cmd = Command::new("iptables");
+                cmd.args(["-w", "-t", "nat", flag, &self.chain]);
+                run(cmd, "iptables -t nat (hermes's chain)")?;
+            }
         }
         if saved
             .lines()
@@ -324,8 +422,12 @@ fn chain_matches(saved: &str, chain: &str, rules: &[String]) -> bool {
 }
 
 fn iptables_save() -> anyhow::Result<String> {
+    iptables_save_table("filter")
+}
+
+fn iptables_save_table(table: &str) -> anyhow::Result<String> {
     let out = Command::new("iptables-save")
-        .args(["-t", "filter"])
+        .args(["-t", table])
         .stderr(Stdio::piped())
         .output()
         .context("cannot run iptables-save (proxy.enforce_network needs iptables)")?;
@@ -411,7 +513,18 @@ mod tests {
                 "-A INPUT -i hermes-0a1b2c3d -j HERMES-0a1b2c3d",
                 "-A HERMES-0a1b2c3d -p tcp -m tcp --dport 9090 -j ACCEPT",
                 "-A HERMES-0a1b2c3d -p tcp -m tcp --dport 9091 -j ACCEPT",
+                "-A HERMES-0a1b2c3d -p udp -m udp --dport 9090 -j ACCEPT",
+                "-A HERMES-0a1b2c3d -p tcp -j REJECT --reject-with tcp-reset",
                 "-A HERMES-0a1b2c3d -j REJECT --reject-with icmp-port-unreachable",
+            ]
+        );
+        assert_eq!(
+            net().nat_rules(9090, Ipv4Addr::new(172, 30, 0, 1)),
+            [
+                "-A PREROUTING -i hermes-0a1b2c3d -j HERMES-0a1b2c3d",
+                "-A HERMES-0a1b2c3d -d 172.30.0.1/32 -p tcp -m tcp --dport 443 -j REDIRECT --to-ports 9090",
+                "-A HERMES-0a1b2c3d -d 172.30.0.1/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 9091",
+                "-A HERMES-0a1b2c3d -d 172.30.0.1/32 -p udp -m udp --dport 53 -j REDIRECT --to-ports 9090",
             ]
         );
     }

@@ -41,6 +41,10 @@ pub struct EgressStatus {
     /// Where the running proxy says it accepts CONNECT, when it answers.
     #[serde(rename = "listening")]
     pub listening: Option<String>,
+    /// Transparent egress: where the running proxy's DNS responder
+    /// listens (the network's ports 443, 80 and 53 lead to the proxy).
+    #[serde(rename = "transparent")]
+    pub transparent: Option<String>,
     #[serde(rename = "credential_source")]
     pub credential_source: String,
     #[serde(rename = "docker_enforce")]
@@ -200,6 +204,10 @@ impl EgressStatus {
             process,
             running: running.is_some(),
             listening: health.as_ref().map(|h| h.tunnel.join(", ")),
+            transparent: health
+                .as_ref()
+                .and_then(|h| h.dns.as_ref())
+                .map(|d| d.listen.clone().unwrap_or_default()),
             credential_source: proxy.credential_source.clone(),
             docker_enforce: proxy.enforce_on_docker,
             uncovered_backends: uncovered
@@ -245,6 +253,13 @@ impl fmt::Display for EgressStatus {
         )?;
         writeln!(f, "Process:         {}", self.process)?;
         writeln!(f, "Listening:       {}", or(&self.listening, "no"))?;
+        match &self.transparent {
+            Some(dns) => writeln!(
+                f,
+                "Transparent:     on (names resolve to the proxy; DNS on {dns})"
+            )?,
+            None => writeln!(f, "Transparent:     off")?,
+        }
         writeln!(f, "Credential src:  {}", self.credential_source)?;
         writeln!(
             f,
@@ -321,6 +336,7 @@ mod tests {
             process: Process::Running { pid: 7 },
             running: true,
             listening: Some("127.0.0.1:8080".into()),
+            transparent: None,
             credential_source: "env".into(),
             docker_enforce: true,
             uncovered_backends: vec![Uncovered {
@@ -366,6 +382,7 @@ mod tests {
                 "process",
                 "running",
                 "listening",
+                "transparent",
                 "credential_source",
                 "docker_enforce",
                 "uncovered_backends",

@@ -371,6 +371,7 @@ impl Drop for EnforcedCleanup<'_> {
         ] {
             let _ = std::process::Command::new("iptables").args(args).output();
         }
+        hermes_tests::egress::remove_transparent_rules(&bridge, &chain);
     }
 }
 
