@@ -245,3 +245,46 @@ fn install_reports_the_binary_and_its_version() {
         run.stdout
     );
 }
+
+#[test]
+fn start_stop_and_config_check_say_when_the_next_pass_undoes_them() {
+    // Proxy::setup leaves proxy.enabled at its default, false.
+    let mut proxy = Proxy::setup("");
+    let start = proxy.start_run(&[]);
+    assert_eq!(start.code, 0, "{start:?}");
+    assert!(
+        start.stderr.contains("warning: proxy.enabled is false")
+            && start
+                .stderr
+                .contains("the next reconcile pass stops the proxy again"),
+        "{start:?}"
+    );
+    let check = proxy.hermes(&["config", "check"], &[]);
+    assert_eq!(check.code, 0, "{check:?}");
+    assert!(
+        check.stderr.contains("the egress proxy runs (pid ")
+            && check.stderr.contains("while proxy.enabled is false"),
+        "{check:?}"
+    );
+    // Stopping a proxy the config disables: nothing to say.
+    let stop = proxy.hermes(&["egress", "stop"], &[]);
+    assert_eq!(stop.code, 0, "{stop:?}");
+    assert!(!stop.stderr.contains("warning"), "{stop:?}");
+    let check = proxy.hermes(&["config", "check"], &[]);
+    assert!(!check.stderr.contains("the egress proxy runs"), "{check:?}");
+    // Enabled: a start is what the config wants, a stop is undone.
+    let text = proxy.home.read_config();
+    proxy
+        .home
+        .write_config(text.replace("proxy:\n", "proxy:\n  enabled: true\n"));
+    let start = proxy.start_run(&[]);
+    assert_eq!(start.code, 0, "{start:?}");
+    assert!(!start.stderr.contains("warning"), "{start:?}");
+    let stop = proxy.hermes(&["egress", "stop"], &[]);
+    assert_eq!(stop.code, 0, "{stop:?}");
+    assert!(
+        stop.stderr
+            .contains("the next reconcile pass starts the proxy again"),
+        "{stop:?}"
+    );
+}
