@@ -63,7 +63,9 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
             ExitCode::SUCCESS
         });
     }
+    let now = hermes_reconcilers::unix_seconds(SystemTime::now());
     if !plan.is_pending() {
+        crate::failures::record(home, &[], now);
         return Ok(if config_failed {
             ExitCode::from(1)
         } else {
@@ -102,6 +104,8 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         }
         last = next;
     }
+    // For `hermes status`, after this command has ended.
+    crate::failures::record(home, &applied.failures, now);
     // Observe again: what the host looks like now, not what we hoped.
     let (after, _) = see(engine.as_ref(), home, &desired).await?;
     forget_removed(&activity, &after);
