@@ -33,6 +33,23 @@ pub struct Health {
     /// Its counters since it started.
     #[serde(rename = "counters")]
     pub counters: Counters,
+    /// Per provider, whether it holds a real key; `None` from a proxy
+    /// that does not say.
+    #[serde(rename = "keys", default)]
+    pub keys: Option<Vec<KeyHeld>>,
+}
+
+/// Whether the running proxy holds a real key for one provider (never
+/// the key itself).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct KeyHeld {
+    #[serde(rename = "provider")]
+    pub provider: String,
+    #[serde(rename = "loaded")]
+    pub loaded: bool,
+    /// The variable the key came from.
+    #[serde(rename = "from", default)]
+    pub from: Option<String>,
 }
 
 /// The proxy's counters (`hermes_egress::access::Counters::snapshot`),
