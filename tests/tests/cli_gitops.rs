@@ -164,6 +164,15 @@ fn a_dry_run_of_a_broken_config_says_so_and_never_converged() {
         );
         assert!(!dry.stdout.contains("converged"), "{dry:?}");
     }
+    // A pass goes on with the last good config, but does not call the
+    // host converged either.
+    let pass = home.run(["reconcile"]);
+    assert_eq!(pass.code, 1, "{pass:?}");
+    assert!(!pass.stdout.contains("converged"), "{pass:?}");
+    assert!(
+        pass.stdout.contains("config.yaml must be fixed"),
+        "{pass:?}"
+    );
     // Unreadable: a directory where the file should be.
     std::fs::remove_file(home.config_path()).unwrap();
     std::fs::create_dir(home.config_path()).unwrap();

@@ -46,10 +46,18 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&plan.to_json())?),
-        // "No changes. The host is converged." would be untrue while
-        // config.yaml cannot be used.
+        // "The host is converged." would be untrue while config.yaml
+        // cannot be used: the rows stay, the last line says what holds.
         Output::Text if config_error.is_some() && !plan.is_pending() => {
-            println!("No changes under the config standing in; fix config.yaml.")
+            let text = plan.to_string();
+            let rows = text
+                .strip_suffix(CONVERGED)
+                .unwrap_or(text.as_str())
+                .trim_end();
+            if !rows.is_empty() {
+                println!("{rows}");
+            }
+            println!("No changes under the config standing in; config.yaml must be fixed.");
         }
         Output::Text => println!("{plan}"),
     }
@@ -125,6 +133,9 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         },
     )
 }
+
+/// The last line of a plan with nothing to do.
+const CONVERGED: &str = "No changes. The host is converged.";
 
 /// How many times a pass plans again after changing the proxy (setup,
 /// then start, then the sandboxes that waited).
