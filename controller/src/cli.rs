@@ -270,6 +270,11 @@ pub struct ReconcileArgs {
     /// 2: changes pending, 1: error.
     #[arg(long)]
     pub dry_run: bool,
+    /// With --dry-run: plan from FILE instead of config.yaml, against this
+    /// home's sandboxes, proxy and engine (a pre-merge check); nothing is
+    /// written.
+    #[arg(long, value_name = "FILE", requires = "dry_run")]
+    pub config: Option<std::path::PathBuf>,
     /// How to print the plan.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,

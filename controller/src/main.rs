@@ -29,6 +29,7 @@ mod commands;
 mod daemon;
 mod disk;
 mod egress;
+mod failures;
 mod fsio;
 mod home;
 mod metrics;

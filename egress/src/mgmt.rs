@@ -1,6 +1,7 @@
 //! The management endpoint, on 127.0.0.1 behind a bearer token:
-//! `GET /health` answers the proxy's version, where it listens and its
-//! counters and its connection limits. `hermes egress status` reads it.
+//! `GET /health` answers the proxy's version, where it listens, its
+//! counters, its connection limits and, per provider, whether it holds a
+//! real key (and the variable it came from; never the key). `hermes egress status` reads it.
 //! It has a budget of its own ([`MGMT_CONNECTIONS`]), apart from the data
 //! plane's, so a flood of client connections never makes it look dead.
 
@@ -99,6 +100,13 @@ fn handle(shared: &Shared, req: &Request<Incoming>) -> Response<ProxyBody> {
                 "listen": bound.and_then(|b| b.dns).map(|a| a.to_string()),
                 "counters": counters.snapshot(),
             })),
+            // Per provider, whether a real key is loaded and the variable
+            // it came from: never the key.
+            "keys": shared.credentials().iter().map(|c| serde_json::json!({
+                "provider": c.provider,
+                "loaded": c.key.is_some(),
+                "from": c.key_env,
+            })).collect::<Vec<_>>(),
             "limits": {
                 "connections_per_client": shared.limits.per_client(),
                 "connections": shared.limits.total(),

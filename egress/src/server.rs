@@ -137,7 +137,7 @@ impl Shared {
         }
     }
 
-    fn credentials(&self) -> Arc<Credentials> {
+    pub(crate) fn credentials(&self) -> Arc<Credentials> {
         match self.credentials.read() {
             Ok(c) => c.clone(),
             // A writer that panicked left a whole value: keep serving it.

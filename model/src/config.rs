@@ -267,6 +267,9 @@ pub fn load_for(text: &str, home: &[&Path]) -> Result<Loaded, ConfigError> {
     let mut merged = schema::defaults();
     merged.merge(&user);
     let config = Config::from_merged(&merged);
+    if let Some(root) = &root {
+        resolve::check(root, &config, &mut warnings);
+    }
     Ok(Loaded {
         config,
         warnings,
@@ -1050,6 +1053,8 @@ impl Reader<'_> {
 
 mod isolation;
 pub use isolation::{is_secret_name, proxy_enforced};
+mod resolve;
+pub use resolve::DEFAULT_UPSTREAM_DENY;
 
 #[cfg(test)]
 mod tests;

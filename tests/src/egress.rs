@@ -145,6 +145,13 @@ impl Proxy {
         self.started = true;
     }
 
+    /// `hermes egress start` with `env`, its output returned (the proxy
+    /// is stopped when dropped, whether it started or not).
+    pub fn start_run(&mut self, env: &[(&str, &str)]) -> Run {
+        self.started = true;
+        self.hermes(&["egress", "start"], env)
+    }
+
     pub fn dir(&self) -> PathBuf {
         self.home.path().join("proxy")
     }

@@ -343,30 +343,30 @@ fn keys_holding_dots_round_trip_through_set_get_and_unset() {
     let home = TestHome::new();
     home.write_config(COMMENTED);
     let key = "proxy.resolve.\"api.openai.com\"";
-    let set = home.run(["config", "set", key, "127.0.0.1"]);
+    let set = home.run(["config", "set", key, "203.0.113.7"]);
     assert_eq!(set.code, 0, "{set:?}");
     // A known key: no "unknown key" warning for a host of proxy.resolve.
     assert_eq!(set.stderr, "", "{set:?}");
     assert!(
-        set.stdout.starts_with(&format!("Set {key} = 127.0.0.1")),
+        set.stdout.starts_with(&format!("Set {key} = 203.0.113.7")),
         "{set:?}"
     );
     assert!(
         home.read_config()
-            .ends_with("  enabled: false\n  resolve:\n    api.openai.com: 127.0.0.1\n"),
+            .ends_with("  enabled: false\n  resolve:\n    api.openai.com: 203.0.113.7\n"),
         "{}",
         home.read_config()
     );
     let get = home.run(["config", "get", key]);
     assert_eq!(
         (get.code, get.stdout.as_str()),
-        (0, "127.0.0.1\n"),
+        (0, "203.0.113.7\n"),
         "{get:?}"
     );
     let json = home.run(["config", "get", "proxy.resolve", "--output", "json"]);
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&json.stdout).unwrap(),
-        serde_json::json!({"api.openai.com": "127.0.0.1"})
+        serde_json::json!({"api.openai.com": "203.0.113.7"})
     );
     // Unquoted, the dots separate keys: not that host.
     let plain = home.run(["config", "get", "proxy.resolve.api.openai.com"]);
@@ -436,4 +436,30 @@ fn get_of_a_null_value_prints_null_as_json_and_says_not_set_otherwise() {
     // A key that is not there at all is not set in either form.
     let absent = home.run(["config", "get", "terminal.nothing", "--json"]);
     assert_eq!((absent.code, absent.stdout.as_str()), (1, ""), "{absent:?}");
+}
+
+#[test]
+fn check_warns_about_a_resolve_entry_into_the_deny_list() {
+    let home = TestHome::new();
+    home.write_config(
+        "proxy:\n  resolve:\n    api.openai.com: 10.1.2.3\n    api.anthropic.com: 203.0.113.7\n",
+    );
+    let run = home.run(["config", "check"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "config.yaml:3:21: proxy.resolve.\"api.openai.com\": 10.1.2.3 lies in 10.0.0.0/8 \
+             of the built-in upstream deny list: every request to api.openai.com would be refused"
+        ),
+        "{run:?}"
+    );
+    assert!(!run.stderr.contains("anthropic"), "{run:?}");
+    assert!(run.stdout.contains("is valid (1 warning)"), "{run:?}");
+    // A deny list that leaves the range out: no warning.
+    home.write_config(
+        "proxy:\n  upstream_deny_cidrs: [169.254.0.0/16]\n  resolve:\n    api.openai.com: 10.1.2.3\n",
+    );
+    let run = home.run(["config", "check"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(!run.stderr.contains("deny"), "{run:?}");
 }

@@ -245,3 +245,103 @@ fn install_reports_the_binary_and_its_version() {
         run.stdout
     );
 }
+
+#[test]
+fn start_stop_and_config_check_say_when_the_next_pass_undoes_them() {
+    // Proxy::setup leaves proxy.enabled at its default, false.
+    let mut proxy = Proxy::setup("");
+    let start = proxy.start_run(&[]);
+    assert_eq!(start.code, 0, "{start:?}");
+    assert!(
+        start.stderr.contains("warning: proxy.enabled is false")
+            && start
+                .stderr
+                .contains("the next reconcile pass stops the proxy again"),
+        "{start:?}"
+    );
+    let check = proxy.hermes(&["config", "check"], &[]);
+    assert_eq!(check.code, 0, "{check:?}");
+    assert!(
+        check.stderr.contains("the egress proxy runs (pid ")
+            && check.stderr.contains("while proxy.enabled is false"),
+        "{check:?}"
+    );
+    // Stopping a proxy the config disables: nothing to say.
+    let stop = proxy.hermes(&["egress", "stop"], &[]);
+    assert_eq!(stop.code, 0, "{stop:?}");
+    assert!(!stop.stderr.contains("warning"), "{stop:?}");
+    let check = proxy.hermes(&["config", "check"], &[]);
+    assert!(!check.stderr.contains("the egress proxy runs"), "{check:?}");
+    // Enabled: a start is what the config wants, a stop is undone.
+    let text = proxy.home.read_config();
+    proxy
+        .home
+        .write_config(text.replace("proxy:\n", "proxy:\n  enabled: true\n"));
+    let start = proxy.start_run(&[]);
+    assert_eq!(start.code, 0, "{start:?}");
+    assert!(!start.stderr.contains("warning"), "{start:?}");
+    let stop = proxy.hermes(&["egress", "stop"], &[]);
+    assert_eq!(stop.code, 0, "{stop:?}");
+    assert!(
+        stop.stderr
+            .contains("the next reconcile pass starts the proxy again"),
+        "{stop:?}"
+    );
+}
+
+#[test]
+fn the_key_column_is_what_the_running_proxy_holds_not_the_callers_environment() {
+    let mut proxy = Proxy::setup("");
+    let row = |text: &str, provider: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{provider} ")))
+            .unwrap_or_else(|| panic!("no row for {provider}:\n{text}"))
+            .to_string()
+    };
+    // Not running: the column says so, whatever the caller holds.
+    let idle = proxy.hermes(
+        &["egress", "status"],
+        &[("OPENAI_API_KEY", "sk-caller-REAL")],
+    );
+    assert_eq!(idle.code, 0, "{idle:?}");
+    assert!(
+        row(&idle.stdout, "openai").ends_with(" proxy not running"),
+        "{}",
+        idle.stdout
+    );
+    // The proxy holds the key; the caller's environment has none.
+    proxy.start(&[("OPENAI_API_KEY", "sk-proxy-REAL")]);
+    let text = proxy.hermes(&["egress", "status"], &[]);
+    assert_eq!(text.code, 0, "{text:?}");
+    assert!(
+        row(&text.stdout, "openai").ends_with(" from OPENAI_API_KEY"),
+        "{}",
+        text.stdout
+    );
+    // The caller holds a key the proxy does not: still missing.
+    let other = proxy.hermes(
+        &["egress", "status"],
+        &[("ANTHROPIC_API_KEY", "sk-ant-caller-REAL")],
+    );
+    assert!(
+        row(&other.stdout, "anthropic").ends_with(" missing"),
+        "{}",
+        other.stdout
+    );
+    let json = proxy.hermes(&["egress", "status", "--output", "json"], &[]);
+    let report: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    let tokens = report["tokens"].as_array().unwrap();
+    let openai = tokens.iter().find(|t| t["provider"] == "openai").unwrap();
+    assert_eq!(openai["key_loaded"], true, "{openai}");
+    assert_eq!(openai["key"], "OPENAI_API_KEY", "{openai}");
+    let anthropic = tokens
+        .iter()
+        .find(|t| t["provider"] == "anthropic")
+        .unwrap();
+    assert_eq!(anthropic["key_loaded"], false, "{anthropic}");
+    // Never the key itself.
+    for run in [&text, &other, &json] {
+        assert!(!run.stdout.contains("REAL"), "{run:?}");
+        assert!(!run.stderr.contains("REAL"), "{run:?}");
+    }
+}

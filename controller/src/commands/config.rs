@@ -278,6 +278,16 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
                 eprintln!("warning: {w}");
                 count += 1;
             }
+            if !loaded.config.proxy.enabled
+                && let Ok(Some(pid)) =
+                    crate::egress::daemon::running_pid(&crate::egress::files::Paths::new(home))
+            {
+                eprintln!(
+                    "warning: the egress proxy runs (pid {pid}) while proxy.enabled is false: \
+                     the next reconcile pass stops it"
+                );
+                count += 1;
+            }
             if loaded.config.terminal.backend == hermes_model::config::Backend::Docker
                 && let Some(why) = crate::disk::unavailable()
             {

@@ -20,13 +20,57 @@ pub fn run(home: &Home, command: EgressCommand) -> anyhow::Result<ExitCode> {
     match command {
         EgressCommand::Install => install(),
         EgressCommand::Setup { rotate_tokens } => setup(home, &paths, rotate_tokens),
-        EgressCommand::Start => daemon::start(home, &paths),
-        EgressCommand::Stop => daemon::stop(&paths),
+        EgressCommand::Start => {
+            warn_if_undone(home, Verb::Start);
+            daemon::start(home, &paths)
+        }
+        EgressCommand::Stop => {
+            warn_if_undone(home, Verb::Stop);
+            daemon::stop(&paths)
+        }
         EgressCommand::Status {
             show_tokens,
             output,
         } => status(home, show_tokens, output),
         EgressCommand::Serve => daemon::serve(home, &paths),
+    }
+}
+
+/// `egress start` or `egress stop`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Start,
+    Stop,
+}
+
+/// Says on stderr when the next reconcile pass (`hermes reconcile`, a
+/// running controller) will undo what `egress start`/`stop` does: a start
+/// while `proxy.enabled` is false, a stop while it is true. Silent when
+/// the file cannot be read (start and stop report their own errors).
+fn warn_if_undone(home: &Home, verb: Verb) {
+    let enabled = super::config::read_config_text(home)
+        .ok()
+        .flatten()
+        .and_then(|text| hermes_model::config::load(&text).ok())
+        .map(|loaded| loaded.config.proxy.enabled);
+    if let Some(warning) = enabled.and_then(|enabled| undone_warning(home, verb, enabled)) {
+        eprintln!("warning: {warning}");
+    }
+}
+
+/// The warning of [`warn_if_undone`], if any.
+pub fn undone_warning(home: &Home, verb: Verb, enabled: bool) -> Option<String> {
+    let file = home.config().display().to_string();
+    match (verb, enabled) {
+        (Verb::Start, false) => Some(format!(
+            "proxy.enabled is false in {file}: the next reconcile pass stops the proxy again; \
+             set proxy.enabled: true to keep it running"
+        )),
+        (Verb::Stop, true) => Some(format!(
+            "proxy.enabled is true in {file}: the next reconcile pass starts the proxy again; \
+             set proxy.enabled: false to keep it stopped"
+        )),
+        _ => None,
     }
 }
 
@@ -93,4 +137,30 @@ fn status(home: &Home, show_tokens: bool, output: Output) -> anyhow::Result<Exit
         Output::Text => print!("{report}"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_model_checks_resolve_against_the_proxys_own_deny_list() {
+        assert_eq!(
+            hermes_model::config::DEFAULT_UPSTREAM_DENY,
+            hermes_egress::policy::DEFAULT_DENY
+        );
+    }
+
+    #[test]
+    fn only_an_action_the_next_pass_undoes_is_warned_about() {
+        let home = Home::resolve(Some("/h".into())).unwrap();
+        assert!(undone_warning(&home, Verb::Start, true).is_none());
+        assert!(undone_warning(&home, Verb::Stop, false).is_none());
+        let start = undone_warning(&home, Verb::Start, false).unwrap();
+        assert!(start.contains("stops the proxy again"), "{start}");
+        let stop = undone_warning(&home, Verb::Stop, true).unwrap();
+        assert!(stop.contains("starts the proxy again"), "{stop}");
+    }
 }

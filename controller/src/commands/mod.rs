@@ -148,15 +148,63 @@ pub fn load_text(
     hermes_model::config::load_for(text, &spellings)
 }
 
+/// The desired state of a dry run: from `file` when given (a candidate
+/// checked before it merges), else from config.yaml. Unlike a pass, a
+/// config that cannot be used is an error — the person who asked must hear
+/// that the file is broken, not a plan made from the last good one — and
+/// nothing is written (not even the last good copy).
+pub fn load_for_dry_run(
+    home: &Home,
+    profile: &str,
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<Desired> {
+    hermes_model::desired::check_profile(profile)?;
+    let (path, text) = match file {
+        Some(path) => {
+            let bytes = crate::fsio::read_bounded(path, hermes_model::yaml::MAX_BYTES)
+                .with_context(|| format!("cannot read {}", path.display()))?
+                .with_context(|| format!("{} does not exist", path.display()))?;
+            let text = hermes_model::yaml::text_from_bytes(&bytes).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}",
+                    hermes_model::config::Issue::from(e).render(&path.display().to_string())
+                )
+            })?;
+            (path.to_path_buf(), Some(text.to_string()))
+        }
+        None => (home.config(), config::read_config_text(home)?),
+    };
+    let shown = path.display().to_string();
+    let Some(text) = text else {
+        // No config.yaml on a host that never had one: the defaults.
+        return load_desired(home, profile);
+    };
+    let loaded = load_text(home, &text).map_err(|e| anyhow::anyhow!("{}", e.render(&shown)))?;
+    anyhow::ensure!(
+        !loaded.empty,
+        "{shown} is empty: a pass would keep the last good config and remove nothing"
+    );
+    desired_from(home, profile, loaded, &shown)
+}
+
 /// Prints a loaded config's warnings and builds the desired state.
 fn desired_of(
     home: &Home,
     profile: &str,
     loaded: hermes_model::config::Loaded,
 ) -> anyhow::Result<Desired> {
-    let file = home.config().display().to_string();
+    desired_from(home, profile, loaded, &home.config().display().to_string())
+}
+
+/// [`desired_of`] for a config read from `file`.
+fn desired_from(
+    home: &Home,
+    profile: &str,
+    loaded: hermes_model::config::Loaded,
+    file: &str,
+) -> anyhow::Result<Desired> {
     for w in &loaded.warnings {
-        eprintln!("warning: {}", w.render(&file));
+        eprintln!("warning: {}", w.render(file));
     }
     if let Some(w) = home.exposure_warning() {
         eprintln!("warning: {w}");

@@ -3,7 +3,9 @@
 //!
 //! A config that cannot be used (invalid, unreadable, empty) is reported
 //! and the pass goes on with the last good one, removing nothing; the exit
-//! code is then 1.
+//! code is then 1. A dry run stops at such a config (exit 1, no plan) and
+//! writes nothing; `--config FILE` plans a candidate file against this
+//! home's real state (the GitOps pre-merge check).
 
 use std::process::ExitCode;
 use std::time::SystemTime;
@@ -16,16 +18,23 @@ use crate::activity::Activity;
 use crate::apply::{ApplyOptions, apply};
 use crate::cli::{Output, ReconcileArgs};
 use crate::commands::{
-    apply_backends, load_for_pass, observe_backends, observe_for, refresh_egress,
+    apply_backends, load_for_dry_run, load_for_pass, observe_backends, observe_for, refresh_egress,
 };
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
-    let pass = load_for_pass(home, profile)?;
-    if let Some(error) = &pass.config_error {
-        eprintln!("error: {error}");
-    }
-    let mut desired = pass.desired;
+    let (mut desired, config_error) = if args.dry_run {
+        // A config that cannot be used is the answer (exit 1), never a plan
+        // made from the last good one that reads "No changes".
+        let desired = load_for_dry_run(home, profile, args.config.as_deref())?;
+        (desired, None)
+    } else {
+        let pass = load_for_pass(home, profile)?;
+        if let Some(error) = &pass.config_error {
+            eprintln!("error: {error}");
+        }
+        (pass.desired, pass.config_error)
+    };
     if args.prune {
         desired.config.reconcile.prune = true;
     }
@@ -37,9 +46,22 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&plan.to_json())?),
+        // "The host is converged." would be untrue while config.yaml
+        // cannot be used: the rows stay, the last line says what holds.
+        Output::Text if config_error.is_some() && !plan.is_pending() => {
+            let text = plan.to_string();
+            let rows = text
+                .strip_suffix(CONVERGED)
+                .unwrap_or(text.as_str())
+                .trim_end();
+            if !rows.is_empty() {
+                println!("{rows}");
+            }
+            println!("No changes under the config standing in; config.yaml must be fixed.");
+        }
         Output::Text => println!("{plan}"),
     }
-    let config_failed = pass.config_error.is_some() || backend_error.is_some();
+    let config_failed = config_error.is_some() || backend_error.is_some();
     if args.dry_run {
         return Ok(if config_failed {
             ExitCode::from(1)
@@ -49,7 +71,9 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
             ExitCode::SUCCESS
         });
     }
+    let now = hermes_reconcilers::unix_seconds(SystemTime::now());
     if !plan.is_pending() {
+        crate::failures::record::<String>(home, &[], now);
         return Ok(if config_failed {
             ExitCode::from(1)
         } else {
@@ -88,6 +112,8 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         }
         last = next;
     }
+    // For `hermes status`, after this command has ended.
+    crate::failures::record(home, &applied.failures, now);
     // Observe again: what the host looks like now, not what we hoped.
     let (after, _) = see(engine.as_ref(), home, &desired).await?;
     forget_removed(&activity, &after);
@@ -107,6 +133,9 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         },
     )
 }
+
+/// The last line of a plan with nothing to do.
+const CONVERGED: &str = "No changes. The host is converged.";
 
 /// How many times a pass plans again after changing the proxy (setup,
 /// then start, then the sandboxes that waited).

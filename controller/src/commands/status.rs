@@ -7,7 +7,8 @@
 //! leaves its last status file but not its lock); its figures come from the
 //! status file it rewrites every pass. Exit 0 when the host is healthy:
 //! config usable, nothing blocked, the proxy healthy when enabled, and the
-//! controller's last pass clean when one runs.
+//! controller's last pass clean when one runs, no error (the engine down
+//! on the Docker backend, an operation of the last pass that failed).
 
 use std::fmt;
 use std::process::ExitCode;
@@ -59,8 +60,15 @@ pub struct StatusReport {
     pub sandboxes: Vec<SandboxRow>,
     #[serde(rename = "proxy")]
     pub proxy: ProxyReport,
+    /// Everything that fails closed right now: the plan's blocked
+    /// operations, and `hermes exec` refused while the proxy is not ready.
     #[serde(rename = "blocked")]
     pub blocked: Vec<String>,
+    /// What is wrong besides: the engine not answering on the Docker
+    /// backend, a backend that cannot be asked, an operation of the last
+    /// `hermes reconcile` that failed (while its target is still wanted).
+    #[serde(rename = "errors")]
+    pub errors: Vec<String>,
     #[serde(rename = "container_disk")]
     pub container_disk: String,
     #[serde(rename = "controller")]
@@ -134,9 +142,24 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
     // The host as a pass would see it.
     let pass = load_for_pass(home, profile)?;
     let desired = &pass.desired;
+    let mut errors = Vec::new();
     let engine = match tokio::time::timeout(ENGINE_WAIT, Engine::connect()).await {
         Ok(Ok(engine)) => Some(engine.for_home(home.scope())),
-        _ => None,
+        Ok(Err(e)) => {
+            if desired.backend() == Backend::Docker {
+                errors.push(format!("the Docker engine does not answer: {e}"));
+            }
+            None
+        }
+        Err(_) => {
+            if desired.backend() == Backend::Docker {
+                errors.push(format!(
+                    "the Docker engine does not answer (waited {} s)",
+                    ENGINE_WAIT.as_secs()
+                ));
+            }
+            None
+        }
     };
     let observed = match &engine {
         Some(engine) => Some(observe_for(engine, home, desired).await?),
@@ -149,15 +172,57 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
             proxy: proxy.clone(),
             ..Default::default()
         });
-    // The singularity instances and the cloud sandbox (only looked up),
-    // so that what blocks them is shown.
-    plan_input.singularity = crate::singularity::observe(desired).await;
-    if desired.cloud.is_some() {
-        let env = super::host_env(home)?;
-        plan_input.cloud = crate::cloud::observe(home, desired, &env).await.0;
+    // The SSH host, the singularity instances and the cloud sandbox (only
+    // looked up), so that what blocks them is shown.
+    if let Some(e) = super::observe_backends(home, desired, &mut plan_input).await {
+        errors.push(e);
     }
     let plan = hermes_reconcilers::plan_all(desired, &plan_input, SystemTime::now());
-    let blocked = hermes_reconcilers::blocked(&plan);
+    let mut blocked = hermes_reconcilers::blocked(&plan);
+    // What `hermes exec` refuses right now (exit 3), even when no
+    // operation of the plan is blocked (a sandbox that already runs).
+    if desired.config.proxy.enabled
+        && let Some(reason) = hermes_reconcilers::proxy::fail_closed_reason(desired, &proxy)
+    {
+        blocked.push(format!(
+            "exec on the {} backend: {reason}",
+            desired.backend()
+        ));
+    }
+    // A failed operation of the last `hermes reconcile`, while the plan
+    // still wants its target changed.
+    for failed in crate::failures::read(home) {
+        let still_wanted = plan
+            .ops
+            .iter()
+            .any(|op| op.target.to_string() == failed.target);
+        if still_wanted {
+            errors.push(format!(
+                "{}: failed {}: {}",
+                failed.target,
+                format_args!("{} ago", hermes_reconcilers::age(now - failed.at)),
+                failed.error
+            ));
+        }
+    }
+    // Validity as `hermes config check` has it: a cloud backend without
+    // its credentials cannot run a command.
+    let mut config_error = pass.config_error.clone();
+    if config_error.is_none()
+        && let Ok(Some(text)) = super::config::read_config_text(home)
+    {
+        let missing = hermes_model::cloud::check_credentials(&text, &super::host_env(home)?);
+        if !missing.is_empty() {
+            let file = home.config().display().to_string();
+            config_error = Some(
+                missing
+                    .iter()
+                    .map(|issue| issue.render(&file))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
+        }
+    }
     let profile_label = sanitize(profile);
     let sandboxes: Vec<SandboxRow> = observed
         .iter()
@@ -201,7 +266,8 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
         .as_ref()
         .is_none_or(|s| s.last_error.is_none() && s.config_invalid_since.is_none());
 
-    let healthy = pass.config_error.is_none()
+    let healthy = config_error.is_none()
+        && errors.is_empty()
         && blocked.is_empty()
         && (!proxy_enabled || proxy.healthy)
         && (controller_pid.is_none() || controller_clean);
@@ -209,8 +275,8 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
     Ok(StatusReport {
         healthy,
         config: ConfigReport {
-            valid: pass.config_error.is_none(),
-            error: pass.config_error.clone(),
+            valid: config_error.is_none(),
+            error: config_error,
         },
         backend: desired.backend(),
         profile: profile.to_string(),
@@ -226,6 +292,7 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
             transparent: proxy_enabled && desired.config.proxy.enforce_network,
         },
         blocked,
+        errors,
         container_disk: crate::disk::status(),
         controller: ControllerReport {
             running: controller_pid.is_some(),
@@ -309,6 +376,12 @@ impl fmt::Display for StatusReport {
             writeln!(f, "Blocked:")?;
             for b in &self.blocked {
                 writeln!(f, "  {b}")?;
+            }
+        }
+        if !self.errors.is_empty() {
+            writeln!(f, "Errors:")?;
+            for e in &self.errors {
+                writeln!(f, "  {e}")?;
             }
         }
         match &self.controller.pid {

@@ -36,6 +36,10 @@ pub struct Health {
     /// The proxy-only network's DNS responder, when it runs.
     #[serde(rename = "dns", default)]
     pub dns: Option<DnsHealth>,
+    /// Per provider, whether it holds a real key; `None` from a proxy
+    /// that does not say.
+    #[serde(rename = "keys", default)]
+    pub keys: Option<Vec<KeyHeld>>,
 }
 
 /// The DNS responder of transparent egress, as `/health` reports it.
@@ -44,6 +48,19 @@ pub struct DnsHealth {
     /// Where it listens (UDP).
     #[serde(rename = "listen", default)]
     pub listen: Option<String>,
+}
+
+/// Whether the running proxy holds a real key for one provider (never
+/// the key itself).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct KeyHeld {
+    #[serde(rename = "provider")]
+    pub provider: String,
+    #[serde(rename = "loaded")]
+    pub loaded: bool,
+    /// The variable the key came from.
+    #[serde(rename = "from", default)]
+    pub from: Option<String>,
 }
 
 /// The proxy's counters (`hermes_egress::access::Counters::snapshot`),

@@ -1,6 +1,7 @@
 //! The `hermes egress status` report: whether the proxy is set up and
 //! running, where it listens, its counters, each provider's token (masked
-//! unless asked) and where its real key comes from, and the credentials
+//! unless asked) and whether the running proxy holds its real key (asked
+//! of the proxy, not read from this process's environment), and the credentials
 //! the proxy cannot cover. [`EgressStatus`] is built once; its JSON form
 //! is its `Serialize`, its text form its `Display`.
 
@@ -111,9 +112,15 @@ pub struct TokenRow {
     /// The token, masked unless `--show-tokens`.
     #[serde(rename = "token")]
     pub token: Option<String>,
-    /// The variable the real key is found in.
+    /// The variable the running proxy's real key came from.
     #[serde(rename = "key")]
     pub key: Option<String>,
+    /// Whether the running proxy holds a real key (it refuses the
+    /// provider's requests without one); `None` when no running proxy
+    /// answered. Asked of the proxy, never read from this process's
+    /// environment.
+    #[serde(rename = "key_loaded")]
+    pub key_loaded: Option<bool>,
 }
 
 impl EgressStatus {
@@ -140,6 +147,14 @@ impl EgressStatus {
         let mappings = read_file(&paths.mappings())?
             .and_then(|b| MappingsFile::parse(&b).ok())
             .unwrap_or_else(MappingsFile::builtin);
+        // What the running proxy holds, as it says.
+        let held = |provider: &str| {
+            health
+                .as_ref()
+                .and_then(|h| h.keys.as_ref())
+                .and_then(|keys| keys.iter().find(|k| k.provider == provider))
+                .filter(|k| k.loaded)
+        };
         let rows = mappings
             .mappings
             .iter()
@@ -156,11 +171,11 @@ impl EgressStatus {
                             tokens::mask(t)
                         }
                     }),
-                key: m
-                    .env
-                    .iter()
-                    .find(|n| env.lookup(n).is_some_and(|v| !v.is_empty()))
-                    .cloned(),
+                key: held(&m.provider).and_then(|k| k.from.clone()),
+                key_loaded: health
+                    .as_ref()
+                    .and_then(|h| h.keys.as_ref())
+                    .map(|_| held(&m.provider).is_some_and(|k| k.loaded)),
             })
             .collect();
         let mut warnings: Vec<String> = tokens::UNCOVERED
@@ -303,10 +318,13 @@ impl fmt::Display for EgressStatus {
             "PROVIDER", "TOKEN", "VARIABLES"
         )?;
         for ((row, token), vars) in self.tokens.iter().zip(&tokens).zip(&variables) {
-            let key = row
-                .key
-                .as_ref()
-                .map_or("missing".to_string(), |n| format!("from {n}"));
+            let key = match (row.key_loaded, &row.key) {
+                (Some(true), Some(n)) => format!("from {n}"),
+                (Some(true), None) => "loaded".to_string(),
+                (Some(false), _) => "missing".to_string(),
+                (None, _) if !self.running => "proxy not running".to_string(),
+                (None, _) => "unknown (the proxy does not say)".to_string(),
+            };
             writeln!(
                 f,
                 "{:<w_provider$} {token:<w_token$} {vars:<w_vars$} {key}",
@@ -354,12 +372,14 @@ mod tests {
                     env: vec!["OPENAI_API_KEY".into()],
                     token: Some("hermes-openai-0123456789abcdef0123456789abcdef0123".into()),
                     key: Some("OPENAI_API_KEY".into()),
+                    key_loaded: Some(true),
                 },
                 TokenRow {
                     provider: "a-provider-with-a-long-name".into(),
                     env: vec!["A_KEY".into(), "A_SECOND_VERY_LONG_VARIABLE_NAME".into()],
                     token: None,
                     key: None,
+                    key_loaded: Some(false),
                 },
             ],
             warnings: vec!["w".into()],
@@ -417,6 +437,27 @@ mod tests {
         let mut idle = report.clone();
         idle.counters = None;
         assert!(idle.to_string().contains("Counters:        none"));
+    }
+
+    #[test]
+    fn the_key_column_says_when_no_proxy_runs_to_ask() {
+        let mut idle = report();
+        idle.running = false;
+        for row in &mut idle.tokens {
+            row.key_loaded = None;
+            row.key = None;
+        }
+        let text = idle.to_string();
+        let rows: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("PROVIDER"))
+            .skip(1)
+            .take(2)
+            .collect();
+        assert!(
+            rows.iter().all(|r| r.ends_with(" proxy not running")),
+            "{text}"
+        );
     }
 
     #[test]
