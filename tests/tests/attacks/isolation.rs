@@ -500,10 +500,17 @@ fn a_proxy_only_network_made_before_icc_was_off_is_replaced_with_its_sandboxes_o
         network: network.clone(),
     };
     assert_eq!(made.code, 0, "{made:?}");
-    // The network as an older hermes made it: no enable_icc option, and no
-    // rule of hermes's own between its containers.
+    // Both sandboxes, made on the network...
+    let run = hermes(&home, &profile, &["exec", "--task", "other", "--", "true"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let b = format!("hermes-{profile}-other");
+    // ...then moved onto the network as an older hermes made it: no
+    // enable_icc option, and no rule of hermes's own between its
+    // containers.
     let bridge = format!("hermes-{}", network.trim_start_matches("hermes-egress-"));
-    docker(&["rm", "-f", &a]);
+    for name in [&a, &b] {
+        docker(&["network", "disconnect", "-f", &network, name]);
+    }
     docker(&["network", "rm", &network]);
     docker(&[
         "network",
@@ -517,17 +524,30 @@ fn a_proxy_only_network_made_before_icc_was_off_is_replaced_with_its_sandboxes_o
         "hermes-egress-network=1",
         &network,
     ]);
-    // Its sandboxes, made on it.
-    let run = hermes(&home, &profile, &["reconcile"]);
-    assert_eq!(run.code, 0, "{run:?}");
-    let run = hermes(&home, &profile, &["exec", "--task", "other", "--", "true"]);
-    assert_eq!(run.code, 0, "{run:?}");
-    let b = format!("hermes-{profile}-other");
+    for name in [&a, &b] {
+        docker(&["network", "connect", &network, name]);
+    }
+    // Nor the rules of hermes's own that refuse what a sandbox sends to be
+    // forwarded (between its containers, or anywhere).
+    let rules: [&[&str]; 3] = [
+        &[
+            "-o",
+            &bridge,
+            "-j",
+            "REJECT",
+            "--reject-with",
+            "icmp-port-unreachable",
+        ],
+        &["-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"],
+        &["-j", "REJECT", "--reject-with", "icmp-port-unreachable"],
+    ];
     for parent in ["DOCKER-USER", "FORWARD"] {
-        let _ = std::process::Command::new("iptables")
-            .args(["-w", "-D", parent, "-i", &bridge, "-o", &bridge])
-            .args(["-j", "REJECT", "--reject-with", "icmp-port-unreachable"])
-            .output();
+        for rule in rules {
+            let _ = std::process::Command::new("iptables")
+                .args(["-w", "-D", parent, "-i", &bridge])
+                .args(rule)
+                .output();
+        }
     }
     // The hole, as it was.
     let serve = |a: &str| {
