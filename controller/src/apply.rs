@@ -264,12 +264,14 @@ async fn ensure_image(engine: &Engine, spec: &SandboxSpec) -> Result<(), DockerE
 /// only when the container holding the name has this very spec (a racing
 /// process created it); any other holder is an error, never adopted.
 ///
-/// A holder on its way out (being removed, or dead: a removal that a
-/// killed pass started, which the engine finishes on its own) is waited
-/// for, up to [`REMOVAL_WAIT`], and the create tried again; a holder in
-/// another state, up to [`HOLDER_WAIT`] (the engine reports a container
-/// whose removal another process started as it was until its processes
-/// are dead).
+/// It removes nothing: a holder the plan saw has its removal planned
+/// before this create (`reconcilers::persistence`). A holder being
+/// removed is waited for, up to [`REMOVAL_WAIT`], and the create tried
+/// again; a dead one (which stays until removed) fails the create at once,
+/// and the next pass plans its removal; a holder in another state is
+/// waited for up to [`HOLDER_WAIT`] (the engine reports a container whose
+/// removal another process started as it was until its processes are
+/// dead).
 pub async fn create_and_start(engine: &Engine, spec: &SandboxSpec) -> Result<String, DockerError> {
     crate::disk::prepare(spec).await?;
     let deadline = tokio::time::Instant::now() + REMOVAL_WAIT;
@@ -280,9 +282,6 @@ pub async fn create_and_start(engine: &Engine, spec: &SandboxSpec) -> Result<Str
             CreateOutcome::AlreadyExists => match engine.find(&spec.key).await? {
                 Some(found) if found.spec_hash() == Some(spec.hash()) => break found.id,
                 Some(found) if waits_for(&found, deadline, holder_deadline) => {
-                    if found.state == ContainerState::Dead {
-                        engine.remove(&found.id).await?;
-                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Some(found) => {
@@ -308,20 +307,18 @@ pub async fn create_and_start(engine: &Engine, spec: &SandboxSpec) -> Result<Str
 }
 
 /// Whether a create still waits for `holder`, of another spec, to go:
-/// one on its way out until `removal`; one the engine reports as it was
+/// one being removed until `removal`; a dead one not at all (it stays
+/// until something removes it); one the engine reports as it was
 /// (running, even, while another process removes it) until `other`.
 fn waits_for(
     holder: &hermes_model::observed::ObservedContainer,
     removal: tokio::time::Instant,
     other: tokio::time::Instant,
 ) -> bool {
-    let until = if matches!(
-        holder.state,
-        ContainerState::Removing | ContainerState::Dead
-    ) {
-        removal
-    } else {
-        other
+    let until = match holder.state {
+        ContainerState::Removing => removal,
+        ContainerState::Dead => return false,
+        _ => other,
     };
     tokio::time::Instant::now() < until
 }

@@ -10,6 +10,11 @@
 //!
 //! - left in `created` longer than [`STUCK_SECONDS`] → recreate (a start
 //!   that failed).
+//! - a container of the profile holding the sandbox's name under another
+//!   key (its task or session label is not the sandbox's) → removed before the create when
+//!   it is on its way out (exited, dead, being removed, or a create left
+//!   stale), blocked on while it runs; one without a spec hash is never
+//!   removed.
 //!
 //! Labelled containers of the active profile that no warm sandbox claims
 //! are the reaping planner's ([`crate::reaping`]).
@@ -61,6 +66,19 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
                     && c.session().map(str::to_string) == spec.key.session.as_deref().map(sanitize)
             })
             .collect();
+        if let Some(holder) = observed.containers.iter().find(|c| {
+            c.name == spec.name
+                && c.profile() == Some(profile.as_str())
+                && !ours.iter().any(|o| o.id == c.id)
+        }) {
+            claimed.insert(holder.id.clone());
+            let op = holder_op(holder, &target, now);
+            let blocked = op.action == Action::Blocked;
+            ops.push(op);
+            if blocked {
+                continue;
+            }
+        }
         let (managed, unmanaged): (Vec<_>, Vec<_>) =
             ours.into_iter().partition(|c| c.spec_hash().is_some());
         for c in &unmanaged {
@@ -121,6 +139,49 @@ pub(crate) fn target_of(spec: &SandboxSpec) -> Target {
         profile: spec.key.profile.clone(),
         task: spec.key.task.clone(),
         session: spec.key.session.clone(),
+    }
+}
+
+/// What becomes of a container holding the sandbox's name that its key
+/// does not claim: every create would meet it. Removed (before the
+/// create: removals go first) when it is on its way out; else, or without
+/// a spec hash (not hermes's to remove), the sandbox is blocked on it.
+fn holder_op(holder: &ObservedContainer, target: &Target, now: i64) -> Op<Action> {
+    let whose = format!(
+        "task {}{}",
+        holder.task().unwrap_or("(none)"),
+        holder
+            .session()
+            .map(|s| format!(", session {s}"))
+            .unwrap_or_default()
+    );
+    let leaving = match holder.state {
+        ContainerState::Exited | ContainerState::Dead | ContainerState::Removing => true,
+        ContainerState::Created => now - holder.created > STUCK_SECONDS,
+        ContainerState::Running | ContainerState::Paused | ContainerState::Restarting => false,
+    };
+    if holder.spec_hash().is_none() || !leaving {
+        return Op {
+            target: target.clone(),
+            action: Action::Blocked,
+            cause: format!(
+                "container {} ({}, {whose}) holds the name; remove it by hand",
+                holder.name,
+                holder.state.as_str()
+            ),
+        };
+    }
+    Op {
+        target: target.clone(),
+        action: Action::Sandbox(SandboxAction::Remove {
+            id: holder.id.clone(),
+            name: holder.name.clone(),
+        }),
+        cause: format!(
+            "container {} ({}, {whose}) holds the name; removed before the create",
+            holder.name,
+            holder.state.as_str()
+        ),
     }
 }
 

@@ -15,7 +15,8 @@
 //!   while `container_persistent` is false) → removed only when pruning,
 //!   else reported "not desired, kept".
 //!
-//! Other profiles' containers are never looked at. A persistent sandbox's
+//! Other profiles' containers are never looked at. [`end_session`] plans
+//! `hermes session end`: the removal of a session's containers. A persistent sandbox's
 //! data lives in bind mounts on the host, so removing its container loses
 //! no file.
 
@@ -133,6 +134,28 @@ fn plan_one(
 }
 
 /// The sandbox a container is, from its labels.
+/// The operations of `hermes session end ID`: the removal of every
+/// container of `profile` labelled with session `session`, whatever its
+/// task, each with the cause that the session was ended by hand. Other
+/// profiles' and sessions' containers are not looked at.
+pub fn end_session(profile: &str, session: &str, observed: &Observed) -> Vec<Op<Action>> {
+    let profile = sanitize(profile);
+    let session = sanitize(session);
+    observed
+        .containers
+        .iter()
+        .filter(|c| c.profile() == Some(profile.as_str()) && c.session() == Some(session.as_str()))
+        .map(|c| Op {
+            target: target(c),
+            action: Action::Sandbox(SandboxAction::Remove {
+                id: c.id.clone(),
+                name: c.name.clone(),
+            }),
+            cause: format!("session {session} ended by hand"),
+        })
+        .collect()
+}
+
 fn target(c: &ObservedContainer) -> Target {
     Target::Sandbox {
         profile: c.profile().unwrap_or_default().to_string(),

@@ -289,3 +289,70 @@ fn a_change_starts_a_pass_at_once_and_a_burst_makes_at_most_two() {
         inspect(&name, "{{.HostConfig.Memory}}") == (2560u64 * 1024 * 1024).to_string()
     });
 }
+
+/// The controller's status file, as JSON.
+fn controller_status(home: &TestHome) -> serde_json::Value {
+    let path = home.path().join("run").join("controller.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn a_local_only_host_converges_without_a_docker_engine() {
+    let profile = format!("cl{}", std::process::id());
+    let home = TestHome::new();
+    let port = hermes_tests::egress::free_port_pair(None);
+    home.write_config(format!(
+        "terminal:\n  backend: local\nproxy:\n  enabled: true\n  tunnel_port: {port}\n"
+    ));
+    // Nothing listens there: no engine on this host.
+    let nowhere = home.path().join("no-docker.sock");
+    let docker_host = format!("unix://{}", nowhere.display());
+
+    let dry = home
+        .command([
+            "--profile",
+            &profile,
+            "reconcile",
+            "--dry-run",
+            "--output",
+            "json",
+        ])
+        .env("DOCKER_HOST", &docker_host)
+        .output()
+        .unwrap();
+    assert_eq!(dry.status.code(), Some(2), "changes pending: {dry:?}");
+    let plan: serde_json::Value = serde_json::from_slice(&dry.stdout).unwrap();
+    let planned: Vec<String> = plan["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|op| format!("{}/ok", op["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(planned, ["setup/ok"], "the dry run: {plan}");
+
+    let once = home
+        .command(["--profile", &profile, "controller", "--once"])
+        .env("DOCKER_HOST", &docker_host)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&once.stderr);
+    assert_eq!(once.status.code(), Some(0), "controller --once: {stderr}");
+    assert!(!stderr.contains("engine"), "no word of an engine: {stderr}");
+    let status = controller_status(&home);
+    assert_eq!(status["last_error"], serde_json::Value::Null, "{status}");
+    assert_eq!(
+        status["engine_unreachable_since"],
+        serde_json::Value::Null,
+        "{status}"
+    );
+    // Exactly what the dry run printed, nothing else.
+    let done: Vec<String> = status["operations"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(done, planned, "{status}");
+    assert!(home.path().join("proxy").join("ca.crt").exists());
+}

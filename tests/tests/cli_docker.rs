@@ -382,3 +382,134 @@ fn an_engine_that_does_not_answer_is_named_once_with_what_to_check() {
         }
     }
 }
+
+/// Leaves container `name` dead, as a removal that failed half-way does:
+/// a file of its writable layer made immutable makes the engine's removal
+/// fail after it has marked the container dead; the file is made mutable
+/// again at once, so a later removal succeeds.
+fn make_dead(name: &str) {
+    let upper = docker(&[
+        "inspect",
+        "--format",
+        "{{.GraphDriver.Data.UpperDir}}",
+        name,
+    ]);
+    let stuck = std::path::Path::new(upper.trim()).join("hermes-test-stuck");
+    std::fs::write(&stuck, b"").unwrap_or_else(|e| panic!("{}: {e}", stuck.display()));
+    let chattr = |flag: &str| {
+        let out = std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&stuck)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "chattr {flag}: {out:?}");
+    };
+    chattr("+i");
+    let removed = std::process::Command::new("docker")
+        .args(["rm", name])
+        .output()
+        .unwrap();
+    chattr("-i");
+    assert!(!removed.status.success(), "the removal was to fail");
+    let state = docker(&["inspect", "--format", "{{.State.Status}}", name]);
+    assert_eq!(state.trim(), "dead");
+}
+
+/// The lines of a plan's operations, as `symbol target verb`.
+fn plan_ops(plan: &str) -> Vec<String> {
+    let mut ops: Vec<String> = plan
+        .lines()
+        .filter(|l| l.starts_with(['+', '-', '~', '!']))
+        .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
+        .collect();
+    ops.sort();
+    ops
+}
+
+#[test]
+fn a_dead_container_holding_the_name_is_removed_by_a_planned_operation() {
+    let profile = format!("dh{}", std::process::id());
+    let (home, _cleanup) = docker_home(&profile);
+    let hermes = |args: &[&str]| {
+        let mut all = vec!["--profile", profile.as_str()];
+        all.extend_from_slice(args);
+        home.run(all)
+    };
+    let name = format!("hermes-{profile}-default");
+    let made = hermes(&["reconcile"]);
+    assert_eq!(made.code, 0, "{made:?}");
+    let hash = docker(&[
+        "inspect",
+        "--format",
+        "{{index .Config.Labels \"hermes-spec-hash\"}}",
+        &name,
+    ]);
+    let home_id = docker(&[
+        "inspect",
+        "--format",
+        "{{index .Config.Labels \"hermes-home\"}}",
+        &name,
+    ]);
+    docker(&["rm", "-f", &name]);
+    // A container of this home and profile, labelled for another task, of
+    // another spec, holds the sandbox's name: dead.
+    let holder = docker(&[
+        "create",
+        "--name",
+        &name,
+        "--label",
+        "hermes-agent=1",
+        "--label",
+        &format!("hermes-home={}", home_id.trim()),
+        "--label",
+        &format!("hermes-profile={profile}"),
+        "--label",
+        "hermes-task-id=other",
+        "--label",
+        "hermes-spec-hash=000000000000",
+        &hermes_tests::test_image(),
+        "true",
+    ]);
+    make_dead(&name);
+
+    let dry = hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert!(
+        dry.stdout.contains(&format!(
+            "- sandbox {profile}/default   remove      container {name} (dead, task other) holds the name; removed before the create"
+        )),
+        "{}",
+        dry.stdout
+    );
+    let planned = plan_ops(&dry.stdout);
+    assert_eq!(planned.len(), 2, "{}", dry.stdout);
+
+    let apply = hermes(&["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    // What apply did is what the dry run printed, nothing more.
+    let done: Vec<String> = {
+        let mut done: Vec<String> = apply
+            .stdout
+            .lines()
+            .filter(|l| l.contains(" done ("))
+            .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
+            .collect();
+        done.sort();
+        done
+    };
+    assert_eq!(done, planned, "{}", apply.stdout);
+    assert!(
+        apply.stdout.ends_with("The host is converged.\n"),
+        "{}",
+        apply.stdout
+    );
+    let now = docker(&[
+        "inspect",
+        "--format",
+        "{{.Id}} {{.State.Status}} {{index .Config.Labels \"hermes-spec-hash\"}}",
+        &name,
+    ]);
+    let fields: Vec<&str> = now.split_whitespace().collect();
+    assert_ne!(fields[0], holder.trim(), "the holder is gone");
+    assert_eq!(&fields[1..], ["running", hash.trim()]);
+}

@@ -432,3 +432,48 @@ impl Drop for ForeignCleanup {
             .output();
     }
 }
+
+#[test]
+fn session_end_prints_its_plan_then_carries_out_exactly_that() {
+    let host = Host::new("se", "  container_persistent: false\n");
+    for (task, session) in [("default", "s1"), ("build", "s1"), ("default", "s2")] {
+        let run = host.hermes(&["exec", "--task", task, "--session", session, "--", "true"]);
+        assert_eq!(run.code, 0, "{run:?}");
+    }
+    let (default_s1, build_s1, default_s2) = (
+        host.name("default-s1"),
+        host.name("build-s1"),
+        host.name("default-s2"),
+    );
+    let mut before = vec![default_s1.clone(), build_s1.clone(), default_s2.clone()];
+    before.sort();
+    assert_eq!(host.names(), before);
+
+    let end = host.hermes(&["session", "end", "s1"]);
+    assert_eq!(end.code, 0, "{end:?}");
+    let profile = &host.profile;
+    let plan = format!(
+        "- sandbox {profile}/build@s1     remove      session s1 ended by hand\n\
+         - sandbox {profile}/default@s1   remove      session s1 ended by hand\n\
+         Plan: 0 to create, 0 to change, 2 to remove.\n"
+    );
+    assert!(end.stdout.starts_with(&plan), "{}", end.stdout);
+    // What was carried out is what the plan printed first.
+    let mut done: Vec<&str> = end
+        .stdout
+        .lines()
+        .filter(|l| l.contains(" done ("))
+        .map(|l| l.split(" done (").next().unwrap_or_default())
+        .collect();
+    done.sort_unstable();
+    assert_eq!(
+        done,
+        [
+            format!("- sandbox {profile}/build@s1   remove"),
+            format!("- sandbox {profile}/default@s1   remove"),
+        ],
+        "{}",
+        end.stdout
+    );
+    assert_eq!(host.names(), [default_s2]);
+}

@@ -2,7 +2,8 @@
 //! exit codes, input, environment and directories; large output; a
 //! timeout that kills the remote process tree; one login shared by every
 //! exec; a restarted server or a killed holder replaced once; a changed
-//! host key refused with both fingerprints.
+//! host key refused with both fingerprints; the controller converging the
+//! host with no Docker engine.
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -366,4 +367,61 @@ fn the_controller_prepares_the_workspace_too() {
     ]);
     let plan = home.run(["reconcile", "--dry-run"]);
     assert_eq!(plan.code, 0, "{plan:?}");
+}
+
+#[test]
+#[allow(clippy::unwrap_used)]
+fn the_controller_converges_an_ssh_only_host_without_a_docker_engine() {
+    let sshd = Sshd::start();
+    let home = home_for(&sshd, "");
+    // Nothing listens there: hermes has no engine (the server is the
+    // test's own container).
+    let docker_host = format!("unix://{}", home.path().join("no-docker.sock").display());
+    let run = |args: &[&str]| -> Run {
+        home.command(args)
+            .env("DOCKER_HOST", &docker_host)
+            .output()
+            .unwrap()
+            .into()
+    };
+
+    let plan = run(&["reconcile", "--dry-run", "--output", "json"]);
+    assert_eq!(plan.code, 2, "{plan:?}");
+    let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+    let planned: Vec<String> = plan["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|op| format!("{}/ok", op["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(planned, ["prepare/ok"], "{plan}");
+
+    let once = run(&["controller", "--once"]);
+    assert_eq!(once.code, 0, "{once:?}");
+    assert!(!once.stderr.contains("engine"), "{once:?}");
+    let status = home.path().join("run").join("controller.json");
+    let status: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(status).unwrap()).unwrap();
+    assert_eq!(status["last_error"], serde_json::Value::Null, "{status}");
+    assert_eq!(
+        status["engine_unreachable_since"],
+        serde_json::Value::Null,
+        "{status}"
+    );
+    // Exactly what the dry run printed.
+    let done: Vec<String> = status["operations"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(done, planned, "{status}");
+    sshd.exec(&[
+        "test",
+        "-d",
+        "/home/hermes/.hermes-sandbox/default/default/workspace",
+    ]);
+    let plan = run(&["reconcile", "--dry-run"]);
+    assert_eq!(plan.code, 0, "{plan:?}");
+    assert!(plan.stdout.contains("No changes."), "{plan:?}");
 }

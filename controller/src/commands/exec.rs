@@ -487,10 +487,16 @@ async fn ensure_sandbox(
         .filter(|op| matches!(op.target, Target::Sandbox { .. }))
         .collect(),
     );
-    for op in &plan.ops {
-        if op.action.kind() == Kind::Blocked {
-            anyhow::bail!("sandbox {} is blocked: {}", spec.name, op.cause);
-        }
+    if let Some(op) = plan.ops.iter().find(|op| op.action.kind() == Kind::Blocked) {
+        anyhow::bail!("sandbox {} is blocked: {}", spec.name, op.cause);
+    }
+    // Removals first, as in a pass: a holder of the name goes before the
+    // create.
+    let (removals, others): (Vec<_>, Vec<_>) = plan
+        .ops
+        .iter()
+        .partition(|op| op.action.kind() == Kind::Remove);
+    for op in removals.into_iter().chain(others) {
         apply_one(engine, op).await?;
     }
     match engine.find(&spec.key).await? {

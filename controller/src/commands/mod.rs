@@ -10,6 +10,7 @@ pub mod status;
 
 use anyhow::Context;
 use hermes_backends::docker::Engine;
+use hermes_model::config::Backend;
 use hermes_model::desired::{Desired, HostEnv};
 use hermes_model::observed::Observed;
 
@@ -22,6 +23,38 @@ use crate::home::Home;
 pub async fn observe(engine: &Engine, home: &Home) -> anyhow::Result<Observed> {
     let containers = engine.observe().await?;
     with_activity(containers, home).await
+}
+
+/// Whether a pass of `desired` needs a Docker engine, and fails without
+/// one: the Docker backend, or the proxy's proxy-only network
+/// (`proxy.enforce_network`), which lives in Docker. Any other pass looks
+/// at an engine only when one answers ([`optional_engine`]).
+pub fn needs_docker(desired: &Desired) -> bool {
+    let proxy = &desired.config.proxy;
+    desired.backend() == Backend::Docker || (proxy.enabled && proxy.enforce_network)
+}
+
+/// How long a pass that does not need Docker waits for an engine that may
+/// not exist.
+const OPTIONAL_ENGINE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The engine of a pass that does not need one ([`needs_docker`]):
+/// containers (and a proxy-only network) left from an earlier Docker
+/// config are still looked at when an engine answers, so they are
+/// reported (or pruned), never silently forgotten; no engine there is
+/// nothing to look at, and no error.
+pub async fn optional_engine(home: &Home) -> Option<Engine> {
+    match tokio::time::timeout(OPTIONAL_ENGINE_WAIT, Engine::connect()).await {
+        Ok(Ok(engine)) => Some(engine.for_home(home.scope())),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "no engine; no containers to look at");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("the engine did not answer in time; no containers to look at");
+            None
+        }
+    }
 }
 
 /// What a pass planning `desired` sees: as [`observe`], but only its own

@@ -5,10 +5,9 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
-use hermes_model::action::{Action, SandboxAction};
 use hermes_model::config::Backend;
 use hermes_model::desired::check_session;
-use hermes_model::plan::{Op, Plan, Target};
+use hermes_model::plan::Plan;
 use hermes_model::sandbox::sanitize;
 
 use crate::activity::Activity;
@@ -85,38 +84,22 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
         }
         SessionCommand::End { id } => {
             check_session(&id)?;
-            let ops: Vec<Op<Action>> = sessions
-                .iter()
-                .filter(|c| c.session() == Some(id.as_str()))
-                .map(|c| Op {
-                    target: Target::Sandbox {
-                        profile: profile.clone(),
-                        task: c.task().unwrap_or_default().to_string(),
-                        session: Some(id.clone()),
-                    },
-                    action: Action::Sandbox(SandboxAction::Remove {
-                        id: c.id.clone(),
-                        name: c.name.clone(),
-                    }),
-                    cause: "session ended".to_string(),
-                })
-                .collect();
-            if ops.is_empty() {
+            // A plan like any pass's, printed before it is carried out by
+            // the same applier.
+            let plan = Plan::new(hermes_reconcilers::reaping::end_session(
+                &profile, &id, &observed,
+            ));
+            if plan.ops.is_empty() {
                 println!("No sandbox of session {id} in profile {profile}; nothing to end.");
                 return Ok(ExitCode::SUCCESS);
             }
+            println!("{plan}");
             let options = ApplyOptions {
                 verbose: true,
                 stop: None,
                 home: Some(home),
             };
-            let applied = apply(
-                Some(&engine),
-                &Plan::new(ops),
-                &Activity::new(home),
-                options,
-            )
-            .await;
+            let applied = apply(Some(&engine), &plan, &Activity::new(home), options).await;
             Ok(if applied.failed > 0 {
                 ExitCode::from(1)
             } else {

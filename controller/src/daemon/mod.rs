@@ -16,7 +16,10 @@
 //! answers, with the targets' back-offs forgotten (what failed while the
 //! engine was away is tried again at once). The first SIGTERM or SIGINT
 //! lets the operation in flight finish and exits 0; a second exits at
-//! once. Sandboxes keep running.
+//! once. Sandboxes keep running. A pass connects to the engine only when
+//! something wants Docker (`commands::needs_docker`: the Docker backend,
+//! or the proxy-only network); any other pass looks at an engine when one
+//! answers, and converges without one.
 
 pub mod backoff;
 pub mod lock;
@@ -30,6 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
 use hermes_backends::docker::Engine;
+use hermes_model::observed::Observed;
 use hermes_model::plan::{Describe, Kind, Plan};
 use tokio::sync::{Notify, mpsc};
 
@@ -339,21 +343,47 @@ impl Controller {
         self.status.resync_seconds = Some(pass.desired.config.reconcile.resync_seconds);
         let desired = pass.desired;
 
-        let Some(engine) = self.engine().await else {
-            errors.push(self.status.last_error.clone().unwrap_or_default());
-            self.finish(started, now, errors, Vec::new());
-            return;
+        // Docker only when something wants it: off the Docker backend an
+        // engine is looked at when it answers, and none is no error.
+        let needs_docker = crate::commands::needs_docker(&desired);
+        let mut engine = if needs_docker {
+            let Some(engine) = self.engine().await else {
+                errors.push(self.status.last_error.clone().unwrap_or_default());
+                self.finish(started, now, errors, Vec::new());
+                return;
+            };
+            Some(engine)
+        } else {
+            self.optional_engine().await
         };
-        let mut observed = match observe_for(&engine, &self.home, &desired).await {
-            Ok(observed) => observed,
-            Err(e) => {
+        let observed = match &engine {
+            Some(engine) => Some(observe_for(engine, &self.home, &desired).await),
+            None => None,
+        };
+        let mut observed = match observed {
+            Some(Ok(observed)) => {
+                self.engine_ok();
+                observed
+            }
+            Some(Err(e)) if needs_docker => {
                 self.engine_failed(&crate::chain::Chain(&e).to_string());
                 errors.push(crate::chain::Chain(&e).to_string());
                 self.finish(started, now, errors, Vec::new());
                 return;
             }
+            failed => {
+                if let Some(Err(e)) = failed {
+                    tracing::debug!(error = %crate::chain::Chain(&e), "the engine went away; no containers to look at");
+                    self.engine = None;
+                    engine = None;
+                }
+                self.engine_not_needed();
+                Observed {
+                    proxy: crate::egress::pass::observe(&self.home).await,
+                    ..Observed::default()
+                }
+            }
         };
-        self.engine_ok();
         *self
             .seen_proxy
             .lock()
@@ -388,7 +418,7 @@ impl Controller {
                 home: Some(&self.home),
             };
             let mut applied =
-                apply(Some(&engine), &plan, &Activity::new(&self.home), options).await;
+                apply(engine.as_ref(), &plan, &Activity::new(&self.home), options).await;
             applied
                 .absorb(crate::commands::apply_backends(&self.home, &desired, &plan, false).await);
             for target in &applied.succeeded {
@@ -455,24 +485,36 @@ impl Controller {
             return Some(engine.clone());
         }
         match Engine::connect().await {
-            Ok(engine) => {
-                let engine = engine.for_home(self.home.scope());
-                self.engine = Some(engine.clone());
-                if !self.events_started {
-                    self.events_started = true;
-                    spawn_event_watch(
-                        engine.clone(),
-                        hermes_model::sandbox::sanitize(&self.profile),
-                        self.engine_tx.clone(),
-                    );
-                }
-                Some(engine)
-            }
+            Ok(engine) => Some(self.adopt(engine.for_home(self.home.scope()))),
             Err(e) => {
                 self.engine_failed(&e.to_string());
                 None
             }
         }
+    }
+
+    /// The engine of a pass that does not need one, when it answers
+    /// ([`crate::commands::optional_engine`]); its absence is no error.
+    async fn optional_engine(&mut self) -> Option<Engine> {
+        if let Some(engine) = &self.engine {
+            return Some(engine.clone());
+        }
+        let engine = crate::commands::optional_engine(&self.home).await?;
+        Some(self.adopt(engine))
+    }
+
+    /// Keeps a connected engine, and follows its events from then on.
+    fn adopt(&mut self, engine: Engine) -> Engine {
+        self.engine = Some(engine.clone());
+        if !self.events_started {
+            self.events_started = true;
+            spawn_event_watch(
+                engine.clone(),
+                hermes_model::sandbox::sanitize(&self.profile),
+                self.engine_tx.clone(),
+            );
+        }
+        engine
     }
 
     /// The engine did not answer: not a failure that grows with each
@@ -494,6 +536,14 @@ impl Controller {
                 "the engine still does not answer"
             );
         }
+    }
+
+    /// A pass that does not need the engine went on without it: its
+    /// absence is no longer a state to report.
+    fn engine_not_needed(&mut self) {
+        self.engine_failures = 0;
+        self.engine_retry_at = None;
+        self.status.engine_unreachable_since = None;
     }
 
     fn engine_ok(&mut self) {

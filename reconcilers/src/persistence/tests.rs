@@ -260,3 +260,58 @@ fn a_container_stuck_in_created_is_recreated_after_a_minute() {
         "stuck in created for 1m1s (> 1m): a start that failed"
     );
 }
+
+/// A container named as the default sandbox but labelled for another task.
+fn holder(state: ContainerState, hash: Option<&str>) -> ObservedContainer {
+    let mut c = container("h", state, hash);
+    c.labels.insert(LABEL_TASK.to_string(), "other".to_string());
+    c
+}
+
+#[test]
+fn a_holder_of_the_name_on_its_way_out_is_removed_before_the_create() {
+    let d = docker();
+    for state in [
+        ContainerState::Exited,
+        ContainerState::Dead,
+        ContainerState::Removing,
+    ] {
+        let text = render(&d, vec![holder(state, Some("000000000000"))]);
+        assert_eq!(
+            text,
+            format!(
+                "+ sandbox default/default   create      no container with these labels\n\
+                 - sandbox default/default   remove      container hermes-default-default ({}, task other) holds the name; removed before the create\n\
+                 Plan: 1 to create, 0 to change, 1 to remove.",
+                state.as_str()
+            )
+        );
+    }
+    // A create left stale too; a fresh one may still be starting.
+    let mut stale = holder(ContainerState::Created, Some("000000000000"));
+    assert!(
+        render(&d, vec![stale.clone()])
+            .contains("remove      container hermes-default-default (created, task other)")
+    );
+    stale.created = NOW - 5;
+    assert!(render(&d, vec![stale]).starts_with("! sandbox default/default   blocked"));
+}
+
+#[test]
+fn a_running_or_unmanaged_holder_of_the_name_blocks_the_sandbox() {
+    let d = docker();
+    assert_eq!(
+        render(
+            &d,
+            vec![holder(ContainerState::Running, Some("000000000000"))]
+        ),
+        "! sandbox default/default   blocked     container hermes-default-default (running, task other) holds the name; remove it by hand\n\
+         Plan: 0 to create, 0 to change, 0 to remove, 1 blocked."
+    );
+    let text = render(&d, vec![holder(ContainerState::Dead, None)]);
+    assert!(
+        text.starts_with("! sandbox default/default   blocked     container hermes-default-default (dead, task other) holds the name; remove it by hand\n"),
+        "{text}"
+    );
+    assert!(!text.contains("remove      "), "{text}");
+}

@@ -316,3 +316,30 @@ fn other_profiles_and_unlabelled_containers_are_never_touched() {
          No changes. The host is converged."
     );
 }
+
+#[test]
+fn ending_a_session_removes_its_containers_of_every_task_and_nothing_else() {
+    let mut other_profile = sandbox("default", Some("s1"));
+    other_profile
+        .labels
+        .insert(LABEL_PROFILE.to_string(), "other".to_string());
+    other_profile.id = "id-other".to_string();
+    let observed = Observed {
+        containers: vec![
+            sandbox("default", Some("s1")),
+            sandbox("build", Some("s1")),
+            sandbox("default", Some("s2")),
+            sandbox("default", None),
+            other_profile,
+        ],
+        ..Observed::default()
+    };
+    let plan = HostPlan::new(super::end_session("default", "s1", &observed));
+    assert_eq!(
+        plan.to_string(),
+        "- sandbox default/build@s1     remove      session s1 ended by hand\n\
+         - sandbox default/default@s1   remove      session s1 ended by hand\n\
+         Plan: 0 to create, 0 to change, 2 to remove."
+    );
+    assert!(super::end_session("default", "s3", &observed).is_empty());
+}
