@@ -136,7 +136,7 @@ pub fn check_credentials(text: &str, env: &HostEnv) -> Vec<Issue> {
     match credentials(backend, env) {
         Ok(()) => Vec::new(),
         Err(e) => vec![Issue {
-            path: "terminal.backend".to_string(),
+            path: crate::schema_key!("terminal.backend").path.to_string(),
             pos: Some(node.value.start),
             message: format!("{e}: the {backend} backend needs it, in the environment or in .env"),
         }],
@@ -157,13 +157,13 @@ pub(crate) fn daytona_disk_warning(root: &yaml::Node) -> Option<Issue> {
             crate::value::Value::Int(i) => (u64::try_from(i).ok()?, d.value.start),
             _ => return None,
         },
-        None => match crate::schema::lookup("terminal.container_disk").map(|k| k.default) {
-            Some(crate::schema::Default::Int(i)) => (u64::try_from(i).ok()?, backend.value.start),
+        None => match crate::schema_key!("terminal.container_disk").default {
+            crate::schema::Default::Int(i) => (u64::try_from(i).ok()?, backend.value.start),
             _ => return None,
         },
     };
     (mb > DAYTONA_MAX_DISK_MB).then(|| Issue {
-        path: "terminal.container_disk".to_string(),
+        path: crate::schema_key!("terminal.container_disk").path.to_string(),
         pos: Some(pos),
         message: format!(
             "a Daytona sandbox has at most {DAYTONA_MAX_DISK_MB} MB of disk: {mb} MB is capped to {DAYTONA_MAX_DISK_MB} MB"

@@ -252,6 +252,64 @@ pub const KEYS: &[KeySpec] = &[
     key("security.redact_secrets", Ty::Bool, Default::Bool(true)),
 ];
 
+/// The spec of a known key, checked when the crate compiles:
+/// `schema_key!("terminal.backend")` is a `&'static KeySpec`, and a path
+/// that is not in [`KEYS`] does not compile. Code that reads a key by its
+/// path names it this way, so a misspelt path cannot fall back to a
+/// default unnoticed.
+///
+/// ```
+/// let spec = hermes_model::schema_key!("terminal.container_memory");
+/// assert_eq!(spec.path, "terminal.container_memory");
+/// ```
+///
+/// ```compile_fail
+/// let spec = hermes_model::schema_key!("terminal.container_memroy");
+/// ```
+#[macro_export]
+macro_rules! schema_key {
+    ($path:literal) => {{
+        const SPEC: &$crate::schema::KeySpec = match $crate::schema::position($path) {
+            Some(i) => &$crate::schema::KEYS[i],
+            None => panic!(concat!(
+                "unknown config key `",
+                $path,
+                "`: not in schema::KEYS"
+            )),
+        };
+        SPEC
+    }};
+}
+
+/// The index in [`KEYS`] of the key at `path`, usable in constants (see
+/// [`schema_key!`](crate::schema_key)).
+pub const fn position(path: &str) -> Option<usize> {
+    let mut i = 0;
+    while i < KEYS.len() {
+        if const_eq(KEYS[i].path, path) {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// `a == b`, for constants.
+const fn const_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// The spec of a dotted key, if we know it.
 pub fn lookup(path: &str) -> Option<&'static KeySpec> {
     KEYS.iter().find(|k| k.path == path)
@@ -352,6 +410,17 @@ mod tests {
         );
         assert!(map_entry_of(&["terminal", "backend", "x"]).is_none());
         assert!(map_entry_of(&["proxy", "resolve"]).is_none());
+    }
+
+    #[test]
+    fn positions_agree_with_lookup() {
+        for (i, spec) in KEYS.iter().enumerate() {
+            assert_eq!(position(spec.path), Some(i), "{}", spec.path);
+        }
+        assert_eq!(position("terminal.backnd"), None);
+        assert_eq!(position("terminal"), None);
+        assert_eq!(position(""), None);
+        assert_eq!(schema_key!("proxy.tunnel_port").path, "proxy.tunnel_port");
     }
 
     #[test]

@@ -53,7 +53,10 @@ pub fn check(root: &Node, config: &Config, warnings: &mut Vec<Issue>) {
         .filter_map(|n| n.parse().ok())
         .collect();
     let (deny, which) = match &config.proxy.upstream_deny_cidrs {
-        Some(nets) => (nets.as_slice(), "proxy.upstream_deny_cidrs"),
+        Some(nets) => (
+            nets.as_slice(),
+            crate::schema_key!("proxy.upstream_deny_cidrs").path,
+        ),
         None => (default.as_slice(), "the built-in upstream deny list"),
     };
     for entry in entries {
@@ -70,7 +73,7 @@ pub fn check(root: &Node, config: &Config, warnings: &mut Vec<Issue>) {
             continue;
         };
         warnings.push(Issue {
-            path: crate::keypath::join("proxy.resolve", &entry.key),
+            path: crate::keypath::join(crate::schema_key!("proxy.resolve").path, &entry.key),
             pos: Some(entry.value.start),
             message: format!(
                 "{addr} {why}: every request to {} would be refused",
