@@ -35,6 +35,7 @@ pub mod providers;
 pub mod redact;
 pub mod sandbox;
 pub mod schema;
+pub mod settings;
 pub mod singularity;
 pub mod ssh;
 pub mod value;

@@ -13,6 +13,8 @@ use std::fmt;
 
 use serde::Serialize;
 
+pub use crate::settings::Change;
+
 /// What an operation acts on.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Target {
@@ -104,6 +106,9 @@ pub struct Op<A> {
     pub target: Target,
     pub action: A,
     pub cause: String,
+    /// The settings that differ, old and new, when the operation is a
+    /// recreate whose settings are known (the cause names them too).
+    pub changes: Vec<Change>,
 }
 
 /// What a plan's action must tell about itself to be printed.
@@ -163,6 +168,10 @@ pub struct OpJson<'a> {
     pub action: &'static str,
     #[serde(rename = "cause")]
     pub cause: &'a str,
+    /// The settings that differ (`{field, old, new}`), on a recreate whose
+    /// old settings are known; left out otherwise.
+    #[serde(rename = "changes", skip_serializing_if = "<[_]>::is_empty")]
+    pub changes: &'a [Change],
 }
 
 impl<A: Describe> Plan<A> {
@@ -208,6 +217,7 @@ impl<A: Describe> Plan<A> {
                     target: op.target.to_string(),
                     action: op.action.verb(),
                     cause: &op.cause,
+                    changes: &op.changes,
                 })
                 .collect(),
             summary: self.summary(),
@@ -299,6 +309,7 @@ mod tests {
             target,
             action,
             cause: cause.into(),
+            changes: Vec::new(),
         }
     }
 

@@ -419,8 +419,7 @@ impl SandboxSpec {
             working_dir: "/workspace".to_string(),
             runner_dir: Some(runner),
         };
-        let hash = spec.compute_hash();
-        spec.labels.insert(LABEL_SPEC_HASH.to_string(), hash);
+        spec.rehash();
         spec
     }
 
@@ -437,7 +436,10 @@ impl SandboxSpec {
             // The home's label is identity, not a setting: a sandbox made
             // before it existed is adopted, not recreated for it.
             .filter(|(k, _)| {
-                *k != LABEL_SPEC_HASH && *k != LABEL_RUNNER && *k != crate::homes::LABEL_HOME
+                *k != LABEL_SPEC_HASH
+                    && *k != LABEL_RUNNER
+                    && *k != crate::homes::LABEL_HOME
+                    && *k != crate::settings::LABEL_SETTINGS
             })
         {
             field("label", &format!("{k}={v}"));
@@ -488,10 +490,14 @@ impl SandboxSpec {
         h.finish()
     }
 
-    /// Recomputes the spec hash label after a change of the spec.
+    /// Recomputes the spec hash label, and the settings label beside it
+    /// ([`crate::settings`]), after a change of the spec.
     pub fn rehash(&mut self) {
         let hash = self.compute_hash();
         self.labels.insert(LABEL_SPEC_HASH.to_string(), hash);
+        let settings = self.settings_label();
+        self.labels
+            .insert(crate::settings::LABEL_SETTINGS.to_string(), settings);
     }
 
     /// The bind of the runner's directory, when the spec has one.

@@ -36,6 +36,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     };
     let op = |action: Action, cause: String| {
         vec![Op {
+            changes: Vec::new(),
             target: target.clone(),
             action,
             cause,
@@ -116,6 +117,7 @@ pub fn without_snapshot(op: &Op<Action>, image: &str, error: &str) -> Option<Op<
         | CloudAction::Resume { .. } => return None,
     };
     Some(Op {
+        changes: Vec::new(),
         target: op.target.clone(),
         action: Action::Cloud(action),
         cause: format!(
@@ -297,6 +299,7 @@ mod tests {
         // Nothing to fall back from when no snapshot was used: no loop.
         assert_eq!(without_snapshot(&fallback, "python:3.12", "x"), None);
         let recreate = Op {
+            changes: Vec::new(),
             target: fallback.target.clone(),
             action: Action::Cloud(CloudAction::Recreate {
                 old_id: "sb-1".into(),

@@ -132,6 +132,28 @@ fn a_docker_host_with_drift_duplicates_and_strays() {
     check_both("docker-drift", &plan(&d, containers));
 }
 
+/// A recreate of a container whose settings label is known: the cause and
+/// the JSON's `changes` name each setting that changed, old and new, an
+/// environment variable by its name only.
+#[test]
+fn a_docker_host_whose_settings_changed() {
+    let old = desired(
+        "terminal:\n  backend: docker\n  container_memory: 5120\n  docker_image: a:1\n  docker_env:\n    API_TOKEN: one\n",
+    );
+    let d = desired(
+        "terminal:\n  backend: docker\n  container_memory: 2048\n  docker_image: b:2\n  docker_env:\n    API_TOKEN: two\n  docker_volumes:\n    - /srv/data:/data\n",
+    );
+    let mut c = container(
+        "c1",
+        "hermes-default-default",
+        "default",
+        ContainerState::Running,
+        None,
+    );
+    c.labels = old.sandboxes[0].labels.clone();
+    check_both("docker-settings-diff", &plan(&d, vec![c]));
+}
+
 /// The reaping rules at once, with sessions instead of persistent
 /// sandboxes: an idle session, a busy one, a stuck creation, an orphan, and
 /// a persistent sandbox the config no longer wants.

@@ -24,8 +24,10 @@ use std::collections::BTreeSet;
 use hermes_model::action::{Action, SandboxAction};
 use hermes_model::desired::Desired;
 use hermes_model::observed::{ContainerState, Observed, ObservedContainer};
+use hermes_model::plan::Change;
 use hermes_model::plan::{Op, Target};
 use hermes_model::sandbox::{SandboxSpec, sanitize};
+use hermes_model::settings::{self, LABEL_SETTINGS};
 
 use crate::age;
 
@@ -90,6 +92,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
         if let Some(squatter) = unmanaged.iter().find(|c| c.name == spec.name) {
             if managed.is_empty() {
                 ops.push(Op {
+                    changes: Vec::new(),
                     target,
                     action: Action::Blocked,
                     cause: format!(
@@ -102,6 +105,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
         }
         let Some(keep) = pick_keeper(&managed) else {
             ops.push(Op {
+                changes: Vec::new(),
                 target,
                 action: Action::Sandbox(SandboxAction::Create(Box::new(spec.clone()))),
                 cause: "no container with these labels".to_string(),
@@ -112,6 +116,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
             claimed.insert(c.id.clone());
             if c.id != keep.id {
                 ops.push(Op {
+                    changes: Vec::new(),
                     target: target.clone(),
                     action: Action::Sandbox(SandboxAction::Remove {
                         id: c.id.clone(),
@@ -162,6 +167,7 @@ fn holder_op(holder: &ObservedContainer, target: &Target, now: i64) -> Op<Action
     };
     if holder.spec_hash().is_none() || !leaving {
         return Op {
+            changes: Vec::new(),
             target: target.clone(),
             action: Action::Blocked,
             cause: format!(
@@ -172,6 +178,7 @@ fn holder_op(holder: &ObservedContainer, target: &Target, now: i64) -> Op<Action
         };
     }
     Op {
+        changes: Vec::new(),
         target: target.clone(),
         action: Action::Sandbox(SandboxAction::Remove {
             id: holder.id.clone(),
@@ -187,6 +194,7 @@ fn holder_op(holder: &ObservedContainer, target: &Target, now: i64) -> Op<Action
 
 pub(crate) fn unmanaged_op(c: &ObservedContainer) -> Op<Action> {
     Op {
+        changes: Vec::new(),
         target: Target::Container {
             name: c.name.clone(),
         },
@@ -222,13 +230,22 @@ fn converge_one(
 ) -> Option<Op<Action>> {
     let observed_hash = keep.spec_hash().unwrap_or_default();
     if observed_hash != spec.hash() || keep.name != spec.name {
+        let changes = if observed_hash != spec.hash() {
+            changed_settings(spec, keep)
+        } else {
+            Vec::new()
+        };
         let mut cause = if keep.name != spec.name {
             format!("container named {}, wanted {}", keep.name, spec.name)
-        } else {
+        } else if changes.is_empty() {
             format!("spec changed: {observed_hash} -> {}", spec.hash())
+        } else {
+            let list: Vec<String> = changes.iter().map(|c| c.describe()).collect();
+            format!("{} (forces recreate)", list.join(", "))
         };
-        cause.push_str(&recreate_cost(keep));
+        cause.push_str(&recreate_cost(spec, keep));
         return Some(Op {
+            changes,
             target,
             action: Action::Sandbox(SandboxAction::Recreate {
                 old_id: keep.id.clone(),
@@ -279,14 +296,28 @@ fn converge_one(
         ),
     };
     Some(Op {
+        changes: Vec::new(),
         target,
         action,
         cause,
     })
 }
 
-/// What a recreate costs, for the cause.
-fn recreate_cost(c: &ObservedContainer) -> String {
+/// The settings that differ between the container's settings label and
+/// the wanted spec. Empty when the container has no readable label (made
+/// before it existed): the cause then falls back to the two hashes, never
+/// to a guessed diff.
+fn changed_settings(spec: &SandboxSpec, keep: &ObservedContainer) -> Vec<Change> {
+    keep.label(LABEL_SETTINGS)
+        .and_then(settings::parse_label)
+        .map(|old| settings::diff(&old, &spec.settings()))
+        .unwrap_or_default()
+}
+
+/// What a recreate costs, for the cause: the processes it stops, and the
+/// files it loses (all but the data mounts and the configured volumes; a
+/// session sandbox keeps nothing).
+fn recreate_cost(spec: &SandboxSpec, c: &ObservedContainer) -> String {
     let stops = match (c.state, c.processes) {
         (ContainerState::Running, Some(0)) => "no command running".to_string(),
         (ContainerState::Running, Some(1)) => "stops 1 running process".to_string(),
@@ -294,7 +325,22 @@ fn recreate_cost(c: &ObservedContainer) -> String {
         (ContainerState::Running, None) => "stops what runs in it".to_string(),
         _ => "not running".to_string(),
     };
-    format!("; {stops}; /workspace and /root are kept")
+    let mut kept: Vec<&str> = Vec::new();
+    if spec.key.session.is_none() {
+        kept.extend(["/workspace", "/root"]);
+    }
+    let runner = spec.runner_bind();
+    for b in &spec.binds {
+        if runner.as_ref() != Some(b) && !kept.contains(&b.container.as_str()) {
+            kept.push(&b.container);
+        }
+    }
+    let lost = match kept.as_slice() {
+        [] => "every file in it is lost".to_string(),
+        [one] => format!("files outside {one} are lost"),
+        [init @ .., last] => format!("files outside {} and {last} are lost", init.join(", ")),
+    };
+    format!("; {stops}; {lost}")
 }
 
 #[cfg(test)]

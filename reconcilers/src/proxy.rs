@@ -50,6 +50,7 @@ fn network(desired: &Desired, observed: &Observed) -> Option<Op<Action>> {
     };
     if net.exists && net.containers > 0 {
         return Some(Op {
+            changes: Vec::new(),
             target: Target::Proxy,
             action: Action::Keep {
                 id: net.name.clone(),
@@ -70,6 +71,7 @@ fn network(desired: &Desired, observed: &Observed) -> Option<Op<Action>> {
         (false, _) => format!("the firewall chain {}", net.chain),
     };
     Some(Op {
+        changes: Vec::new(),
         target: Target::Proxy,
         action: Action::Proxy(ProxyAction::RemoveNetwork),
         cause: format!("{why}; {what} still there"),
@@ -81,6 +83,7 @@ fn daemon(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     let p = &observed.proxy;
     let op = |action: ProxyAction, cause: String| {
         vec![Op {
+            changes: Vec::new(),
             target: Target::Proxy,
             action: Action::Proxy(action),
             cause,

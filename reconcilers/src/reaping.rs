@@ -67,6 +67,7 @@ fn plan_one(
     }
     let remove = |cause: String| {
         Some(Op {
+            changes: Vec::new(),
             target: target(c),
             action: Action::Sandbox(SandboxAction::Remove {
                 id: c.id.clone(),
@@ -118,6 +119,7 @@ fn plan_one(
             remove(format!("not desired ({}); pruned", c.state.as_str()))
         }
         Role::NotDesired => Some(Op {
+            changes: Vec::new(),
             target: Target::Container {
                 name: c.name.clone(),
             },
@@ -146,6 +148,7 @@ pub fn end_session(profile: &str, session: &str, observed: &Observed) -> Vec<Op<
         .iter()
         .filter(|c| c.profile() == Some(profile.as_str()) && c.session() == Some(session.as_str()))
         .map(|c| Op {
+            changes: Vec::new(),
             target: target(c),
             action: Action::Sandbox(SandboxAction::Remove {
                 id: c.id.clone(),

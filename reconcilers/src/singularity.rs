@@ -33,6 +33,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
         let (instances, cached) = match seen {
             SingularityObserved::Unavailable { reason } => {
                 ops.push(Op {
+                    changes: Vec::new(),
                     target,
                     action: Action::Blocked,
                     cause: reason.clone(),
@@ -49,6 +50,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
                     String::new()
                 };
                 ops.push(Op {
+                    changes: Vec::new(),
                     target,
                     action: Action::Instance(InstanceAction::Start(Box::new(spec.clone()))),
                     cause: format!("no instance {}{build}", spec.name),
@@ -56,6 +58,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
             }
             Some(found) if found.spec_hash.as_deref() == Some(spec.hash.as_str()) => {}
             Some(found) => ops.push(Op {
+                changes: Vec::new(),
                 target,
                 action: Action::Instance(InstanceAction::Restart(Box::new(spec.clone()))),
                 cause: format!(

@@ -19,6 +19,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
         Ok(target) => target,
         Err(missing) => {
             return vec![Op {
+                changes: Vec::new(),
                 target: Target::Ssh {
                     dest: "(no host)".to_string(),
                 },
@@ -32,6 +33,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     };
     let blocked = |cause: String| {
         vec![Op {
+            changes: Vec::new(),
             target: on.clone(),
             action: Action::Blocked,
             cause,
@@ -43,6 +45,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     };
     let prepare = |cause: String| {
         vec![Op {
+            changes: Vec::new(),
             target: on.clone(),
             action: Action::Ssh(SshAction::PrepareWorkspace { path: path.clone() }),
             cause,

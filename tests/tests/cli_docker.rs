@@ -77,9 +77,12 @@ fn reconcile_creates_reattaches_and_recreates_keeping_the_workspace() {
     let plan: serde_json::Value = serde_json::from_str(&dry.stdout).unwrap();
     assert_eq!(plan["operations"][0]["action"], "recreate");
     let cause = plan["operations"][0]["cause"].as_str().unwrap();
-    assert!(cause.starts_with("spec changed: "), "{cause}");
     assert!(
-        cause.ends_with("; stops 1 running process; /workspace and /root are kept"),
+        cause.starts_with("container_memory 5120 → 1024 (forces recreate)"),
+        "{cause}"
+    );
+    assert!(
+        cause.ends_with("; stops 1 running process; files outside /workspace and /root are lost"),
         "{cause}"
     );
     assert_eq!(hermes(&["reconcile"]).code, 0);

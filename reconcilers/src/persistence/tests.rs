@@ -109,10 +109,109 @@ fn a_changed_hash_recreates_and_says_what_it_costs() {
     assert_eq!(
         render(&d, vec![c]),
         format!(
-            "~ sandbox default/default   recreate    spec changed: 0123456789ab -> {new}; stops 2 running processes; /workspace and /root are kept\n\
+            "~ sandbox default/default   recreate    spec changed: 0123456789ab -> {new}; stops 2 running processes; files outside /workspace and /root are lost\n\
              Plan: 0 to create, 1 to change, 0 to remove."
         )
     );
+}
+
+/// A running container made from `old`'s spec, as the engine reports it.
+fn made_from(old: &Desired) -> ObservedContainer {
+    let spec = &old.sandboxes[0];
+    let mut c = container("a", ContainerState::Running, Some(spec.hash()));
+    c.labels = spec.labels.clone();
+    c.processes = Some(1);
+    c
+}
+
+#[test]
+fn a_recreate_names_the_settings_that_changed_old_and_new() {
+    let old =
+        desired("terminal:\n  backend: docker\n  container_memory: 5120\n  docker_image: a:1\n");
+    let new = desired(
+        "terminal:\n  backend: docker\n  container_memory: 2048\n  docker_image: b:2\n  docker_volumes:\n    - /srv/data:/data\n",
+    );
+    assert_eq!(
+        render(&new, vec![made_from(&old)]),
+        "~ sandbox default/default   recreate    container_memory 5120 → 2048, docker_image a:1 → b:2, \
+         docker_volumes (none) → /srv/data:/data (forces recreate); stops 1 running process; \
+         files outside /workspace, /root and /data are lost\n\
+         Plan: 0 to create, 1 to change, 0 to remove."
+    );
+    let ops = plan(
+        &new,
+        &Observed {
+            containers: vec![made_from(&old)],
+            ..Observed::default()
+        },
+        NOW,
+    )
+    .ops;
+    assert_eq!(
+        ops[0].changes,
+        [
+            Change {
+                field: "container_memory".into(),
+                old: Some("5120".into()),
+                new: Some("2048".into()),
+            },
+            Change {
+                field: "docker_image".into(),
+                old: Some("a:1".into()),
+                new: Some("b:2".into()),
+            },
+            Change {
+                field: "docker_volumes".into(),
+                old: Some(String::new()),
+                new: Some("/srv/data:/data".into()),
+            },
+        ]
+    );
+}
+
+#[test]
+fn an_env_value_change_names_the_variable_never_the_value() {
+    let old = desired("terminal:\n  backend: docker\n  docker_env:\n    API_TOKEN: old-sekrit\n");
+    let new = desired("terminal:\n  backend: docker\n  docker_env:\n    API_TOKEN: new-sekrit\n");
+    let text = render(&new, vec![made_from(&old)]);
+    assert!(
+        text.contains("recreate    docker_env.API_TOKEN changed (forces recreate)"),
+        "{text}"
+    );
+    assert!(!text.contains("sekrit"), "{text}");
+    let ops = plan(
+        &new,
+        &Observed {
+            containers: vec![made_from(&old)],
+            ..Observed::default()
+        },
+        NOW,
+    )
+    .ops;
+    let json = serde_json::to_string(&ops[0].changes).unwrap();
+    assert!(!json.contains("sekrit"), "{json}");
+    assert!(json.contains("API_TOKEN"), "{json}");
+}
+
+#[test]
+fn a_container_without_the_settings_label_keeps_the_hash_wording() {
+    let old = desired("terminal:\n  backend: docker\n  container_memory: 5120\n");
+    let new = desired("terminal:\n  backend: docker\n  container_memory: 2048\n");
+    let mut c = made_from(&old);
+    c.labels.remove(LABEL_SETTINGS);
+    let text = render(&new, vec![c.clone()]);
+    assert!(
+        text.contains(&format!(
+            "spec changed: {} -> {}",
+            old.sandboxes[0].hash(),
+            new.sandboxes[0].hash()
+        )),
+        "{text}"
+    );
+    // An unreadable label is no better than none: no guessed diff.
+    c.labels
+        .insert(LABEL_SETTINGS.to_string(), "not json".to_string());
+    assert!(render(&new, vec![c]).contains("spec changed: "));
 }
 
 #[test]

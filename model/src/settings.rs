@@ -1,0 +1,222 @@
+//! The settings a user sets that shape a Docker sandbox, kept beside the
+//! spec hash so a plan can say which of them changed, old and new.
+//!
+//! They are derived from the [`SandboxSpec`] and stored at create time, as
+//! compact JSON, in the [`LABEL_SETTINGS`] label (not part of the spec
+//! hash, which stays the drift signal). An environment value is never
+//! stored: only a short fingerprint of it, so a plan can say
+//! `docker_env.X changed` without showing either value (the engine shows
+//! the value itself to whoever can inspect the container anyway).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::sandbox::{CAP_ADD, LABEL_EGRESS, SandboxSpec, data_dir};
+
+/// The label holding a sandbox's settings as a JSON object of strings.
+pub const LABEL_SETTINGS: &str = "hermes-settings";
+
+/// The prefix of the settings that hold an environment value's
+/// fingerprint: their values are never shown.
+const ENV_PREFIX: &str = "docker_env.";
+
+/// One setting that differs between the container and the config. `None`:
+/// not set on that side. For an environment variable, both sides say only
+/// whether it is set (`"(not shown)"`), never the value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    #[serde(rename = "field")]
+    pub field: String,
+    #[serde(rename = "old")]
+    pub old: Option<String>,
+    #[serde(rename = "new")]
+    pub new: Option<String>,
+}
+
+impl Change {
+    /// `container_memory 5120 → 2048`; `docker_env.X changed`.
+    pub fn describe(&self) -> String {
+        let show = |v: &Option<String>| match v.as_deref() {
+            None | Some("") => "(none)".to_string(),
+            Some(v) => v.to_string(),
+        };
+        if self.field.starts_with(ENV_PREFIX) {
+            let how = match (&self.old, &self.new) {
+                (None, _) => "added",
+                (_, None) => "removed",
+                _ => "changed",
+            };
+            return format!("{} {how}", self.field);
+        }
+        format!("{} {} → {}", self.field, show(&self.old), show(&self.new))
+    }
+}
+
+/// What stands for a hidden value in a [`Change`].
+const HIDDEN: &str = "(not shown)";
+
+impl SandboxSpec {
+    /// The shaping settings, by the name a user knows them by.
+    pub fn settings(&self) -> BTreeMap<String, String> {
+        let mut s = BTreeMap::new();
+        s.insert("docker_image".to_string(), self.image.clone());
+        s.insert(
+            "container_cpu".to_string(),
+            format!("{}", self.nano_cpus as f64 / 1e9),
+        );
+        s.insert(
+            "container_memory".to_string(),
+            (self.memory_bytes >> 20).to_string(),
+        );
+        s.insert(
+            "docker_shm_size".to_string(),
+            self.shm_size_bytes.to_string(),
+        );
+        s.insert("docker_network".to_string(), self.network.to_string());
+        let data = data_dir(&self.home, &self.key);
+        let own = [
+            data.join("workspace").display().to_string(),
+            data.join("home").display().to_string(),
+        ];
+        let runner = self.runner_bind();
+        let volumes: Vec<String> = self
+            .binds
+            .iter()
+            .filter(|b| runner.as_ref() != Some(*b) && !own.contains(&b.host))
+            .map(|b| b.to_engine())
+            .collect();
+        s.insert("docker_volumes".to_string(), volumes.join(", "));
+        for (k, v) in &self.env {
+            let mut f = crate::fingerprint::Fingerprint::new();
+            f.field(k, v);
+            s.insert(format!("{ENV_PREFIX}{k}"), f.finish());
+        }
+        let extra_caps: Vec<&str> = self
+            .cap_add
+            .iter()
+            .map(String::as_str)
+            .filter(|c| !CAP_ADD.contains(c))
+            .collect();
+        let ulimits: Vec<String> = self
+            .ulimits
+            .iter()
+            .map(|(n, soft, hard)| format!("{n}={soft}:{hard}"))
+            .collect();
+        let labels: Vec<String> = self
+            .labels
+            .iter()
+            .filter(|(k, _)| !k.starts_with("hermes-"))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        for (name, list) in [
+            ("cap_add", extra_caps.join(",")),
+            ("device", self.devices.join(", ")),
+            ("add_host", self.add_hosts.join(", ")),
+            ("ulimit", ulimits.join(", ")),
+            ("label", labels.join(", ")),
+        ] {
+            s.insert(format!("docker_extra_args.{name}"), list);
+        }
+        s.insert(
+            "egress".to_string(),
+            self.labels
+                .get(LABEL_EGRESS)
+                .cloned()
+                .unwrap_or_else(|| "off".to_string()),
+        );
+        s
+    }
+
+    /// [`Self::settings`] as the label's value.
+    pub fn settings_label(&self) -> String {
+        // A map of strings always serializes; an empty object is the
+        // harmless fallback of a type that cannot fail.
+        serde_json::to_string(&self.settings()).unwrap_or_else(|_| "{}".to_string())
+    }
+}
+
+/// Reads a settings label; `None` when it is not a JSON object of strings
+/// (a label written by hand or by another version).
+pub fn parse_label(value: &str) -> Option<BTreeMap<String, String>> {
+    serde_json::from_str(value).ok()
+}
+
+/// The settings that differ, sorted by field name. Environment values are
+/// replaced by [`HIDDEN`].
+pub fn diff(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<Change> {
+    let mut fields: Vec<&String> = old.keys().chain(new.keys()).collect();
+    fields.sort();
+    fields.dedup();
+    fields
+        .into_iter()
+        .filter(|f| old.get(*f) != new.get(*f))
+        .map(|f| {
+            let hide = f.starts_with(ENV_PREFIX);
+            let side =
+                |v: Option<&String>| v.map(|v| if hide { HIDDEN.to_string() } else { v.clone() });
+            Change {
+                field: f.clone(),
+                old: side(old.get(f)),
+                new: side(new.get(f)),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::sandbox::{ExtraArgs, SandboxKey};
+
+    fn spec(text: &str) -> SandboxSpec {
+        let config = crate::config::load(text).unwrap().config;
+        SandboxSpec::new(
+            &config,
+            SandboxKey::persistent("default", "default"),
+            std::path::Path::new("/h"),
+            &[],
+            &ExtraArgs::default(),
+        )
+    }
+
+    #[test]
+    fn the_label_round_trips_and_stays_out_of_the_hash() {
+        let s = spec("terminal:\n  container_memory: 2048\n");
+        let stored = parse_label(&s.labels[LABEL_SETTINGS]).unwrap();
+        assert_eq!(stored, s.settings());
+        assert_eq!(stored["container_memory"], "2048");
+        assert_eq!(stored["docker_volumes"], "");
+        let mut without = s.clone();
+        without.labels.remove(LABEL_SETTINGS);
+        assert_eq!(without.compute_hash(), s.hash());
+    }
+
+    #[test]
+    fn a_diff_names_fields_old_and_new_and_hides_env_values() {
+        let old = spec(
+            "terminal:\n  container_memory: 5120\n  docker_env:\n    TOKEN: sekrit-one\n    GONE: x\n",
+        );
+        let new = spec(
+            "terminal:\n  container_memory: 2048\n  docker_image: b:1\n  docker_env:\n    TOKEN: sekrit-two\n    NEW: y\n",
+        );
+        let changes = diff(&old.settings(), &new.settings());
+        let text: Vec<String> = changes.iter().map(Change::describe).collect();
+        assert_eq!(
+            text,
+            [
+                "container_memory 5120 → 2048".to_string(),
+                "docker_env.GONE removed".to_string(),
+                "docker_env.NEW added".to_string(),
+                "docker_env.TOKEN changed".to_string(),
+                format!("docker_image {} → b:1", old.image),
+            ]
+        );
+        let json = serde_json::to_string(&changes).unwrap();
+        assert!(!json.contains("sekrit"), "{json}");
+        assert!(!old.labels[LABEL_SETTINGS].contains("sekrit"));
+        assert!(diff(&old.settings(), &old.settings()).is_empty());
+    }
+}
