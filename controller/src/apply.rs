@@ -270,7 +270,7 @@ pub const LABEL_NEXT: &str = "hermes-next";
 /// stopped and the new one started; only once the new one runs is the old
 /// one removed and the new one renamed to the sandbox's name. A spec the
 /// engine refuses, at the create or at the start, leaves the old sandbox
-/// running (started again) and the new container removed, and the
+/// as it was (started again if it ran) and the new container removed, and the
 /// operation fails with the engine's reason.
 ///
 /// The two bind the same data directories: the new one starts only once
@@ -300,6 +300,15 @@ pub async fn replace(
             });
         }
     };
+    // Started again after a failed start only if it ran.
+    let was_running = engine
+        .docker()
+        .inspect_container(old_id, None)
+        .await
+        .ok()
+        .and_then(|i| i.state)
+        .and_then(|s| s.running)
+        .unwrap_or(true);
     if let Err(e) = engine.stop(old_id).await {
         discard(engine, &id, &next.name).await;
         return Err(e);
@@ -313,8 +322,8 @@ pub async fn replace(
         let _ = engine.stop(&id).await;
         discard(engine, &id, &next.name).await;
         let restarted = match crate::disk::remount(engine, old_id).await {
-            Ok(()) => engine.start(old_id).await,
-            Err(e) => Err(e),
+            Ok(()) if was_running => engine.start(old_id).await,
+            other => other,
         };
         if let Err(again) = restarted {
             tracing::warn!(container = %old_id, error = %again, "cannot start the old container again; the next pass will");
