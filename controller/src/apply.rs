@@ -232,8 +232,7 @@ pub async fn apply_sandbox(engine: &Engine, action: &SandboxAction) -> Result<()
         SandboxAction::Recreate { old_id, spec } => {
             // Pull first: a failed pull must not cost the old container.
             ensure_image(engine, spec).await?;
-            engine.remove(old_id).await?;
-            create_and_start(engine, spec).await?;
+            replace(engine, old_id, spec).await?;
         }
         SandboxAction::Remove { id, .. } => {
             engine.remove(id).await?;
@@ -258,6 +257,103 @@ async fn ensure_image(engine: &Engine, spec: &SandboxSpec) -> Result<(), DockerE
         eprintln!();
     }
     result.map(|_| ())
+}
+
+/// The label of a container made by [`replace`] under a temporary name:
+/// its value is the name it is to take.
+pub const LABEL_NEXT: &str = "hermes-next";
+
+/// Replaces the container `old_id` by one of `spec`, creating before
+/// removing: the new container is made (not started) under a temporary
+/// name, `<name>-next-<random>`, with the spec's labels and
+/// [`LABEL_NEXT`]. Only once the engine accepted it is the old one
+/// stopped and the new one started; only once the new one runs is the old
+/// one removed and the new one renamed to the sandbox's name. A spec the
+/// engine refuses, at the create or at the start, leaves the old sandbox
+/// as it was (started again if it ran) and the new container removed, and the
+/// operation fails with the engine's reason.
+///
+/// The two bind the same data directories: the new one starts only once
+/// the old one is stopped, and the old one starts again only once the new
+/// one is stopped. Each step is safe to be cut short: a leftover
+/// temporary container carries the sandbox's labels, so the next pass
+/// sees two containers of one sandbox, keeps the running (or last
+/// started) one and removes the other by a planned operation, and
+/// recreates a kept temporary one under the sandbox's name.
+pub async fn replace(
+    engine: &Engine,
+    old_id: &str,
+    spec: &SandboxSpec,
+) -> Result<String, DockerError> {
+    crate::disk::prepare(spec).await?;
+    let mut next = spec.clone();
+    next.name = format!("{}-next-{}", spec.name, suffix());
+    next.labels
+        .insert(LABEL_NEXT.to_string(), spec.name.clone());
+    let id = match engine.create(&next).await? {
+        CreateOutcome::Created { id } => id,
+        CreateOutcome::AlreadyExists => {
+            return Err(DockerError::NameTaken {
+                container: next.name.clone(),
+                found: "(another container)".to_string(),
+                wanted: spec.hash().to_string(),
+            });
+        }
+    };
+    // Started again after a failed start only if it ran.
+    let was_running = engine
+        .docker()
+        .inspect_container(old_id, None)
+        .await
+        .ok()
+        .and_then(|i| i.state)
+        .and_then(|s| s.running)
+        .unwrap_or(true);
+    if let Err(e) = engine.stop(old_id).await {
+        discard(engine, &id, &next.name).await;
+        return Err(e);
+    }
+    let started = match crate::disk::remount(engine, &id).await {
+        Ok(()) => engine.start(&id).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = started {
+        // Stopped first: the old one must not run beside it.
+        let _ = engine.stop(&id).await;
+        discard(engine, &id, &next.name).await;
+        let restarted = match crate::disk::remount(engine, old_id).await {
+            Ok(()) if was_running => engine.start(old_id).await,
+            other => other,
+        };
+        if let Err(again) = restarted {
+            tracing::warn!(container = %old_id, error = %again, "cannot start the old container again; the next pass will");
+        }
+        return Err(e);
+    }
+    engine.remove(old_id).await?;
+    engine.rename(&id, &spec.name).await?;
+    Ok(id)
+}
+
+/// Removes the new container of a replacement that failed, best effort:
+/// left behind, the next pass removes it.
+async fn discard(engine: &Engine, id: &str, name: &str) {
+    if let Err(e) = engine.remove(id).await {
+        tracing::warn!(container = %name, error = %e, "cannot remove the new container; the next pass will");
+    }
+}
+
+/// Eight random hex digits for a temporary name; the time's when the
+/// system has no randomness (a collision only fails the create).
+fn suffix() -> String {
+    let mut buf = [0u8; 4];
+    if getrandom::fill(&mut buf).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        buf = nanos.to_le_bytes();
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Creates the container and starts it. A name conflict counts as done

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, RemoveContainerOptionsBuilder,
+    RenameContainerOptionsBuilder, StopContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use hermes_model::sandbox::SandboxSpec;
@@ -110,6 +111,41 @@ impl Engine {
                 reason: "no such container".to_string(),
             }),
             Err(e) => Err(DockerError::engine("start container", id, e)),
+        }
+    }
+
+    /// Stops a container (by id or name) at once (`SIGKILL`, as a forced
+    /// removal does). A stopped one counts as stopped (the engine's 304); a
+    /// missing one is [`DockerError::Gone`].
+    pub async fn stop(&self, id: &str) -> Result<(), DockerError> {
+        let options = StopContainerOptionsBuilder::default().t(0).build();
+        // bollard passes 304 Not Modified through as success.
+        match self.docker.stop_container(id, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(DockerError::Gone {
+                container: id.to_string(),
+                reason: "no such container".to_string(),
+            }),
+            Err(e) => Err(DockerError::engine("stop container", id, e)),
+        }
+    }
+
+    /// Renames the container `id` to `name` (the engine's rename). A
+    /// missing container is [`DockerError::Gone`]; a name held by another
+    /// container is the engine's refusal.
+    pub async fn rename(&self, id: &str, name: &str) -> Result<(), DockerError> {
+        let options = RenameContainerOptionsBuilder::default().name(name).build();
+        match self.docker.rename_container(id, options).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(DockerError::Gone {
+                container: id.to_string(),
+                reason: "no such container".to_string(),
+            }),
+            Err(e) => Err(DockerError::engine(
+                "rename container",
+                &format!("{id} to {name}"),
+                e,
+            )),
         }
     }
 

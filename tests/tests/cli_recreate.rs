@@ -1,0 +1,195 @@
+//! A recreate on the Docker backend creates before it removes: a spec the
+//! engine refuses leaves the old sandbox running, and a temporary container
+//! left behind by a pass cut short is converged by the next one. The real
+//! binary against the real engine and the test image.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use hermes_tests::cli::{Run, TestHome};
+use hermes_tests::docker_cli::{ProfileCleanup, containers_of, docker};
+
+fn config(extra: &str) -> String {
+    format!(
+        "terminal:\n  backend: docker\n  docker_image: {}\n{extra}",
+        hermes_tests::test_image()
+    )
+}
+
+fn id_of(name: &str) -> String {
+    docker(&["inspect", "--format", "{{.Id}}", name])
+        .trim()
+        .to_string()
+}
+
+fn hermes<'a>(home: &'a TestHome, profile: &'a str) -> impl Fn(&[&str]) -> Run + 'a {
+    move |args: &[&str]| {
+        let mut all = vec!["--profile", profile];
+        all.extend_from_slice(args);
+        home.run(all)
+    }
+}
+
+#[test]
+fn a_recreate_the_engine_refuses_keeps_the_old_sandbox_running() {
+    let profile = format!("cbr{}", std::process::id());
+    let home = TestHome::new();
+    let _cleanup = ProfileCleanup(profile.clone());
+    let hermes = hermes(&home, &profile);
+    home.write_config(config(""));
+    assert_eq!(hermes(&["reconcile"]).code, 0);
+    let write = hermes(&["exec", "--", "sh", "-c", "echo kept > /workspace/marker"]);
+    assert_eq!(write.code, 0, "{write:?}");
+    let name = format!("hermes-{profile}-default");
+    let old_id = id_of(&name);
+
+    // Valid to `config check`, refused by the engine: a capability it does
+    // not know at the create, a device missing on the host at the start.
+    for (extra, reason) in [
+        ("--cap-add=HERMESBOGUS", "unknown capability"),
+        (
+            "--device=/dev/hermes-no-such-device",
+            "error gathering device information",
+        ),
+    ] {
+        home.write_config(config(&format!("  docker_extra_args: [\"{extra}\"]\n")));
+        let check = hermes(&["config", "check"]);
+        assert_eq!(check.code, 0, "{check:?}");
+        let dry = hermes(&["reconcile", "--dry-run"]);
+        assert_eq!(dry.code, 2, "{dry:?}");
+        assert!(dry.stdout.contains("recreate"), "{}", dry.stdout);
+        let failed = hermes(&["reconcile"]);
+        assert_eq!(failed.code, 1, "{failed:?}");
+        assert!(
+            failed.stderr.contains(reason),
+            "the engine's reason: {}",
+            failed.stderr
+        );
+        assert!(failed.stderr.contains("recreate"), "{}", failed.stderr);
+        // The old sandbox, running, alone, with its files.
+        assert_eq!(
+            containers_of(&profile),
+            [(name.clone(), "running".to_string())],
+            "{extra}"
+        );
+        assert_eq!(id_of(&name), old_id, "{extra}");
+        assert_eq!(
+            docker(&["exec", &name, "cat", "/workspace/marker"]),
+            "kept\n"
+        );
+    }
+
+    // A valid change recreates it: a new container, the files kept.
+    home.write_config(config("  container_memory: 1024\n"));
+    let apply = hermes(&["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    assert_eq!(
+        containers_of(&profile),
+        [(name.clone(), "running".to_string())]
+    );
+    assert_ne!(id_of(&name), old_id);
+    let read = hermes(&["exec", "--", "cat", "/workspace/marker"]);
+    assert_eq!((read.code, read.stdout.as_str()), (0, "kept\n"));
+    assert_eq!(hermes(&["reconcile", "--dry-run"]).code, 0);
+}
+
+/// A container as a recreate cut short after its create leaves it: the
+/// labels of `name`'s container, the marker, a temporary name, not started.
+fn leftover_next(name: &str) -> String {
+    let labels = docker(&[
+        "inspect",
+        "--format",
+        "{{range $k, $v := .Config.Labels}}{{$k}}={{$v}}\n{{end}}",
+        name,
+    ]);
+    let next = format!("{name}-next-0badc0de");
+    let mut args = vec!["create".to_string(), "--name".into(), next.clone()];
+    for label in labels.lines().filter(|l| !l.is_empty()) {
+        args.push("--label".into());
+        args.push(label.to_string());
+    }
+    args.extend([
+        "--label".into(),
+        format!("hermes-next={name}"),
+        hermes_tests::test_image(),
+        "sleep".into(),
+        "infinity".into(),
+    ]);
+    docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    next
+}
+
+#[test]
+fn a_recreate_cut_short_is_converged_by_the_next_pass() {
+    let profile = format!("cbs{}", std::process::id());
+    let home = TestHome::new();
+    let _cleanup = ProfileCleanup(profile.clone());
+    let hermes = hermes(&home, &profile);
+    home.write_config(config(""));
+    assert_eq!(hermes(&["reconcile"]).code, 0);
+    let write = hermes(&["exec", "--", "sh", "-c", "echo kept > /workspace/marker"]);
+    assert_eq!(write.code, 0, "{write:?}");
+    let name = format!("hermes-{profile}-default");
+    let old_id = id_of(&name);
+
+    // Cut short after the create: the old sandbox still runs, and the
+    // temporary container is removed by a planned operation.
+    let next = leftover_next(&name);
+    let dry = hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert!(
+        dry.stdout
+            .contains(&format!("remove      duplicate {next}")),
+        "{}",
+        dry.stdout
+    );
+    assert_eq!(hermes(&["reconcile"]).code, 0);
+    assert_eq!(
+        containers_of(&profile),
+        [(name.clone(), "running".to_string())]
+    );
+    assert_eq!(id_of(&name), old_id);
+
+    // Cut short after the new one's start: the old one stopped, the
+    // temporary one running. The old one is removed by a planned
+    // operation, the new one recreated under the sandbox's name.
+    let next = leftover_next(&name);
+    docker(&["stop", "-t", "0", &name]);
+    docker(&["start", &next]);
+    let dry = hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert!(
+        dry.stdout
+            .contains(&format!("remove      duplicate {name}")),
+        "{}",
+        dry.stdout
+    );
+    let apply = hermes(&["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    assert_eq!(
+        containers_of(&profile),
+        [(name.clone(), "running".to_string())]
+    );
+    let read = hermes(&["exec", "--", "cat", "/workspace/marker"]);
+    assert_eq!((read.code, read.stdout.as_str()), (0, "kept\n"));
+
+    // Cut short after the old one's removal: only the temporary container
+    // is left; the next pass puts a sandbox under the right name, running,
+    // with the files.
+    let next = leftover_next(&name);
+    docker(&["rm", "-f", &name]);
+    let apply = hermes(&["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    assert_eq!(
+        containers_of(&profile),
+        [(name.clone(), "running".to_string())]
+    );
+    assert!(
+        !docker(&["ps", "-a", "--format", "{{.Names}}"])
+            .lines()
+            .any(|n| n == next),
+        "{next} is left"
+    );
+    let read = hermes(&["exec", "--", "cat", "/workspace/marker"]);
+    assert_eq!((read.code, read.stdout.as_str()), (0, "kept\n"));
+    assert_eq!(hermes(&["reconcile", "--dry-run"]).code, 0);
+}
