@@ -36,5 +36,7 @@ pub mod rewrite;
 pub mod server;
 pub mod settings;
 pub mod target;
+#[cfg(test)]
+mod test_upstream;
 pub mod tokens;
 pub mod upstream;

@@ -1,4 +1,5 @@
-//! The proxy in-process, against the tests' TLS upstream on loopback,
+//! The proxy in-process, against a TLS upstream on loopback
+//! ([`crate::test_upstream`]),
 //! with a client that speaks CONNECT, TLS and HTTP/1.1 itself.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -7,13 +8,13 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use hermes_tests::upstream::Upstream;
 use http_body_util::{BodyExt, Empty};
 use rustls_pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
 use crate::ca::{Ca, generate};
+use crate::test_upstream::Upstream;
 use crate::tokens::{MappingsFile, TokensFile};
 
 const KEY: &str = "sk-inprocess-REAL";

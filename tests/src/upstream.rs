@@ -13,15 +13,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, channel::Channel, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-use sha1::Digest as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -228,10 +227,7 @@ fn websocket(req: &mut Request<Incoming>) -> Response<Body> {
     let Some(key) = req.headers().get("sec-websocket-key").cloned() else {
         return full(StatusCode::BAD_REQUEST, "text/plain", "not a websocket");
     };
-    let mut sha = sha1::Sha1::new();
-    sha.update(key.as_bytes());
-    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    let accept = base64::engine::general_purpose::STANDARD.encode(sha.finalize());
+    let accept = derive_accept_key(key.as_bytes());
     let upgrade = hyper::upgrade::on(req);
     tokio::spawn(async move {
         let Ok(upgraded) = upgrade.await else { return };

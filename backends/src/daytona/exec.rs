@@ -14,11 +14,11 @@ use base64::Engine as _;
 use futures_util::StreamExt as _;
 use reqwest::StatusCode;
 use reqwest::header::{CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, UPGRADE};
-use sha1::Digest as _;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
 use super::demux::{Demux, Stream};
@@ -28,9 +28,6 @@ use crate::exec::{
     EXEC_ID_ENV, ExecIo, ExecOutcome, ExecRequest, KILL_SCRIPT, TIMEOUT_EXIT_CODE, new_exec_id,
 };
 use hermes_model::config::is_env_name;
-
-/// The GUID of RFC 6455's accept key.
-const WS_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
 /// How long the kill after a timeout may take.
 const KILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -187,7 +184,7 @@ async fn follow(
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
         return Err(d.refused(WHAT, response).await);
     }
-    let expected = accept_key(&key);
+    let expected = derive_accept_key(key.as_bytes());
     let accepted = response
         .headers()
         .get(SEC_WEBSOCKET_ACCEPT)
@@ -312,26 +309,11 @@ fn hex_bytes(hex: &str) -> Vec<u8> {
         .collect()
 }
 
-fn accept_key(key: &str) -> String {
-    let mut sha = sha1::Sha1::new();
-    sha.update(key.as_bytes());
-    sha.update(WS_GUID.as_bytes());
-    base64::engine::general_purpose::STANDARD.encode(sha.finalize())
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    #[test]
-    fn the_accept_key_of_rfc_6455() {
-        assert_eq!(
-            accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
-            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
-        );
-    }
 
     #[test]
     fn websocket_keys_are_16_bytes() {

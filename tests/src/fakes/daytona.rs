@@ -32,13 +32,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use base64::Engine as _;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use sha1::Digest as _;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use super::{
     Body, Faults, Requests, bearer, body_bytes, exit_code, full, json, kill_group, lock,
@@ -793,10 +792,7 @@ fn websocket_log(mut req: Request<Incoming>, cmd: Arc<Command>, follow: bool) ->
     let Some(key) = req.headers().get("sec-websocket-key").cloned() else {
         return error(400, "not a websocket handshake");
     };
-    let mut sha = sha1::Sha1::new();
-    sha.update(key.as_bytes());
-    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    let accept = base64::engine::general_purpose::STANDARD.encode(sha.finalize());
+    let accept = derive_accept_key(key.as_bytes());
     let upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         let Ok(upgraded) = upgrade.await else { return };
