@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
-use hermes_model::config::Backend;
+use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
 
 use crate::activity::Activity;
@@ -38,7 +38,7 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     if args.prune {
         desired.config.reconcile.prune = true;
     }
-    let engine = connect(home, desired.backend()).await?;
+    let engine = connect(home, &desired).await?;
     let (observed, backend_error) = see(engine.as_ref(), home, &desired).await?;
     if let Some(e) = &backend_error {
         eprintln!("error: {e}");
@@ -141,30 +141,14 @@ const CONVERGED: &str = "No changes. The host is converged.";
 /// then start, then the sandboxes that waited).
 const PROXY_ROUNDS: usize = 3;
 
-/// How long a pass off the Docker backend waits for an engine that may not
-/// exist.
-const OPTIONAL_ENGINE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// The engine, when there may be containers to converge. On the Docker
-/// backend it must answer. On any other, containers left from an earlier
-/// Docker config are still looked at when an engine answers, so they are
-/// reported (or pruned), never silently forgotten; no engine there is
-/// nothing to look at.
-async fn connect(home: &Home, backend: Backend) -> anyhow::Result<Option<Engine>> {
-    if backend == Backend::Docker {
+/// The engine of this pass: one that must answer where the pass needs
+/// Docker ([`super::needs_docker`]), else one looked at only when it
+/// answers ([`super::optional_engine`]), the same rule as the controller's.
+async fn connect(home: &Home, desired: &Desired) -> anyhow::Result<Option<Engine>> {
+    if super::needs_docker(desired) {
         return Ok(Some(Engine::connect().await?.for_home(home.scope())));
     }
-    match tokio::time::timeout(OPTIONAL_ENGINE_WAIT, Engine::connect()).await {
-        Ok(Ok(engine)) => Ok(Some(engine.for_home(home.scope()))),
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "no engine; no containers to look at");
-            Ok(None)
-        }
-        Err(_) => {
-            tracing::debug!("the engine did not answer in time; no containers to look at");
-            Ok(None)
-        }
-    }
+    Ok(super::optional_engine(home).await)
 }
 
 /// Drops the activity records of containers that no longer exist. A stale
