@@ -285,6 +285,18 @@ pub async fn replace(
     old_id: &str,
     spec: &SandboxSpec,
 ) -> Result<String, DockerError> {
+    // One replacement of a sandbox at a time across hermes processes (a
+    // controller, a reconcile, execs): two would start two containers on
+    // the same data. The loser finds the old container gone and the new
+    // one in place, which a create of the same spec counts as done.
+    let _lock = lock_sandbox(spec).await?;
+    let old_gone = match engine.docker().inspect_container(old_id, None).await {
+        Ok(_) => false,
+        Err(e) => hermes_backends::docker::is_not_found(&e),
+    };
+    if old_gone {
+        return create_and_start(engine, spec).await;
+    }
     crate::disk::prepare(spec).await?;
     let mut next = spec.clone();
     next.name = format!("{}-next-{}", spec.name, suffix());
@@ -333,6 +345,43 @@ pub async fn replace(
     engine.remove(old_id).await?;
     engine.rename(&id, &spec.name).await?;
     Ok(id)
+}
+
+/// An exclusive lock on the sandbox's name, `run/locks/<name>.lock`
+/// under the home (0600 in 0700 directories, never through a link),
+/// held until dropped; taken off the runtime's threads, since it waits.
+async fn lock_sandbox(spec: &SandboxSpec) -> Result<nix::fcntl::Flock<std::fs::File>, DockerError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = spec.home.join("run").join("locks");
+    let path = dir.join(format!("{}.lock", spec.name));
+    let failed = |path: &std::path::Path, source: std::io::Error| DockerError::HostDir {
+        container: spec.name.clone(),
+        path: path.to_path_buf(),
+        source: hermes_backends::host_dir::HostDirError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| failed(&dir, e))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| failed(&path, e))?;
+    let locked = tokio::task::spawn_blocking(move || {
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| std::io::Error::from(e))
+    })
+    .await
+    .map_err(|e| failed(&path, std::io::Error::other(e)))?;
+    locked.map_err(|e| failed(&path, e))
 }
 
 /// Removes the new container of a replacement that failed, best effort:
