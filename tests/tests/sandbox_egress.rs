@@ -580,3 +580,41 @@ exit 0
     let converged = host.hermes(&["reconcile", "--dry-run"]);
     assert_eq!(converged.code, 0, "{converged:?}");
 }
+
+/// A `proxy:` edit under a running proxy: `hermes exec` carries out the
+/// proxy's part of the plan itself (the op printed on stderr, in the plan's
+/// words) and runs its command, instead of failing closed until someone
+/// runs `hermes reconcile`.
+#[test]
+fn exec_applies_the_proxys_part_of_the_plan_after_a_proxy_edit_and_runs() {
+    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);
+    let host = Host::new("se", &upstream, true);
+    assert_eq!(host.hermes(&["reconcile"]).code, 0);
+    assert_eq!(host.hermes(&["exec", "--", "true"]).code, 0);
+    let pid = host.proxy_pid();
+
+    let text = host.home.read_config();
+    let edited = text.replace(
+        "upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]",
+        "upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8, 192.0.2.0/24]",
+    );
+    assert_ne!(edited, text);
+    host.home.write_config(edited);
+
+    let run = host.hermes(&["exec", "--", "echo", "ran"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.stdout, "ran\n");
+    // The proxy set up again on the new settings (its daemon follows),
+    // said in the plan's words.
+    assert!(
+        run.stderr.contains(
+            "+ proxy   setup       not set up: config.json is older than config.yaml's proxy section"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("fail closed"), "{}", run.stderr);
+    assert!(host.proxy_pid() > 0 && pid > 0);
+    let dry = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{dry:?}");
+}

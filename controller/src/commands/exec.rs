@@ -49,7 +49,7 @@ const TIMED_OUT: u8 = 124;
 const FAIL_CLOSED: u8 = 3;
 
 pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<ExitCode> {
-    let desired = load_desired(home, profile)?;
+    let mut desired = load_desired(home, profile)?;
     let timeout = Duration::from_secs(
         args.timeout
             .unwrap_or(desired.config.terminal.timeout_seconds),
@@ -63,6 +63,7 @@ pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<E
         {
             anyhow::bail!(why);
         }
+        bring_the_proxy_up(home, &mut desired).await;
     }
     match desired.backend() {
         Backend::Local => run_local(home, &desired, &args, &env, timeout).await,
@@ -160,6 +161,74 @@ async fn run_cloud(
     err.finish().await?;
     let outcome = outcome?;
     Ok(ended(&outcome, timeout))
+}
+
+/// How many rounds of the proxy's own plan an exec carries out before it
+/// runs its command or refuses.
+const PROXY_ROUNDS: usize = 3;
+
+/// Where a `proxy:` edit changed what the running, healthy proxy the
+/// command needs should be, carries out the proxy's part of the plan (its
+/// files written again, its restart on the new settings) first, as a
+/// missing sandbox is created: each op printed on stderr in the plan's
+/// words. A proxy that is down or unhealthy (never started, killed,
+/// crashed) is not brought up here: the command is refused below, failing
+/// closed, until `hermes reconcile` or the controller brings it up.
+async fn bring_the_proxy_up(home: &Home, desired: &mut Desired) {
+    use hermes_model::action::{Action, ProxyAction};
+    for _ in 0..PROXY_ROUNDS {
+        let proxy = crate::egress::pass::observe(home).await;
+        if hermes_reconcilers::proxy::fail_closed_reason(desired, &proxy).is_none() {
+            return;
+        }
+        let edited = proxy.running
+            && proxy.healthy
+            && match &desired.egress {
+                hermes_model::desired::Egress::NotSetUp { .. } => true,
+                hermes_model::desired::Egress::On { settings, .. } => {
+                    proxy.settings.as_deref() != Some(settings.as_str())
+                }
+                hermes_model::desired::Egress::Off => false,
+            };
+        let observed = Observed {
+            proxy,
+            ..Observed::default()
+        };
+        let ops: Vec<_> = hermes_reconcilers::proxy::plan(desired, &observed)
+            .into_iter()
+            .filter(|op| {
+                edited
+                    && matches!(
+                        op.action,
+                        Action::Proxy(ProxyAction::Setup | ProxyAction::Restart)
+                    )
+            })
+            .collect();
+        if ops.is_empty() {
+            return;
+        }
+        for op in &ops {
+            let Action::Proxy(action) = op.action else {
+                continue;
+            };
+            eprintln!(
+                "{} {}   {:<10}  {}",
+                op.action.kind().symbol(),
+                op.target,
+                op.action.verb(),
+                op.cause
+            );
+            if let Err(e) = crate::proxy_ops::apply(home, None, action).await {
+                eprintln!("error: {} {}: {e}", op.target, op.action.verb());
+                return;
+            }
+            if action == ProxyAction::Setup {
+                // The files are new: the next round compares against them.
+                let egress = crate::egress::pass::desired(home, &desired.config);
+                desired.set_egress(egress);
+            }
+        }
+    }
 }
 
 /// Fail closed: the exit code of a refusal while the egress proxy, enforced
