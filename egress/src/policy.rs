@@ -148,29 +148,9 @@ fn parse_ipv4_part(part: &str) -> Option<u32> {
 }
 
 /// The ranges refused when `proxy.upstream_deny_cidrs` is not set: the
-/// reference's list and smokescreen's extras.
-pub const DEFAULT_DENY: &[&str] = &[
-    "0.0.0.0/8",
-    "10.0.0.0/8",
-    "100.64.0.0/10",
-    "127.0.0.0/8",
-    "169.254.0.0/16",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "198.18.0.0/15",
-    "224.0.0.0/4",
-    "240.0.0.0/4",
-    "::/128",
-    "::1/128",
-    "::ffff:0:0/96",
-    "64:ff9b::/96",
-    "64:ff9b:1::/48",
-    "2001::/32",
-    "2002::/16",
-    "fc00::/7",
-    "fe80::/10",
-    "ff00::/8",
-];
+/// reference's list and smokescreen's extras, declared once in the model
+/// (where `config check` warns about a `proxy.resolve` entry inside them).
+pub use hermes_model::config::DEFAULT_UPSTREAM_DENY as DEFAULT_DENY;
 
 /// Why an address may not be dialled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -146,14 +146,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_model_checks_resolve_against_the_proxys_own_deny_list() {
-        assert_eq!(
-            hermes_model::config::DEFAULT_UPSTREAM_DENY,
-            hermes_egress::policy::DEFAULT_DENY
-        );
-    }
-
-    #[test]
     fn only_an_action_the_next_pass_undoes_is_warned_about() {
         let home = Home::resolve(Some("/h".into())).unwrap();
         assert!(undone_warning(&home, Verb::Start, true).is_none());

@@ -14,8 +14,7 @@ use crate::config::{Config, Issue};
 use crate::yaml::Node;
 
 /// The ranges the egress proxy refuses when `proxy.upstream_deny_cidrs` is
-/// not set. The proxy's own copy (`hermes_egress::policy::DEFAULT_DENY`)
-/// is checked against this one by a test in the controller.
+/// not set (the proxy's `hermes_egress::policy::DEFAULT_DENY` is this list).
 pub const DEFAULT_UPSTREAM_DENY: &[&str] = &[
     "0.0.0.0/8",
     "10.0.0.0/8",
