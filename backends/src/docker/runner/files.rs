@@ -607,28 +607,20 @@ impl Request<'_> {
 /// yet) and opens it for reading, checking that what is opened is the
 /// pipe just made.
 fn reader(dir: &OwnedFd, name: &str) -> Result<pipe::Receiver, Refused> {
-    mkfifoat(dir, name, Mode::from_bits_truncate(0o600))
-        .map_err(|e| refused(&format!("cannot make {name}"), e))?;
-    let made =
-        fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(|e| refused("fstatat", e))?;
-    let fd = openat(
-        dir,
-        name,
-        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| refused(&format!("cannot open {name}"), e))?;
-    let st = fstat(&fd).map_err(|e| refused("fstat", e))?;
-    if !is(&st, SFlag::S_IFIFO) || (st.st_dev, st.st_ino) != (made.st_dev, made.st_ino) {
-        return Err(Refused(format!("{name} is not the pipe hermes made")));
-    }
+    let fd = make_pipe(dir, name, OFlag::O_RDONLY)?;
     pipe::Receiver::from_owned_fd(fd).map_err(|e| refused(&format!("cannot read {name}"), e))
 }
 
-/// Makes the pipe `name` in `dir` (a directory the container cannot reach
-/// yet) and opens it read-write, checking that what is opened is the pipe
-/// just made.
+/// As [`reader`], opened read-write: held open, never read, so that its
+/// other end sees the end of the file only when this process is gone.
 fn holder(dir: &OwnedFd, name: &str) -> Result<OwnedFd, Refused> {
+    make_pipe(dir, name, OFlag::O_RDWR)
+}
+
+/// Makes the pipe `name` in `dir` and opens it with `access`, without
+/// blocking or following a link, checking that what is opened is the pipe
+/// just made.
+fn make_pipe(dir: &OwnedFd, name: &str, access: OFlag) -> Result<OwnedFd, Refused> {
     mkfifoat(dir, name, Mode::from_bits_truncate(0o600))
         .map_err(|e| refused(&format!("cannot make {name}"), e))?;
     let made =
@@ -636,7 +628,7 @@ fn holder(dir: &OwnedFd, name: &str) -> Result<OwnedFd, Refused> {
     let fd = openat(
         dir,
         name,
-        OFlag::O_RDWR | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        access | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
     .map_err(|e| refused(&format!("cannot open {name}"), e))?;
