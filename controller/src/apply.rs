@@ -351,7 +351,7 @@ pub async fn replace(
 /// under the home (0600 in 0700 directories, never through a link),
 /// held until dropped; taken off the runtime's threads, since it waits.
 async fn lock_sandbox(spec: &SandboxSpec) -> Result<nix::fcntl::Flock<std::fs::File>, DockerError> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     let dir = spec.home.join("run").join("locks");
     let path = dir.join(format!("{}.lock", spec.name));
     let failed = |path: &std::path::Path, source: std::io::Error| DockerError::HostDir {
@@ -367,20 +367,10 @@ async fn lock_sandbox(spec: &SandboxSpec) -> Result<nix::fcntl::Flock<std::fs::F
         .mode(0o700)
         .create(&dir)
         .map_err(|e| failed(&dir, e))?;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(|e| failed(&path, e))?;
-    let locked = tokio::task::spawn_blocking(move || {
-        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| std::io::Error::from(e))
-    })
-    .await
-    .map_err(|e| failed(&path, std::io::Error::other(e)))?;
+    let at = path.clone();
+    let locked = tokio::task::spawn_blocking(move || crate::fsio::lock_exclusive(&at))
+        .await
+        .map_err(|e| failed(&path, std::io::Error::other(e)))?;
     locked.map_err(|e| failed(&path, e))
 }
 

@@ -33,7 +33,7 @@
 use std::time::Instant;
 
 use anyhow::Context;
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 
 use hermes_backends::cloud::{CloudDriver, CloudSandbox, CloudSpec, CloudState};
 use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
@@ -516,19 +516,10 @@ async fn converge<C: CloudDriver>(
 /// both). The lock is an exclusive `flock` on a 0600 file beside the
 /// records, released when the guard drops (or the process dies).
 async fn lock_task_making(book: &SnapshotBook) -> anyhow::Result<Flock<std::fs::File>> {
-    use std::os::unix::fs::OpenOptionsExt;
     let path = book.path().with_extension("lock");
     tokio::task::spawn_blocking(move || {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        Flock::lock(file, FlockArg::LockExclusive)
-            .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", path.display()))
+        crate::fsio::lock_exclusive(&path)
+            .with_context(|| format!("cannot lock {}", path.display()))
     })
     .await?
 }

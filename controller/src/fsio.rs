@@ -21,6 +21,21 @@ pub fn read_bounded(path: &Path, limit: usize) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(bytes))
 }
 
+/// An exclusive `flock` on `path` (a 0600 file, made if missing, never
+/// opened through a symbolic link), held until the guard drops or the
+/// process dies. Blocks while another process holds it.
+pub fn lock_exclusive(path: &Path) -> io::Result<nix::fcntl::Flock<File>> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| io::Error::from(e))
+}
+
 /// Creates `dir` (and parents) if missing, with `mode` on the directories
 /// it creates.
 pub fn ensure_dir(dir: &Path, mode: u32) -> io::Result<()> {
