@@ -406,36 +406,19 @@ fn check_egress_overrides(root: &Node, errors: &mut Vec<Issue>) {
             }
         }
     }
-    if let Some(list) = terminal.value.get("docker_extra_args") {
-        if let NodeKind::Seq { items, .. } = &list.value.kind {
-            let texts: Vec<Option<String>> = items
-                .iter()
-                .map(|item| match item.to_value() {
-                    Value::Str(s) => Some(s),
-                    _ => None,
-                })
-                .collect();
-            for (i, text) in texts.iter().enumerate() {
-                let Some(text) = text else { continue };
-                // The error points at the item holding the value.
-                let (option, value, at) = match text.split_once('=') {
-                    Some((o, v)) if o.starts_with('-') => (o, Some(v.to_string()), i),
-                    _ => (text.as_str(), texts.get(i + 1).cloned().flatten(), i + 1),
-                };
-                let Some(value) = value else { continue };
-                let message = match option {
-                    "-e" | "--env" => why(value.split('=').next().unwrap_or_default()),
-                    // `--add-host` of the proxy's name: see `isolation`.
-                    _ => None,
-                };
-                if let Some(message) = message {
-                    errors.push(Issue::new(
-                        format!("terminal.docker_extra_args[{at}]"),
-                        items[at].start,
-                        message,
-                    ));
-                }
-            }
+    for extra in isolation::extra_arg_options(&terminal.value) {
+        let message = match extra.option.as_str() {
+            "-e" | "--env" => why(extra.value.split('=').next().unwrap_or_default()),
+            // `--add-host` of the proxy's name: see `isolation`.
+            _ => None,
+        };
+        if let Some(message) = message {
+            // The error points at the item holding the value.
+            errors.push(Issue::new(
+                format!("terminal.docker_extra_args[{}]", extra.at),
+                extra.pos,
+                message,
+            ));
         }
     }
 }

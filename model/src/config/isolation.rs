@@ -132,28 +132,14 @@ pub fn check(root: &Node, home: &[&Path], errors: &mut Vec<Issue>, warnings: &mu
             }
         }
     }
-    let items: Vec<&Node> = seq(terminal, "docker_extra_args").map(|(_, n)| n).collect();
-    let texts: Vec<Option<String>> = items
-        .iter()
-        .map(|item| match item.to_value() {
-            Value::Str(s) => Some(s),
-            _ => None,
-        })
-        .collect();
-    let mut i = 0;
-    while i < texts.len() {
-        let Some(text) = &texts[i] else {
-            i += 1;
-            continue;
-        };
-        // The issue points at the item holding the value.
-        let (option, value, at) = match text.split_once('=') {
-            Some((o, v)) if o.starts_with('-') => (o, Some(v.to_string()), i),
-            _ => (text.as_str(), texts.get(i + 1).cloned().flatten(), i + 1),
-        };
-        i = at + 1;
-        let Some(value) = value else { continue };
-        let what = match option {
+    for ExtraOption {
+        option,
+        value,
+        at,
+        pos,
+    } in extra_arg_options(terminal)
+    {
+        let what = match option.as_str() {
             "--cap-add" => {
                 let extra: Vec<String> = value
                     .split(',')
@@ -190,14 +176,54 @@ pub fn check(root: &Node, home: &[&Path], errors: &mut Vec<Issue>, warnings: &mu
             }
             _ => None,
         };
-        if let (Some(what), Some(item)) = (what, items.get(at)) {
-            sink.isolation(
-                format!("terminal.docker_extra_args[{at}]"),
-                item.start,
-                what,
-            );
+        if let Some(what) = what {
+            sink.isolation(format!("terminal.docker_extra_args[{at}]"), pos, what);
         }
     }
+}
+
+/// One option of `terminal.docker_extra_args` with its value: `--opt=value`
+/// in one item, or `--opt` then `value` in the next.
+pub(super) struct ExtraOption {
+    pub option: String,
+    pub value: String,
+    /// The index of the item holding the value, and where it is.
+    pub at: usize,
+    pub pos: Pos,
+}
+
+/// The options of `terminal.docker_extra_args` that have a value, in order.
+pub(super) fn extra_arg_options(terminal: &Node) -> Vec<ExtraOption> {
+    let items: Vec<&Node> = seq(terminal, "docker_extra_args").map(|(_, n)| n).collect();
+    let texts: Vec<Option<String>> = items
+        .iter()
+        .map(|item| match item.to_value() {
+            Value::Str(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let mut options = Vec::new();
+    let mut i = 0;
+    while i < texts.len() {
+        let Some(text) = &texts[i] else {
+            i += 1;
+            continue;
+        };
+        let (option, value, at) = match text.split_once('=') {
+            Some((o, v)) if o.starts_with('-') => (o, Some(v.to_string()), i),
+            _ => (text.as_str(), texts.get(i + 1).cloned().flatten(), i + 1),
+        };
+        i = at + 1;
+        if let (Some(value), Some(item)) = (value, items.get(at)) {
+            options.push(ExtraOption {
+                option: option.to_string(),
+                value,
+                at,
+                pos: item.start,
+            });
+        }
+    }
+    options
 }
 
 /// The items of the list `terminal.<key>`, with their indices.
