@@ -591,7 +591,6 @@ fn exec_applies_the_proxys_part_of_the_plan_after_a_proxy_edit_and_runs() {
     let host = Host::new("se", &upstream, true);
     assert_eq!(host.hermes(&["reconcile"]).code, 0);
     assert_eq!(host.hermes(&["exec", "--", "true"]).code, 0);
-    let pid = host.proxy_pid();
 
     let text = host.home.read_config();
     let edited = text.replace(
@@ -614,7 +613,6 @@ fn exec_applies_the_proxys_part_of_the_plan_after_a_proxy_edit_and_runs() {
         run.stderr
     );
     assert!(!run.stderr.contains("fail closed"), "{}", run.stderr);
-    assert!(host.proxy_pid() > 0 && pid > 0);
     let dry = host.hermes(&["reconcile", "--dry-run"]);
     assert_eq!(dry.code, 0, "{dry:?}");
 }
