@@ -46,6 +46,12 @@ pub enum ApplyError {
     /// No driver could be made for the cloud backend.
     #[error(transparent)]
     Driver(#[from] crate::cloud::DriverError),
+    /// A directory hermes keeps could not be removed.
+    #[error("cannot remove {}: {source}", path.display())]
+    Remove {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     /// The cloud service, its records or its lock, with the chain of
     /// causes.
     #[error("{0:#}")]

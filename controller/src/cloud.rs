@@ -256,8 +256,9 @@ pub async fn observe_cloud<C: CloudDriver>(
     }
 }
 
-/// Carries out one cloud operation for `task`; the sandbox it leaves
-/// running, recorded as the task's (so the next `find` is handed its id).
+/// Carries out one cloud operation for `task` that makes a sandbox run;
+/// the sandbox it leaves running, recorded as the task's (so the next
+/// `find` is handed its id).
 async fn apply_op<C: CloudDriver>(
     driver: &C,
     desired: &Desired,
@@ -270,6 +271,25 @@ async fn apply_op<C: CloudDriver>(
     let sandbox = carry_out(driver, desired, cloud, book, task, op, action).await?;
     book.record_sandbox(&desired.profile, task, &sandbox.id)?;
     Ok(sandbox)
+}
+
+/// Suspends the task's sandbox keeping its filesystem (a session's end):
+/// the snapshot the driver returns is recorded for the next session
+/// (Daytona keeps the stopped sandbox itself, and no record is needed),
+/// and the sandbox is no longer recorded as serving the task. The
+/// snapshot's id, when there is one.
+async fn suspend<C: CloudDriver>(
+    driver: &C,
+    desired: &Desired,
+    book: &SnapshotBook,
+    task: &str,
+    id: &str,
+) -> anyhow::Result<Option<String>> {
+    let snapshot = driver.suspend(id).await?;
+    // The stopped sandbox is what comes back when there is no snapshot:
+    // an older one is stale then.
+    book.suspended(&desired.profile, task, snapshot.as_deref())?;
+    Ok(snapshot)
 }
 
 /// [`apply_op`] without the final record. A create from a snapshot that
@@ -286,6 +306,9 @@ async fn carry_out<C: CloudDriver>(
 ) -> anyhow::Result<CloudSandbox> {
     let spec = spec(desired, cloud, task);
     match action {
+        CloudAction::Suspend { .. } => {
+            anyhow::bail!("{}: a suspend makes no sandbox run", op.target)
+        }
         CloudAction::Resume { id } => Ok(driver.resume(id).await?),
         CloudAction::Create { snapshot } | CloudAction::Recreate { snapshot, .. } => {
             if let CloudAction::Recreate { old_id, .. } = action {
@@ -332,11 +355,17 @@ pub async fn apply_cloud<C: CloudDriver>(
             continue;
         };
         let started = Instant::now();
-        let result = carry_out_planned(driver, desired, cloud, book, task, op)
-            .await
-            .map(|()| true)
-            .map_err(ApplyError::Cloud);
-        applied.record(op, started, result, verbose);
+        let result = carry_out_planned(driver, desired, cloud, book, task, op).await;
+        let note = result.as_ref().ok().cloned().flatten();
+        applied.record(
+            op,
+            started,
+            result.map(|_| true).map_err(ApplyError::Cloud),
+            verbose,
+        );
+        if let (Some(note), true) = (note, verbose) {
+            println!("  {}: {note}", op.target);
+        }
     }
     applied
 }
@@ -344,8 +373,11 @@ pub async fn apply_cloud<C: CloudDriver>(
 /// Carries out the planned `op` on the task's sandbox, under the lock, once
 /// the service, asked again, still reports the sandbox the plan was made
 /// against (an exec, or another hermes, may have made or changed it since
-/// the pass observed). When it does not, nothing is done: the error says
-/// what changed, and the next pass plans again from what it sees.
+/// the pass observed): the planner that made `op` (a pass's, or a
+/// session's end's) plans it again. When it does not, nothing is done:
+/// the error says what changed, and the next pass plans again from what
+/// it sees. A word for the person, when there is one (the snapshot a
+/// session's end kept).
 async fn carry_out_planned<C: CloudDriver>(
     driver: &C,
     desired: &Desired,
@@ -353,7 +385,7 @@ async fn carry_out_planned<C: CloudDriver>(
     book: &SnapshotBook,
     task: &str,
     op: &Op<Action>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<String>> {
     let Action::Cloud(action) = &op.action else {
         anyhow::bail!("not a cloud operation: {}", op.action.verb());
     };
@@ -364,14 +396,25 @@ async fn carry_out_planned<C: CloudDriver>(
         .map(|s| format!("{} {}", s.id, state(s.state)))
         .unwrap_or_else(|| "no sandbox".to_string());
     let observed = seen(record, found);
-    let still = hermes_reconcilers::cloud::plan(desired, &observed);
+    let still = match action {
+        CloudAction::Suspend { .. } => {
+            hermes_reconcilers::cloud::end_session(desired, &observed, "")
+        }
+        CloudAction::Create { .. } | CloudAction::Resume { .. } | CloudAction::Recreate { .. } => {
+            hermes_reconcilers::cloud::plan(desired, &observed)
+        }
+    };
     if still.first().map(|o| &o.action) != Some(&op.action) {
         anyhow::bail!(
             "the service changed since the plan (it now reports {now}); nothing done, the next pass plans again"
         );
     }
+    if let CloudAction::Suspend { id } = action {
+        let snapshot = suspend(driver, desired, book, task, id).await?;
+        return Ok(snapshot.map(|s| format!("snapshot {s} kept for the next session")));
+    }
     apply_op(driver, desired, cloud, book, task, op, action).await?;
-    Ok(())
+    Ok(None)
 }
 
 /// What a pass would see of the task's sandbox: `found` on the service,
@@ -522,32 +565,6 @@ async fn lock_task_making(book: &SnapshotBook) -> anyhow::Result<Flock<std::fs::
             .with_context(|| format!("cannot lock {}", path.display()))
     })
     .await?
-}
-
-/// Ends the task's session on the service keeping its filesystem: the
-/// snapshot the driver returns is recorded for the next session (Daytona
-/// keeps the stopped sandbox itself, and no record is needed), and the
-/// sandbox is no longer recorded as serving the task.
-pub async fn end_cloud_session<C: CloudDriver>(
-    driver: &C,
-    desired: &Desired,
-    book: &SnapshotBook,
-    task: &str,
-) -> anyhow::Result<Option<String>> {
-    // Not while another hermes process makes the task's sandbox.
-    let _lock = lock_task_making(book).await?;
-    let (_, found) = look(driver, desired, book, task).await?;
-    let Some(found) = found.filter(|s| s.state != CloudState::Dead) else {
-        // Nothing to keep (a failed or expired sandbox has no filesystem
-        // left to snapshot): the older snapshot, if any, stays.
-        book.forget_sandbox(&desired.profile, task)?;
-        return Ok(None);
-    };
-    let snapshot = driver.suspend(&found.id).await?;
-    // The stopped sandbox is what comes back when there is no snapshot:
-    // an older one is stale then.
-    book.suspended(&desired.profile, task, snapshot.as_deref())?;
-    Ok(snapshot)
 }
 
 /// What a pass sees of the cloud backend: `None` off the clouds or while
@@ -864,18 +881,43 @@ mod tests {
                 "exec sb-1 true"
             ]
         );
-        let snap = end_cloud_session(&driver, &d, &book, "t").await.unwrap();
-        assert_eq!(snap.as_deref(), Some("im-next"));
+        // A session's end, the sandbox running: planned (the suspend), then
+        // carried out under the lock, the snapshot recorded for the next
+        // session.
+        let driver = Scripted {
+            found: Some(CloudSandbox {
+                id: "sb-1".into(),
+                state: CloudState::Running,
+            }),
+            suspend_to: Some("im-next".into()),
+            ..Scripted::default()
+        };
+        let applied = end_session(&driver, &d, &book).await;
+        assert_eq!((applied.done, applied.failed), (1, 0));
         assert_eq!(
-            book.get("default", "t").unwrap().as_deref(),
+            book.get("default", "default").unwrap().as_deref(),
             Some("im-next")
         );
-        // The session's end cleared the sandbox it had recorded.
-        assert_eq!(book.sandbox("default", "t").unwrap(), None);
+        assert_eq!(book.sandbox("default", "default").unwrap(), None);
         assert_eq!(
-            driver.calls.borrow()[4..],
-            ["find default/t sb-1", "suspend sb-1"]
+            *driver.calls.borrow(),
+            [
+                "find default/default -",
+                "find default/default -",
+                "suspend sb-1"
+            ]
         );
+    }
+
+    /// `hermes session end` on the cloud: observe, plan the end, carry
+    /// the plan out.
+    async fn end_session(driver: &Scripted, d: &Desired, book: &SnapshotBook) -> Applied {
+        let observed = Observed {
+            cloud: Some(observe_cloud(driver, d, book).await),
+            ..Observed::default()
+        };
+        let plan = Plan::new(hermes_reconcilers::cloud::end_session(d, &observed, "s1"));
+        apply_cloud(driver, d, &plan, book, false).await
     }
 
     fn exec_req() -> ExecRequest {
@@ -938,9 +980,8 @@ mod tests {
         );
         // A session's end snapshots it and forgets it; the next exec
         // restores the snapshot into one new sandbox, recorded in turn.
-        end_cloud_session(&driver, &d, &book, "default")
-            .await
-            .unwrap();
+        let applied = end_session(&driver, &d, &book).await;
+        assert_eq!((applied.done, applied.failed), (1, 0));
         assert_eq!(book.sandbox("default", "default").unwrap(), None);
         exec_once(&driver, &d, &book).await;
         exec_once(&driver, &d, &book).await;
@@ -985,17 +1026,15 @@ mod tests {
                 "create default from python:3.12"
             ]
         );
-        // A dead sandbox at a session's end: nothing to snapshot, and it is
-        // no longer recorded.
-        book.record_sandbox("default", "default", "sb-dead")
-            .unwrap();
+        // A dead sandbox at a session's end: nothing left to keep, nothing
+        // planned, nothing asked of the service but a find.
+        let before = driver.calls.borrow().len();
+        let applied = end_session(&driver, &d, &book).await;
+        assert_eq!((applied.done, applied.failed), (0, 0));
         assert_eq!(
-            end_cloud_session(&driver, &d, &book, "default")
-                .await
-                .unwrap(),
-            None
+            driver.calls.borrow()[before..],
+            ["find default/default sb-new"]
         );
-        assert_eq!(book.sandbox("default", "default").unwrap(), None);
     }
 
     #[tokio::test]

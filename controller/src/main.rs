@@ -22,6 +22,7 @@ macro_rules! print {
 
 mod activity;
 mod apply;
+mod backend;
 mod chain;
 mod cli;
 mod cloud;
@@ -33,6 +34,7 @@ mod failures;
 mod fsio;
 mod home;
 mod metrics;
+mod pass;
 mod proxy_ops;
 mod redacting;
 mod singularity;

@@ -1,13 +1,14 @@
 //! The singularity backend in the binary: observing the instances for a
-//! pass, applying the plan's instance operations, `hermes exec` in an
-//! instance (made so first through the planner), the instances of
-//! `hermes sandbox list` and a session's end.
+//! pass, applying the plan's instance operations (a session's end among
+//! them: planned by `reconcilers::singularity::end_session` from
+//! [`known_keys`]), `hermes exec` in an instance (made so first through
+//! the planner), and the instances of `hermes sandbox list`.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest, Executor};
-use hermes_backends::singularity::{Instance, Runtime, SingularityError};
+use hermes_backends::singularity::{Instance, Runtime};
 use hermes_model::action::{Action, Families, InstanceAction};
 use hermes_model::config::Backend;
 use hermes_model::desired::Desired;
@@ -34,19 +35,28 @@ pub async fn apply(plan: &hermes_reconcilers::HostPlan, verbose: bool) -> Applie
         let started = Instant::now();
         let result = match Runtime::from_env() {
             Ok(runtime) => carry_out(&runtime, action).await,
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         };
-        let result = result.map(|()| true).map_err(ApplyError::from);
-        applied.record(op, started, result, verbose);
+        applied.record(op, started, result.map(|()| true), verbose);
     }
     applied
 }
 
 /// Carries out one instance operation.
-async fn carry_out(runtime: &Runtime, action: &InstanceAction) -> Result<(), SingularityError> {
+async fn carry_out(runtime: &Runtime, action: &InstanceAction) -> Result<(), ApplyError> {
     match action {
-        InstanceAction::Start(spec) => runtime.start(spec).await,
-        InstanceAction::Restart(spec) => runtime.restart(spec).await,
+        InstanceAction::Start(spec) => Ok(runtime.start(spec).await?),
+        InstanceAction::Restart(spec) => Ok(runtime.restart(spec).await?),
+        InstanceAction::End { name, dir } => {
+            runtime.stop(name).await?;
+            match std::fs::remove_dir_all(dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ApplyError::Remove {
+                    path: dir.clone(),
+                    source: e,
+                }),
+                _ => Ok(()),
+            }
+        }
     }
 }
 
@@ -117,32 +127,6 @@ fn dir_names(dir: &Path) -> Vec<String> {
         .unwrap_or_default();
     names.sort();
     names
-}
-
-/// Stops the instances of a session (of every task of the profile) and
-/// removes their directories; how many it stopped.
-pub async fn end_session(home: &Path, profile: &str, session: &str) -> anyhow::Result<usize> {
-    let runtime = Runtime::from_env()?;
-    let profile = sanitize(profile);
-    let session = sanitize(session);
-    let mut ended = 0;
-    for (key, dir) in known_keys(home) {
-        if key.profile != profile || key.session.as_deref() != Some(session.as_str()) {
-            continue;
-        }
-        let name = key.container_name();
-        runtime.stop(&name).await?;
-        std::fs::remove_dir_all(&dir).or_else(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                Ok(())
-            } else {
-                Err(e)
-            }
-        })?;
-        println!("- singularity {name}   stopped");
-        ended += 1;
-    }
-    Ok(ended)
 }
 
 /// One instance of `hermes sandbox list`.

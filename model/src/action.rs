@@ -85,6 +85,14 @@ pub enum InstanceAction {
     /// Stop the instance and start it with the current spec; its overlay,
     /// and so its files, are kept.
     Restart(Box<InstanceSpec>),
+    /// Stop a session's instance and remove its directory (its overlay):
+    /// the session's end (`hermes session end`).
+    End {
+        /// The instance's name.
+        name: String,
+        /// The directory hermes keeps the instance's overlay and records in.
+        dir: std::path::PathBuf,
+    },
 }
 
 /// An operation on a cloud service's sandbox.
@@ -101,6 +109,10 @@ pub enum CloudAction {
         old_id: String,
         snapshot: Option<String>,
     },
+    /// Suspend the sandbox keeping its filesystem (a snapshot recorded for
+    /// the next session, or the stopped sandbox itself): a session's end
+    /// (`hermes session end`).
+    Suspend { id: String },
 }
 
 impl Describe for Action {
@@ -189,6 +201,7 @@ impl Describe for InstanceAction {
             // An instance that is not running does not exist.
             InstanceAction::Start(_) => Kind::Create,
             InstanceAction::Restart(_) => Kind::Change,
+            InstanceAction::End { .. } => Kind::Remove,
         }
     }
 
@@ -196,6 +209,7 @@ impl Describe for InstanceAction {
         match self {
             InstanceAction::Start(_) => "start",
             InstanceAction::Restart(_) => "restart",
+            InstanceAction::End { .. } => "end",
         }
     }
 }
@@ -206,6 +220,8 @@ impl Describe for CloudAction {
             CloudAction::Create { .. } => Kind::Create,
             // A stopped sandbox exists: starting it changes it.
             CloudAction::Resume { .. } | CloudAction::Recreate { .. } => Kind::Change,
+            // It is kept, stopped or as a snapshot.
+            CloudAction::Suspend { .. } => Kind::Change,
         }
     }
 
@@ -214,6 +230,7 @@ impl Describe for CloudAction {
             CloudAction::Create { .. } => "create",
             CloudAction::Resume { .. } => "resume",
             CloudAction::Recreate { .. } => "recreate",
+            CloudAction::Suspend { .. } => "suspend",
         }
     }
 }

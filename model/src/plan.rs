@@ -8,6 +8,13 @@
 //! + sandbox default/default   create      no container with these labels
 //! Plan: 1 to create, 0 to change, 0 to remove.
 //! ```
+//!
+//! A pass whose first operations change the egress proxy plans in
+//! [`Staged`] form: the later stages are what the planner predicts once
+//! the stage before has been carried out (the proxy set up, then running
+//! and healthy; the sandboxes that waited on it), printed and put in the
+//! JSON beside the first, so that the dry run shows every operation the
+//! pass will carry out.
 
 use std::fmt;
 
@@ -30,8 +37,13 @@ pub enum Target {
     Container { name: String },
     /// The remote host of the SSH backend (`user@host[:port]`).
     Ssh { dest: String },
-    /// The singularity instance of a profile and task.
-    Instance { profile: String, task: String },
+    /// The singularity instance of a profile and task (and session, for
+    /// a session's instance).
+    Instance {
+        profile: String,
+        task: String,
+        session: Option<String>,
+    },
     /// The sandbox of a profile and task on a cloud service (`service` is
     /// modal, daytona or vercel_sandbox).
     Cloud {
@@ -57,7 +69,16 @@ impl fmt::Display for Target {
             } => write!(f, "sandbox {profile}/{task}@{session}"),
             Target::Container { name } => write!(f, "container {name}"),
             Target::Ssh { dest } => write!(f, "ssh {dest}"),
-            Target::Instance { profile, task } => write!(f, "singularity {profile}/{task}"),
+            Target::Instance {
+                profile,
+                task,
+                session: None,
+            } => write!(f, "singularity {profile}/{task}"),
+            Target::Instance {
+                profile,
+                task,
+                session: Some(session),
+            } => write!(f, "singularity {profile}/{task}@{session}"),
             Target::Cloud {
                 service,
                 profile,
@@ -150,9 +171,30 @@ pub struct PlanJson<'a> {
     pub operations: Vec<OpJson<'a>>,
     #[serde(rename = "summary")]
     pub summary: Summary,
-    /// No operation would change anything and nothing is blocked.
+    /// No operation would change anything and nothing is blocked, in any
+    /// stage.
     #[serde(rename = "converged")]
     pub converged: bool,
+    /// The stages after the first (whose operations are `operations`),
+    /// each carried out once the one before has been; left out when the
+    /// plan has one stage.
+    #[serde(rename = "stages", skip_serializing_if = "<[_]>::is_empty")]
+    pub stages: Vec<StageJson<'a>>,
+}
+
+/// A later stage of [`PlanJson`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageJson<'a> {
+    /// Its number: 2 for the first after the plan's own operations.
+    #[serde(rename = "stage")]
+    pub stage: usize,
+    /// What it waits for, in words.
+    #[serde(rename = "after")]
+    pub after: &'a str,
+    #[serde(rename = "operations")]
+    pub operations: Vec<OpJson<'a>>,
+    #[serde(rename = "summary")]
+    pub summary: Summary,
 }
 
 /// One operation of [`PlanJson`].
@@ -209,20 +251,111 @@ impl<A: Describe> Plan<A> {
     /// The plan as JSON: the same operations, in the same order.
     pub fn to_json(&self) -> PlanJson<'_> {
         PlanJson {
-            operations: self
-                .ops
-                .iter()
-                .map(|op| OpJson {
-                    kind: op.action.kind(),
-                    target: op.target.to_string(),
-                    action: op.action.verb(),
-                    cause: &op.cause,
-                    changes: &op.changes,
-                })
-                .collect(),
+            operations: self.ops_json(),
             summary: self.summary(),
             converged: !self.is_pending(),
+            stages: Vec::new(),
         }
+    }
+
+    fn ops_json(&self) -> Vec<OpJson<'_>> {
+        self.ops
+            .iter()
+            .map(|op| OpJson {
+                kind: op.action.kind(),
+                target: op.target.to_string(),
+                action: op.action.verb(),
+                cause: &op.cause,
+                changes: &op.changes,
+            })
+            .collect()
+    }
+
+    /// The operations that change the host, as printed (symbol, target,
+    /// verb), in order: what two plans must share to do the same work
+    /// (causes name times and values that move between two looks).
+    pub fn work(&self) -> Vec<(Kind, String, &'static str)> {
+        self.ops
+            .iter()
+            .filter(|op| matches!(op.action.kind(), Kind::Create | Kind::Change | Kind::Remove))
+            .map(|op| (op.action.kind(), op.target.to_string(), op.action.verb()))
+            .collect()
+    }
+}
+
+/// A plan carried out in stages: `first` at once, then each of `later`
+/// once the stage before it has been carried out and the host, observed
+/// again, plans what the stage predicted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Staged<A> {
+    pub first: Plan<A>,
+    pub later: Vec<Stage<A>>,
+}
+
+/// A stage after the first: what it waits for, and its operations as
+/// predicted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage<A> {
+    /// What the stage waits for, in words ("the proxy is running and
+    /// healthy").
+    pub after: String,
+    pub plan: Plan<A>,
+}
+
+impl<A: Describe> Staged<A> {
+    /// A plan of one stage.
+    pub fn single(first: Plan<A>) -> Staged<A> {
+        Staged {
+            first,
+            later: Vec::new(),
+        }
+    }
+
+    /// Whether any stage would change anything or has something blocked.
+    pub fn is_pending(&self) -> bool {
+        self.first.is_pending() || self.later.iter().any(|s| s.plan.is_pending())
+    }
+
+    /// Every stage's plan, the first first.
+    pub fn plans(&self) -> impl Iterator<Item = &Plan<A>> {
+        std::iter::once(&self.first).chain(self.later.iter().map(|s| &s.plan))
+    }
+
+    /// The staged plan as JSON: the first stage's operations as a plan of
+    /// one stage has them, the later ones under `stages`.
+    pub fn to_json(&self) -> PlanJson<'_> {
+        let mut json = self.first.to_json();
+        json.converged = !self.is_pending();
+        json.stages = self
+            .later
+            .iter()
+            .enumerate()
+            .map(|(i, stage)| StageJson {
+                stage: i + 2,
+                after: &stage.after,
+                operations: stage.plan.ops_json(),
+                summary: stage.plan.summary(),
+            })
+            .collect();
+        json
+    }
+}
+
+impl<A: Describe> fmt::Display for Staged<A> {
+    /// A plan of one stage prints as [`Plan`]; more, each under a heading
+    /// that says what it waits for.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.later.is_empty() {
+            return write!(f, "{}", self.first);
+        }
+        let n = self.later.len() + 1;
+        writeln!(f, "Stage 1 of {n}:")?;
+        write!(f, "{}", self.first)?;
+        for (i, stage) in self.later.iter().enumerate() {
+            writeln!(f, "\n\nStage {} of {n}, once {}:", i + 2, stage.after)?;
+            write!(f, "{}", stage.plan)?;
+        }
+        Ok(())
     }
 }
 

@@ -93,6 +93,40 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     }
 }
 
+/// The operations of `hermes session end ID` on a cloud service. Every
+/// session of the profile shares the default task's sandbox there (as the
+/// reference shares its persistent sandbox), so ending one suspends that
+/// sandbox, keeping its filesystem. Nothing when there is none, when it is
+/// stopped already (Daytona keeps a suspended sandbox stopped), or dead
+/// (nothing left to keep).
+pub fn end_session(desired: &Desired, observed: &Observed, session: &str) -> Vec<Op<Action>> {
+    let Some(cloud) = &desired.cloud else {
+        return Vec::new();
+    };
+    let Some(CloudObserved::Seen {
+        sandbox: Some((id, state)),
+        ..
+    }) = &observed.cloud
+    else {
+        return Vec::new();
+    };
+    if matches!(state, CloudSandboxState::Stopped | CloudSandboxState::Dead) {
+        return Vec::new();
+    }
+    vec![Op {
+        changes: Vec::new(),
+        target: Target::Cloud {
+            service: cloud.backend,
+            profile: desired.profile.clone(),
+            task: DEFAULT_TASK.to_string(),
+        },
+        action: Action::Cloud(CloudAction::Suspend { id: id.clone() }),
+        cause: format!(
+            "session {session} ended by hand; sandbox {id} is suspended, its filesystem kept for the next session"
+        ),
+    }]
+}
+
 /// The operation to carry out instead of `op` when its snapshot failed to
 /// restore (`error`): the same, from the base image `image`, saying that
 /// the snapshot is dropped. `None` when `op` restores no snapshot.
@@ -114,7 +148,8 @@ pub fn without_snapshot(op: &Op<Action>, image: &str, error: &str) -> Option<Op<
         ),
         CloudAction::Create { snapshot: None }
         | CloudAction::Recreate { snapshot: None, .. }
-        | CloudAction::Resume { .. } => return None,
+        | CloudAction::Resume { .. }
+        | CloudAction::Suspend { .. } => return None,
     };
     Some(Op {
         changes: Vec::new(),
@@ -314,5 +349,38 @@ mod tests {
                 snapshot: None
             })
         );
+    }
+
+    #[test]
+    fn a_sessions_end_suspends_the_shared_sandbox_unless_there_is_none_left() {
+        let d = desired(MODAL, MODAL_KEYS);
+        let end = |cloud: Option<CloudObserved>| {
+            let observed = Observed {
+                cloud,
+                ..Observed::default()
+            };
+            Plan::new(end_session(&d, &observed, "s1"))
+        };
+        assert_eq!(
+            end(seen(Some(("sb-1", CloudSandboxState::Running)), None)).to_string(),
+            "~ modal default/default   suspend     session s1 ended by hand; sandbox sb-1 is suspended, its filesystem kept for the next session\n\
+             Plan: 0 to create, 1 to change, 0 to remove."
+        );
+        assert_eq!(
+            end(seen(Some(("sb-1", CloudSandboxState::Pending)), None)).ops[0].action,
+            Action::Cloud(CloudAction::Suspend { id: "sb-1".into() })
+        );
+        assert!(
+            end(seen(Some(("sb-1", CloudSandboxState::Stopped)), None))
+                .ops
+                .is_empty()
+        );
+        assert!(
+            end(seen(Some(("sb-1", CloudSandboxState::Dead)), None))
+                .ops
+                .is_empty()
+        );
+        assert!(end(seen(None, Some("im-1"))).ops.is_empty());
+        assert!(end(None).ops.is_empty());
     }
 }

@@ -18,7 +18,7 @@ use hermes_model::sandbox::{
 };
 use hermes_model::singularity::SingularityObserved;
 
-use crate::{HostPlan, plan_all};
+use crate::{StagedPlan, plan_stages};
 
 const NOW: i64 = 1_800_000_000;
 
@@ -59,9 +59,9 @@ fn container(
     }
 }
 
-fn plan(desired: &Desired, containers: Vec<ObservedContainer>) -> HostPlan {
+fn plan(desired: &Desired, containers: Vec<ObservedContainer>) -> StagedPlan {
     let now = UNIX_EPOCH + Duration::from_secs(NOW as u64);
-    plan_all(
+    plan_stages(
         desired,
         &Observed {
             containers,
@@ -93,7 +93,9 @@ fn check(name: &str, actual: &str) {
     );
 }
 
-fn check_both(stem: &str, plan: &HostPlan) {
+/// The staged plan, as the dry run prints it (one stage where nothing
+/// waits on the proxy).
+fn check_both(stem: &str, plan: &StagedPlan) {
     check(&format!("{stem}.txt"), &format!("{plan}\n"));
     let json = serde_json::to_string_pretty(&plan.to_json()).unwrap();
     check(&format!("{stem}.json"), &format!("{json}\n"));
@@ -194,7 +196,7 @@ fn a_session_host_with_idle_busy_stuck_orphaned_and_unwanted_sandboxes() {
         ..Observed::default()
     };
     let now = UNIX_EPOCH + Duration::from_secs(NOW as u64);
-    check_both("docker-reaping", &plan_all(&d, &observed, now));
+    check_both("docker-reaping", &plan_stages(&d, &observed, now));
 }
 
 #[test]
@@ -234,8 +236,8 @@ fn desired_with(config: &str, env: &[(&str, &str)]) -> Desired {
     .unwrap()
 }
 
-fn plan_observed(desired: &Desired, observed: Observed) -> HostPlan {
-    plan_all(
+fn plan_observed(desired: &Desired, observed: Observed) -> StagedPlan {
+    plan_stages(
         desired,
         &observed,
         UNIX_EPOCH + Duration::from_secs(NOW as u64),

@@ -18,6 +18,11 @@
 //!   vercel_sandbox): created from the task's snapshot, resumed, recreated
 //!   when dead, blocked without credentials.
 //!
+//! [`plan_stages`] is the plan a pass prints and carries out: the plan of
+//! now, then, while a stage changes the egress proxy, the stages that
+//! follow once it has ([`proxy::predict`]), so that the dry run shows
+//! every operation a pass will carry out.
+//!
 //! A plan made in doubt (the config is invalid, unreadable or empty, and
 //! the last good one stands in) removes nothing: each removal becomes a
 //! report that says why it is held back.
@@ -38,11 +43,69 @@ use hermes_model::action::{Action, SandboxAction};
 use hermes_model::config::Backend;
 use hermes_model::desired::Desired;
 use hermes_model::observed::{ContainerState, Observed};
-use hermes_model::plan::{Describe, Plan};
+use hermes_model::plan::{Describe, Kind, Plan, Stage, Staged};
 use hermes_model::sandbox::sanitize;
 
 /// The plan of a whole host.
 pub type HostPlan = Plan<Action>;
+
+/// The plan of a whole host in stages.
+pub type StagedPlan = Staged<Action>;
+
+/// The most stages a pass plans: the proxy set up, then started, then the
+/// sandboxes that waited on it, then a proxy-only network they left.
+pub const MAX_STAGES: usize = 4;
+
+/// Plans one pass in stages: [`plan_all`] of now, then, while the last
+/// stage changes the egress proxy, the plan against what it leaves behind
+/// ([`proxy::predict`]), without what an earlier stage already does or
+/// refuses; a stage that would change nothing ends the list. A pass
+/// carries out the first stage, then each later one once the host,
+/// observed again, plans the same work ([`Plan::work`]).
+pub fn plan_stages(desired: &Desired, observed: &Observed, now: SystemTime) -> StagedPlan {
+    let first = plan_all(desired, observed, now);
+    let mut staged = Staged::single(first);
+    let (mut desired, mut observed) = (desired.clone(), observed.clone());
+    let mut seen: Vec<(String, &'static str)> = rows(&staged.first);
+    while staged.later.len() + 1 < MAX_STAGES {
+        let last = staged.later.last().map_or(&staged.first, |s| &s.plan);
+        if !proxy::has_proxy_work(&last.ops) {
+            break;
+        }
+        let Some(after) = proxy::predict(&mut desired, &mut observed, &last.ops) else {
+            break;
+        };
+        let next = plan_all(&desired, &observed, now);
+        let ops: Vec<_> = next
+            .ops
+            .into_iter()
+            .filter(|op| op.action.kind() != Kind::Report || is_network_wait(op))
+            .filter(|op| !seen.contains(&(op.target.to_string(), op.action.verb())))
+            .collect();
+        let plan = Plan::new(ops);
+        if !plan.is_pending() {
+            break;
+        }
+        seen.extend(rows(&plan));
+        staged.later.push(Stage { after, plan });
+    }
+    staged
+}
+
+/// A network kept while containers are attached: a report that makes a
+/// stage follow.
+fn is_network_wait(op: &hermes_model::plan::Op<Action>) -> bool {
+    matches!(op.action, Action::Keep { verb, .. } if verb == proxy::NETWORK_IN_USE)
+}
+
+/// (target, verb) of a plan's operations that are not reports.
+fn rows(plan: &HostPlan) -> Vec<(String, &'static str)> {
+    plan.ops
+        .iter()
+        .filter(|op| op.action.kind() != Kind::Report)
+        .map(|op| (op.target.to_string(), op.action.verb()))
+        .collect()
+}
 
 /// Plans one pass over every part of the host.
 pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> HostPlan {

@@ -11,6 +11,12 @@
 //!   kept, and reported, while containers are attached to it (they are
 //!   recreated off it first, and the pass plans again).
 //!
+//! A plan whose proxy operations change the daemon or wait on the network
+//! is followed by more stages ([`crate::plan_stages`]): [`predict`] says
+//! what the proxy operations leave behind (set up, running and healthy on
+//! the desired settings, stopped, the network gone or empty), and the
+//! planner plans again against that.
+//!
 //! Fail closed (`proxy.enabled` with `proxy.enforce_on_docker`): while the
 //! proxy is not set up, not running, not healthy or not yet on the current
 //! settings, every create, start or recreate of a Docker sandbox is
@@ -161,6 +167,7 @@ pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
             },
             Action::Instance(a) => match a {
                 InstanceAction::Start(_) | InstanceAction::Restart(_) => true,
+                InstanceAction::End { .. } => false,
             },
             Action::Proxy(_)
             | Action::Ssh(_)
@@ -184,6 +191,107 @@ pub fn has_proxy_work(ops: &[Op<Action>]) -> bool {
             && (op.action.kind() != Kind::Report
                 || matches!(op.action, Action::Keep { verb, .. } if verb == NETWORK_IN_USE))
     })
+}
+
+/// What a predicted setup stands in for until the setup has made the
+/// proxy's files: the CA's hash, the tokens and the settings fingerprint
+/// are known only then. A sandbox planned against it differs from any
+/// made before the setup, as the one planned after it will.
+pub const AFTER_SETUP: &str = "made-by-the-setup";
+
+/// Makes `desired` and `observed` what they will be once `ops` (a stage of
+/// the plan) are carried out, as far as the proxy goes: a setup leaves
+/// the proxy set up (a running one on its new settings: `egress setup`
+/// restarts it), a start or a restart leaves it running and healthy
+/// on the desired settings, a stop leaves it stopped, the network's
+/// removal leaves no network, and a network kept in use empties once the
+/// stage moves at least as many containers off it (recreates, removals).
+/// Returns what the next stage waits for, in words; `None` when `ops`
+/// change nothing of the proxy (no next stage to plan).
+pub fn predict(
+    desired: &mut Desired,
+    observed: &mut Observed,
+    ops: &[Op<Action>],
+) -> Option<String> {
+    let mut after = Vec::new();
+    let moved = ops
+        .iter()
+        .filter(|op| {
+            matches!(
+                op.action,
+                Action::Sandbox(SandboxAction::Recreate { .. } | SandboxAction::Remove { .. })
+            )
+        })
+        .count();
+    for op in ops.iter().filter(|op| op.target == Target::Proxy) {
+        match &op.action {
+            Action::Proxy(ProxyAction::Setup) => {
+                if let Egress::NotSetUp { .. } = desired.egress {
+                    let proxy = &desired.config.proxy;
+                    let wiring = hermes_model::egress::EgressWiring {
+                        gateway: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                        tunnel_port: proxy.tunnel_port,
+                        ca_host_path: std::path::PathBuf::from(AFTER_SETUP),
+                        ca_sha256: AFTER_SETUP.to_string(),
+                        tokens: Vec::new(),
+                        network: proxy.enforce_network.then(|| AFTER_SETUP.to_string()),
+                    };
+                    desired.set_egress(Egress::On {
+                        wiring,
+                        settings: AFTER_SETUP.to_string(),
+                    });
+                }
+                if observed.proxy.running {
+                    // `egress setup` restarts (or reloads) a running proxy
+                    // on what it wrote.
+                    observed.proxy.healthy = true;
+                    observed.proxy.problem = None;
+                    observed.proxy.settings = Some(AFTER_SETUP.to_string());
+                    after.push("the proxy is set up and runs on its new settings");
+                } else {
+                    after.push("the proxy is set up");
+                }
+            }
+            Action::Proxy(ProxyAction::Start | ProxyAction::Restart) => {
+                let settings = match &desired.egress {
+                    Egress::On { settings, .. } => Some(settings.clone()),
+                    Egress::Off | Egress::NotSetUp { .. } => None,
+                };
+                observed.proxy.running = true;
+                observed.proxy.healthy = true;
+                observed.proxy.problem = None;
+                observed.proxy.settings = settings;
+                after.push("the proxy runs, healthy, on the current settings");
+            }
+            Action::Proxy(ProxyAction::Stop) => {
+                observed.proxy.running = false;
+                observed.proxy.healthy = false;
+                observed.proxy.settings = None;
+                after.push("the proxy is stopped");
+            }
+            Action::Proxy(ProxyAction::RemoveNetwork) => {
+                observed.proxy.network = None;
+                after.push("the proxy-only network is gone");
+            }
+            Action::Keep { verb, .. } if *verb == NETWORK_IN_USE => {
+                let Some(net) = observed.proxy.network.as_mut() else {
+                    continue;
+                };
+                if moved < net.containers {
+                    continue;
+                }
+                net.containers = 0;
+                after.push("the sandboxes are off the proxy-only network");
+            }
+            Action::Sandbox(_)
+            | Action::Ssh(_)
+            | Action::Instance(_)
+            | Action::Cloud(_)
+            | Action::Blocked
+            | Action::Keep { .. } => {}
+        }
+    }
+    (!after.is_empty()).then(|| after.join(", and "))
 }
 
 #[cfg(test)]

@@ -16,7 +16,10 @@
 use hermes_model::action::{Action, InstanceAction};
 use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
+use std::path::PathBuf;
+
 use hermes_model::plan::{Op, Target};
+use hermes_model::sandbox::{SandboxKey, sanitize};
 use hermes_model::singularity::{SingularityObserved, is_remote_source};
 
 /// The operations on the singularity instances.
@@ -29,6 +32,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
         let target = Target::Instance {
             profile: spec.key.profile.clone(),
             task: spec.key.task.clone(),
+            session: spec.key.session.clone(),
         };
         let (instances, cached) = match seen {
             SingularityObserved::Unavailable { reason } => {
@@ -70,6 +74,38 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
         }
     }
     ops
+}
+
+/// The operations of `hermes session end ID` on singularity: the end of
+/// every instance of `profile`'s session `session`, whatever its task,
+/// from `known`, the instances hermes made under the home with their
+/// directories. Other profiles' and sessions' are not looked at.
+pub fn end_session(
+    profile: &str,
+    session: &str,
+    known: &[(SandboxKey, PathBuf)],
+) -> Vec<Op<Action>> {
+    let profile = sanitize(profile);
+    let session = sanitize(session);
+    known
+        .iter()
+        .filter(|(key, _)| {
+            key.profile == profile && key.session.as_deref() == Some(session.as_str())
+        })
+        .map(|(key, dir)| Op {
+            changes: Vec::new(),
+            target: Target::Instance {
+                profile: key.profile.clone(),
+                task: key.task.clone(),
+                session: key.session.clone(),
+            },
+            action: Action::Instance(InstanceAction::End {
+                name: key.container_name(),
+                dir: dir.clone(),
+            }),
+            cause: format!("session {session} ended by hand; its overlay is removed"),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -201,5 +237,51 @@ mod tests {
         assert!(d.instances.is_empty());
         let d = desired("terminal:\n  backend: docker\n");
         assert!(d.instances.is_empty());
+    }
+
+    #[test]
+    fn a_sessions_end_ends_its_instances_of_every_task_and_nothing_else() {
+        let dir = |p: &str| std::path::PathBuf::from(format!("/h/sandboxes/singularity/{p}"));
+        let known = vec![
+            (
+                SandboxKey::persistent("default", "default"),
+                dir("default/default"),
+            ),
+            (
+                SandboxKey::session("default", "default", "s1"),
+                dir("default/default/sessions/s1"),
+            ),
+            (
+                SandboxKey::session("default", "review", "s1"),
+                dir("default/review/sessions/s1"),
+            ),
+            (
+                SandboxKey::session("default", "default", "s2"),
+                dir("default/default/sessions/s2"),
+            ),
+            (
+                SandboxKey::session("other", "default", "s1"),
+                dir("other/default/sessions/s1"),
+            ),
+        ];
+        let plan = hermes_model::plan::Plan::new(end_session("default", "s1", &known));
+        assert_eq!(
+            plan.to_string(),
+            "- singularity default/default@s1   end         session s1 ended by hand; its overlay is removed\n\
+             - singularity default/review@s1    end         session s1 ended by hand; its overlay is removed\n\
+             Plan: 0 to create, 0 to change, 2 to remove."
+        );
+        let InstanceAction::End { name, dir: at } = (match &plan.ops[0].action {
+            Action::Instance(a) => a.clone(),
+            other => panic!("{other:?}"),
+        }) else {
+            panic!("not an end")
+        };
+        assert_eq!(
+            name,
+            SandboxKey::session("default", "default", "s1").container_name()
+        );
+        assert_eq!(at, dir("default/default/sessions/s1"));
+        assert!(end_session("default", "s3", &known).is_empty());
     }
 }

@@ -297,6 +297,15 @@ fn controller_status(home: &TestHome) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// Stops a home's proxy when dropped.
+struct StopProxy<'a>(&'a TestHome);
+
+impl Drop for StopProxy<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.run(["egress", "stop"]);
+    }
+}
+
 #[test]
 fn a_local_only_host_converges_without_a_docker_engine() {
     let profile = format!("cl{}", std::process::id());
@@ -305,6 +314,8 @@ fn a_local_only_host_converges_without_a_docker_engine() {
     home.write_config(format!(
         "terminal:\n  backend: local\nproxy:\n  enabled: true\n  tunnel_port: {port}\n"
     ));
+    // The pass starts the proxy: stopped when the test ends.
+    let _stop = StopProxy(&home);
     // Nothing listens there: no engine on this host.
     let nowhere = home.path().join("no-docker.sock");
     let docker_host = format!("unix://{}", nowhere.display());
@@ -323,13 +334,16 @@ fn a_local_only_host_converges_without_a_docker_engine() {
         .unwrap();
     assert_eq!(dry.status.code(), Some(2), "changes pending: {dry:?}");
     let plan: serde_json::Value = serde_json::from_slice(&dry.stdout).unwrap();
-    let planned: Vec<String> = plan["operations"]
-        .as_array()
-        .unwrap()
+    // The setup, then the start once set up: two stages of one plan.
+    let mut ops: Vec<&serde_json::Value> = plan["operations"].as_array().unwrap().iter().collect();
+    for stage in plan["stages"].as_array().into_iter().flatten() {
+        ops.extend(stage["operations"].as_array().unwrap());
+    }
+    let planned: Vec<String> = ops
         .iter()
         .map(|op| format!("{}/ok", op["action"].as_str().unwrap()))
         .collect();
-    assert_eq!(planned, ["setup/ok"], "the dry run: {plan}");
+    assert_eq!(planned, ["setup/ok", "start/ok"], "the dry run: {plan}");
 
     let once = home
         .command(["--profile", &profile, "controller", "--once"])

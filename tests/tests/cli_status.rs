@@ -138,4 +138,14 @@ fn an_unreachable_ssh_host_is_blocked() {
             .contains("Blocked:\n  ssh nobody@127.0.0.1:1: unreachable: "),
         "{status:?}"
     );
+    // The JSON report from the same pass.
+    let json = home.run(["status", "--output", "json"]);
+    assert_eq!(json.code, 1, "{json:?}");
+    let report: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(report["healthy"], false);
+    let first = report["blocked"][0].as_str().unwrap_or_default();
+    assert!(
+        first.starts_with("ssh nobody@127.0.0.1:1: unreachable: "),
+        "{report}"
+    );
 }

@@ -246,6 +246,92 @@ node /workspace/get.js generativelanguage.googleapis.com {port} "/echo?key=$GEMI
     }
 }
 
+/// The operations of a plan that change the host, `(target, action)`,
+/// the first stage's then each later stage's, from its JSON.
+fn planned_work(plan: &serde_json::Value) -> Vec<(String, String)> {
+    let mut ops: Vec<&serde_json::Value> = plan["operations"].as_array().unwrap().iter().collect();
+    for stage in plan["stages"].as_array().into_iter().flatten() {
+        ops.extend(stage["operations"].as_array().unwrap());
+    }
+    ops.into_iter()
+        .filter(|op| matches!(op["kind"].as_str(), Some("create" | "change" | "remove")))
+        .map(|op| {
+            (
+                op["target"].as_str().unwrap().to_string(),
+                op["action"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The operations `reconcile` printed as done, `(target, action)`, in order.
+fn done_work(stdout: &str) -> Vec<(String, String)> {
+    stdout
+        .lines()
+        .filter(|l| l.contains(" done ("))
+        .map(|l| {
+            let (left, right) = l.split_once("   ").unwrap();
+            let verb = right.split(" done (").next().unwrap();
+            (left[2..].to_string(), verb.to_string())
+        })
+        .collect()
+}
+
+/// The plan is the whole truth: on a fresh host the dry run shows the
+/// proxy's setup, its start once set up, and the sandbox once the proxy
+/// runs, as three stages; `reconcile` carries out exactly those, in that
+/// order, stage by stage, and leaves the host converged.
+#[test]
+fn reconcile_carries_out_exactly_the_stages_the_dry_run_printed() {
+    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);
+    let host = Host::new("stg", &upstream, true);
+    let text = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(text.code, 2, "{text:?}");
+    for heading in [
+        "Stage 1 of 3:\n",
+        "\nStage 2 of 3, once the proxy is set up:\n",
+        "\nStage 3 of 3, once the proxy runs, healthy, on the current settings:\n",
+    ] {
+        assert!(
+            text.stdout.contains(heading),
+            "{heading:?}: {}",
+            text.stdout
+        );
+    }
+    let dry = host.hermes(&["reconcile", "--dry-run", "--output", "json"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    let plan: serde_json::Value = serde_json::from_str(&dry.stdout).unwrap();
+    let planned = planned_work(&plan);
+    let sandbox = format!("sandbox {}/default", host.profile);
+    assert_eq!(
+        planned,
+        [
+            ("proxy".to_string(), "setup".to_string()),
+            ("proxy".to_string(), "start".to_string()),
+            (sandbox, "create".to_string()),
+        ],
+        "{plan}"
+    );
+    assert_eq!(plan["stages"][1]["stage"], 3, "{plan}");
+
+    let apply = host.hermes(&["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    assert_eq!(done_work(&apply.stdout), planned, "{}", apply.stdout);
+    assert!(apply.stdout.contains("Stage 3 of 3:\n"), "{}", apply.stdout);
+    assert!(
+        !apply.stdout.contains("not carried out"),
+        "{}",
+        apply.stdout
+    );
+    assert!(
+        apply.stdout.ends_with("The host is converged.\n"),
+        "{}",
+        apply.stdout
+    );
+    let again = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(again.code, 0, "converged: {again:?}");
+}
+
 #[test]
 fn a_killed_proxy_fails_closed_and_reconcile_brings_it_back() {
     let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);

@@ -1,4 +1,7 @@
-//! One module per top-level subcommand, and what several of them share.
+//! One module per top-level subcommand, and what several of them share:
+//! loading config.yaml under a pass's or a dry run's rules, whether a pass
+//! needs Docker, observing the containers. A pass itself is
+//! [`crate::pass`].
 
 pub mod config;
 pub mod egress;
@@ -95,57 +98,6 @@ async fn with_activity(
         cloud: None,
         singularity: None,
     })
-}
-
-/// What a pass sees of the backends beyond Docker: the SSH host, the
-/// singularity instances, the cloud sandbox (only `find`: never a
-/// mutating call). Returns the error of a cloud backend that cannot be
-/// asked at all (its driver not built in), which the plan also shows as
-/// blocked.
-pub async fn observe_backends(
-    home: &Home,
-    desired: &Desired,
-    observed: &mut Observed,
-) -> Option<String> {
-    observed.ssh = crate::ssh::observe(home, desired).await;
-    observed.singularity = crate::singularity::observe(desired).await;
-    desired.cloud.as_ref()?;
-    let env = match host_env(home) {
-        Ok(env) => env,
-        Err(e) => {
-            let reason = crate::chain::Chain(&e).to_string();
-            observed.cloud = Some(hermes_model::cloud::CloudObserved::Unavailable {
-                reason: reason.clone(),
-            });
-            return Some(reason);
-        }
-    };
-    let (cloud, error) = crate::cloud::observe(home, desired, &env).await;
-    observed.cloud = cloud;
-    error.map(|e| e.to_string())
-}
-
-/// Carries out the plan's operations on the backends beyond Docker (the
-/// SSH host, singularity instances, the cloud sandbox).
-pub async fn apply_backends(
-    home: &Home,
-    desired: &Desired,
-    plan: &hermes_reconcilers::HostPlan,
-    verbose: bool,
-) -> crate::apply::Applied {
-    let mut applied = crate::ssh::apply(home, desired, plan, verbose).await;
-    applied.absorb(crate::singularity::apply(plan, verbose).await);
-    if desired.cloud.is_some() {
-        match host_env(home) {
-            Ok(env) => {
-                applied.absorb(crate::cloud::apply(home, desired, &env, plan, verbose).await)
-            }
-            Err(e) => {
-                tracing::warn!(error = %crate::chain::Chain(&e), "cannot read the environment for the cloud backend")
-            }
-        }
-    }
-    applied
 }
 
 /// Loads config.yaml (errors with file, line and key) and prints its

@@ -2,13 +2,19 @@
 //! with whether its spec matches the config, its age and how long it has
 //! been idle (busy while an exec or a background process runs inside); on
 //! singularity the instances, on a cloud backend the task's sandbox there.
+//!
+//! The backend's seam ([`crate::backend::Seam::list`]) gathers a
+//! [`SandboxList`]: its JSON is its `Serialize`, its text its `Display`.
 
+use std::fmt;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
 use hermes_model::observed::{Idleness, ObservedContainer};
+use serde::Serialize;
 
+use crate::backend::Seam;
 use crate::cli::{Output, SandboxCommand};
 use crate::commands::{load_desired, observe};
 use crate::home::Home;
@@ -16,19 +22,173 @@ use crate::home::Home;
 pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow::Result<ExitCode> {
     let SandboxCommand::List { output } = command;
     let desired = load_desired(home, profile)?;
-    if desired.backend() == hermes_model::config::Backend::Singularity {
-        return list_instances(home, &desired, output).await;
+    let list = Seam::of(&desired).list(home, &desired).await?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&list)?),
+        Output::Text => print!("{list}"),
     }
-    if desired.cloud.is_some() {
-        return list_cloud(home, &desired, output).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The report of `hermes sandbox list`, by backend.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum SandboxList {
+    Containers(Vec<ContainerRow>),
+    Instances(Vec<InstanceRow>),
+    Cloud(Vec<CloudRow>),
+}
+
+/// A labelled container.
+#[derive(Debug, Serialize)]
+pub struct ContainerRow {
+    #[serde(rename = "name")]
+    pub name: String,
+    #[serde(rename = "profile")]
+    pub profile: String,
+    #[serde(rename = "task")]
+    pub task: String,
+    #[serde(rename = "state")]
+    pub state: String,
+    /// `yes`/`no` for the active profile's persistent sandboxes, `-` for
+    /// the others, `unmanaged` without a spec hash.
+    #[serde(rename = "spec_matches")]
+    pub spec_matches: String,
+    #[serde(rename = "age_seconds")]
+    pub age_seconds: i64,
+    /// Seconds since the last use, for a running sandbox with nothing inside.
+    #[serde(rename = "idle_seconds")]
+    pub idle_seconds: Option<i64>,
+    #[serde(rename = "processes")]
+    pub processes: Option<u32>,
+    /// The AGE column.
+    #[serde(skip)]
+    pub age: String,
+    /// The IDLE column ([`idle_text`]).
+    #[serde(skip)]
+    pub idle: String,
+}
+
+/// A singularity instance.
+#[derive(Debug, Serialize)]
+pub struct InstanceRow {
+    #[serde(rename = "name")]
+    pub name: String,
+    #[serde(rename = "profile")]
+    pub profile: String,
+    #[serde(rename = "task")]
+    pub task: String,
+    /// Always `running`: a stopped instance does not exist.
+    #[serde(rename = "state")]
+    pub state: &'static str,
+    #[serde(rename = "spec_matches")]
+    pub spec_matches: String,
+    #[serde(rename = "pid")]
+    pub pid: u32,
+}
+
+/// The cloud backend's sandbox of a task.
+#[derive(Debug, Serialize)]
+pub struct CloudRow {
+    /// The service's id of the sandbox, `-` when only a snapshot is left.
+    #[serde(rename = "name")]
+    pub name: String,
+    #[serde(rename = "backend")]
+    pub backend: String,
+    #[serde(rename = "profile")]
+    pub profile: String,
+    #[serde(rename = "task")]
+    pub task: String,
+    #[serde(rename = "state")]
+    pub state: String,
+    /// The snapshot recorded for the task, `-` for none.
+    #[serde(rename = "snapshot")]
+    pub snapshot: String,
+}
+
+impl fmt::Display for SandboxList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SandboxList::Containers(rows) => {
+                let cells: Vec<[&str; 7]> = rows
+                    .iter()
+                    .map(|r| {
+                        [
+                            r.name.as_str(),
+                            &r.profile,
+                            &r.task,
+                            &r.state,
+                            &r.spec_matches,
+                            &r.age,
+                            &r.idle,
+                        ]
+                    })
+                    .collect();
+                table(
+                    f,
+                    ["NAME", "PROFILE", "TASK", "STATE", "SPEC", "AGE", "IDLE"],
+                    &cells,
+                )
+            }
+            SandboxList::Instances(rows) => {
+                let pids: Vec<String> = rows.iter().map(|r| r.pid.to_string()).collect();
+                let cells: Vec<[&str; 6]> = rows
+                    .iter()
+                    .zip(&pids)
+                    .map(|(r, pid)| {
+                        [
+                            r.name.as_str(),
+                            &r.profile,
+                            &r.task,
+                            r.state,
+                            &r.spec_matches,
+                            pid,
+                        ]
+                    })
+                    .collect();
+                table(
+                    f,
+                    ["NAME", "PROFILE", "TASK", "STATE", "SPEC", "PID"],
+                    &cells,
+                )
+            }
+            SandboxList::Cloud(rows) => {
+                let cells: Vec<[&str; 6]> = rows
+                    .iter()
+                    .map(|r| {
+                        [
+                            r.name.as_str(),
+                            &r.backend,
+                            &r.profile,
+                            &r.task,
+                            &r.state,
+                            &r.snapshot,
+                        ]
+                    })
+                    .collect();
+                table(
+                    f,
+                    ["NAME", "BACKEND", "PROFILE", "TASK", "STATE", "SNAPSHOT"],
+                    &cells,
+                )
+            }
+        }
     }
+}
+
+/// Every labelled container of this home, sorted by profile, task and
+/// name.
+pub async fn containers(
+    home: &Home,
+    desired: &hermes_model::desired::Desired,
+) -> anyhow::Result<SandboxList> {
     let engine = Engine::connect().await?.for_home(home.scope());
     let mut observed = observe(&engine, home).await?;
     observed
         .containers
         .sort_by(|a, b| (a.profile(), a.task(), &a.name).cmp(&(b.profile(), b.task(), &b.name)));
     let now = hermes_reconcilers::unix_seconds(SystemTime::now());
-    let rows: Vec<Row> = observed
+    let rows = observed
         .containers
         .iter()
         .map(|c| {
@@ -48,99 +208,55 @@ pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow:
                 Some(_) => "-".to_string(),
             };
             let idleness = observed.idleness(c);
-            let idle = idle_text(idleness, c, now);
-            Row {
-                cells: [
-                    c.name.clone(),
-                    c.profile().unwrap_or("-").to_string(),
-                    task.to_string(),
-                    c.state.as_str().to_string(),
-                    matches,
-                    hermes_reconcilers::age(now - c.created),
-                    idle,
-                ],
+            ContainerRow {
+                name: c.name.clone(),
+                profile: c.profile().unwrap_or("-").to_string(),
+                task: task.to_string(),
+                state: c.state.as_str().to_string(),
+                spec_matches: matches,
                 age_seconds: now - c.created,
                 idle_seconds: match idleness {
                     Idleness::IdleSince(t) => Some(now - t),
                     _ => None,
                 },
                 processes: c.processes,
+                age: hermes_reconcilers::age(now - c.created),
+                idle: idle_text(idleness, c, now),
             }
         })
         .collect();
-    const HEAD: [&str; 7] = ["NAME", "PROFILE", "TASK", "STATE", "SPEC", "AGE", "IDLE"];
-    match output {
-        Output::Json => {
-            let list: Vec<_> = rows
-                .iter()
-                .map(|row| {
-                    let r = &row.cells;
-                    serde_json::json!({
-                        "name": r[0], "profile": r[1], "task": r[2], "state": r[3],
-                        "spec_matches": r[4], "age_seconds": row.age_seconds,
-                        "idle_seconds": row.idle_seconds, "processes": row.processes,
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&list)?);
-        }
-        Output::Text => {
-            let cells: Vec<[String; 7]> = rows.into_iter().map(|r| r.cells).collect();
-            print_table(HEAD, &cells);
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(SandboxList::Containers(rows))
 }
 
 /// The singularity instances: name, profile, task, whether the spec
 /// matches, the instance's process id.
-async fn list_instances(
+pub async fn instances(
     home: &Home,
     desired: &hermes_model::desired::Desired,
-    output: Output,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<SandboxList> {
     let listed = crate::singularity::list(home.root(), desired).await?;
-    match output {
-        Output::Json => {
-            let list: Vec<_> = listed
-                .iter()
-                .map(|i| {
-                    serde_json::json!({
-                        "name": i.name, "profile": i.profile, "task": i.task,
-                        "state": "running", "spec_matches": i.spec, "pid": i.pid,
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&list)?);
-        }
-        Output::Text => {
-            let rows: Vec<[String; 6]> = listed
-                .into_iter()
-                .map(|i| {
-                    [
-                        i.name,
-                        i.profile,
-                        i.task,
-                        "running".to_string(),
-                        i.spec,
-                        i.pid.to_string(),
-                    ]
-                })
-                .collect();
-            print_table(["NAME", "PROFILE", "TASK", "STATE", "SPEC", "PID"], &rows);
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(SandboxList::Instances(
+        listed
+            .into_iter()
+            .map(|i| InstanceRow {
+                name: i.name,
+                profile: i.profile,
+                task: i.task,
+                state: "running",
+                spec_matches: i.spec,
+                pid: i.pid,
+            })
+            .collect(),
+    ))
 }
 
 /// The cloud backend's sandbox of the default task, as the service reports
 /// it (only looked up), with the snapshot recorded for the task: `-` and
 /// `suspended` when only a snapshot is left. Nothing at all: no row.
-async fn list_cloud(
+pub async fn cloud(
     home: &Home,
     desired: &hermes_model::desired::Desired,
-    output: Output,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<SandboxList> {
     use hermes_model::cloud::CloudObserved;
     let Some(cloud) = &desired.cloud else {
         anyhow::bail!("the {} backend has no cloud settings", desired.backend());
@@ -156,7 +272,7 @@ async fn list_cloud(
     if let Some(e) = error {
         return Err(e.into());
     }
-    let mut rows: Vec<[String; 6]> = Vec::new();
+    let mut rows = Vec::new();
     if let Some(CloudObserved::Seen { sandbox, snapshot }) = seen {
         let row = match sandbox {
             Some((id, state)) => Some((id, state.to_string())),
@@ -165,35 +281,17 @@ async fn list_cloud(
                 .map(|_| ("-".to_string(), "suspended".to_string())),
         };
         if let Some((id, state)) = row {
-            rows.push([
-                id,
-                cloud.backend.to_string(),
-                desired.profile.clone(),
-                hermes_model::desired::DEFAULT_TASK.to_string(),
+            rows.push(CloudRow {
+                name: id,
+                backend: cloud.backend.to_string(),
+                profile: desired.profile.clone(),
+                task: hermes_model::desired::DEFAULT_TASK.to_string(),
                 state,
-                snapshot.unwrap_or_else(|| "-".to_string()),
-            ]);
+                snapshot: snapshot.unwrap_or_else(|| "-".to_string()),
+            });
         }
     }
-    match output {
-        Output::Json => {
-            let list: Vec<_> = rows
-                .iter()
-                .map(|r| {
-                    serde_json::json!({
-                        "name": r[0], "backend": r[1], "profile": r[2], "task": r[3],
-                        "state": r[4], "snapshot": r[5],
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&list)?);
-        }
-        Output::Text => print_table(
-            ["NAME", "BACKEND", "PROFILE", "TASK", "STATE", "SNAPSHOT"],
-            &rows,
-        ),
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(SandboxList::Cloud(rows))
 }
 
 /// The IDLE column: `busy (N running)`, how long idle, or since when stopped.
@@ -209,15 +307,19 @@ pub(crate) fn idle_text(idleness: Idleness, c: &ObservedContainer, now: i64) -> 
     }
 }
 
-/// Prints rows under a header, each column as wide as its widest cell.
-pub(crate) fn print_table<const N: usize>(head: [&str; N], rows: &[[String; N]]) {
+/// Writes rows under a header, each column as wide as its widest cell.
+pub(crate) fn table<const N: usize>(
+    f: &mut fmt::Formatter<'_>,
+    head: [&str; N],
+    rows: &[[&str; N]],
+) -> fmt::Result {
     let mut widths = head.map(str::len);
     for r in rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: [&str; N]| {
+    let line = |cells: &[&str; N]| {
         cells
             .iter()
             .zip(widths)
@@ -227,17 +329,9 @@ pub(crate) fn print_table<const N: usize>(head: [&str; N], rows: &[[String; N]])
             .trim_end()
             .to_string()
     };
-    println!("{}", line(head));
+    writeln!(f, "{}", line(&head))?;
     for r in rows {
-        println!("{}", line(r.each_ref().map(String::as_str)));
+        writeln!(f, "{}", line(r))?;
     }
-}
-
-/// One line of the list: the printed cells, and the numbers JSON gives.
-struct Row {
-    cells: [String; 7],
-    age_seconds: i64,
-    /// Seconds since the last use, for a running sandbox with nothing inside.
-    idle_seconds: Option<i64>,
-    processes: Option<u32>,
+    Ok(())
 }

@@ -1,41 +1,135 @@
 //! `hermes session list|end`: the disposable sandboxes of sessions
 //! (`hermes exec --session ID`), one per (task, session), tmpfs only.
+//!
+//! `session end` is a plan like any pass's, made by the backend's seam
+//! ([`crate::backend::Seam::end_session`]: the session's containers
+//! removed, its singularity instances ended, a cloud's shared sandbox
+//! suspended), printed, then carried out by the same appliers as a pass.
+//! `session list` is a [`SessionList`]: its JSON is its `Serialize`, its
+//! text its `Display`.
 
+use std::fmt;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
 use hermes_backends::docker::Engine;
-use hermes_model::config::Backend;
 use hermes_model::desired::check_session;
-use hermes_model::plan::Plan;
 use hermes_model::sandbox::sanitize;
+use serde::Serialize;
 
-use crate::activity::Activity;
-use crate::apply::{ApplyOptions, apply};
+use crate::apply::ApplyOptions;
+use crate::backend::Seam;
 use crate::cli::{Output, SessionCommand};
 use crate::commands::observe;
-use crate::commands::sandbox::{idle_text, print_table};
+use crate::commands::sandbox::{idle_text, table};
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow::Result<ExitCode> {
     hermes_model::desired::check_profile(profile)?;
-    if let SessionCommand::End { id } = &command {
-        let desired = crate::commands::load_desired(home, profile)?;
-        match desired.backend() {
-            Backend::Singularity => {
-                check_session(id)?;
-                let ended = crate::singularity::end_session(home.root(), profile, id).await?;
-                if ended == 0 {
-                    println!("No instance of session {id} in profile {profile}; nothing to end.");
-                }
-                return Ok(ExitCode::SUCCESS);
+    match command {
+        SessionCommand::List { output } => {
+            let list = list(home, profile).await?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&list)?),
+                Output::Text => print!("{list}"),
             }
-            Backend::Modal | Backend::Daytona | Backend::VercelSandbox => {
-                return end_cloud_session(home, &desired, id).await;
-            }
-            _ => {}
+            Ok(ExitCode::SUCCESS)
         }
+        SessionCommand::End { id } => end(home, profile, &id).await,
     }
+}
+
+/// Ends a session: its plan printed, then carried out.
+async fn end(home: &Home, profile: &str, id: &str) -> anyhow::Result<ExitCode> {
+    check_session(id)?;
+    let desired = crate::commands::load_desired(home, profile)?;
+    let seam = Seam::of(&desired);
+    let ending = seam.end_session(home, &desired, id).await?;
+    if ending.plan.ops.is_empty() {
+        println!(
+            "No sandbox of session {id} in profile {}; nothing to end.",
+            sanitize(profile)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{}", ending.plan);
+    let options = ApplyOptions {
+        verbose: true,
+        stop: None,
+        home: Some(home),
+    };
+    let applied = crate::pass::apply_plan(
+        seam,
+        ending.engine.as_ref(),
+        home,
+        &desired,
+        &ending.plan,
+        options,
+    )
+    .await;
+    Ok(if applied.failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The report of `hermes session list`: the profile's session containers.
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct SessionList {
+    pub rows: Vec<SessionRow>,
+}
+
+/// A session's container.
+#[derive(Debug, Serialize)]
+pub struct SessionRow {
+    #[serde(rename = "session")]
+    pub session: String,
+    #[serde(rename = "task")]
+    pub task: String,
+    #[serde(rename = "name")]
+    pub name: String,
+    #[serde(rename = "state")]
+    pub state: String,
+    #[serde(rename = "age_seconds")]
+    pub age_seconds: i64,
+    #[serde(rename = "processes")]
+    pub processes: Option<u32>,
+    /// The AGE column.
+    #[serde(skip)]
+    pub age: String,
+    /// The IDLE column.
+    #[serde(skip)]
+    pub idle: String,
+}
+
+impl fmt::Display for SessionList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cells: Vec<[&str; 6]> = self
+            .rows
+            .iter()
+            .map(|r| {
+                [
+                    r.session.as_str(),
+                    &r.task,
+                    &r.name,
+                    &r.state,
+                    &r.age,
+                    &r.idle,
+                ]
+            })
+            .collect();
+        table(
+            f,
+            ["SESSION", "TASK", "NAME", "STATE", "AGE", "IDLE"],
+            &cells,
+        )
+    }
+}
+
+/// The profile's session containers, by session and task.
+async fn list(home: &Home, profile: &str) -> anyhow::Result<SessionList> {
     let engine = Engine::connect().await?.for_home(home.scope());
     let observed = observe(&engine, home).await?;
     let profile = sanitize(profile);
@@ -45,104 +139,19 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
         .filter(|c| c.profile() == Some(profile.as_str()) && c.session().is_some())
         .collect();
     sessions.sort_by(|a, b| (a.session(), a.task()).cmp(&(b.session(), b.task())));
-    match command {
-        SessionCommand::List { output } => {
-            let now = hermes_reconcilers::unix_seconds(SystemTime::now());
-            let rows: Vec<[String; 6]> = sessions
-                .iter()
-                .map(|c| {
-                    [
-                        c.session().unwrap_or_default().to_string(),
-                        c.task().unwrap_or("-").to_string(),
-                        c.name.clone(),
-                        c.state.as_str().to_string(),
-                        hermes_reconcilers::age(now - c.created),
-                        idle_text(observed.idleness(c), c, now),
-                    ]
-                })
-                .collect();
-            match output {
-                Output::Json => {
-                    let list: Vec<_> = rows
-                        .iter()
-                        .zip(&sessions)
-                        .map(|(r, c)| {
-                            serde_json::json!({
-                                "session": r[0], "task": r[1], "name": r[2], "state": r[3],
-                                "age_seconds": now - c.created,
-                                "processes": c.processes,
-                            })
-                        })
-                        .collect();
-                    println!("{}", serde_json::to_string_pretty(&list)?);
-                }
-                Output::Text => {
-                    print_table(["SESSION", "TASK", "NAME", "STATE", "AGE", "IDLE"], &rows)
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        SessionCommand::End { id } => {
-            check_session(&id)?;
-            // A plan like any pass's, printed before it is carried out by
-            // the same applier.
-            let plan = Plan::new(hermes_reconcilers::reaping::end_session(
-                &profile, &id, &observed,
-            ));
-            if plan.ops.is_empty() {
-                println!("No sandbox of session {id} in profile {profile}; nothing to end.");
-                return Ok(ExitCode::SUCCESS);
-            }
-            println!("{plan}");
-            let options = ApplyOptions {
-                verbose: true,
-                stop: None,
-                home: Some(home),
-            };
-            let applied = apply(Some(&engine), &plan, &Activity::new(home), options).await;
-            Ok(if applied.failed > 0 {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
-    }
-}
-
-/// A session's end on a cloud service. Every session of the profile
-/// shares the default task's sandbox there (as the reference shares its
-/// persistent sandbox), so ending one suspends that sandbox, keeping its
-/// filesystem: a snapshot recorded for the next session, or the stopped
-/// sandbox itself on Daytona.
-async fn end_cloud_session(
-    home: &Home,
-    desired: &hermes_model::desired::Desired,
-    id: &str,
-) -> anyhow::Result<ExitCode> {
-    check_session(id)?;
-    let Some(cloud) = &desired.cloud else {
-        anyhow::bail!("the {} backend has no cloud settings", desired.backend());
-    };
-    if let Err(missing) = &cloud.credentials {
-        anyhow::bail!(
-            "{missing}: the {} backend needs it, in the environment or in .env",
-            cloud.backend
-        );
-    }
-    let env = crate::commands::host_env(home)?;
-    let book = crate::snapshots::SnapshotBook::new(home.root(), cloud.backend);
-    let home_dir = crate::cloud::home_dir(&env);
-    let driver = crate::cloud::Driver::new(cloud.backend, &env, home_dir.as_deref())?;
-    let task = hermes_model::desired::DEFAULT_TASK;
-    match crate::cloud::end_cloud_session(&driver, desired, &book, task).await? {
-        Some(snapshot) => println!(
-            "{} {}/default: session {id} ended, snapshot {snapshot} kept for the next session",
-            cloud.backend, desired.profile
-        ),
-        None => println!(
-            "{} {}/default: session {id} ended (nothing was running, or the stopped sandbox is kept)",
-            cloud.backend, desired.profile
-        ),
-    }
-    Ok(ExitCode::SUCCESS)
+    let now = hermes_reconcilers::unix_seconds(SystemTime::now());
+    let rows = sessions
+        .iter()
+        .map(|c| SessionRow {
+            session: c.session().unwrap_or_default().to_string(),
+            task: c.task().unwrap_or("-").to_string(),
+            name: c.name.clone(),
+            state: c.state.as_str().to_string(),
+            age_seconds: now - c.created,
+            processes: c.processes,
+            age: hermes_reconcilers::age(now - c.created),
+            idle: idle_text(observed.idleness(c), c, now),
+        })
+        .collect();
+    Ok(SessionList { rows })
 }

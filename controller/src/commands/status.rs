@@ -14,20 +14,16 @@ use std::fmt;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use hermes_backends::docker::Engine;
 use hermes_model::config::Backend;
 use hermes_model::desired::Egress;
 use hermes_model::sandbox::{LABEL_EGRESS, sanitize};
 use serde::Serialize;
 
 use crate::cli::Output;
-use crate::commands::{load_for_pass, observe_for};
 use crate::daemon::lock::{ControllerLock, LockError};
 use crate::daemon::status::{self, ControllerStatus};
 use crate::home::Home;
-
-/// How long status waits for an engine that may not be there.
-const ENGINE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+use crate::pass::{Connect, Load, Request};
 
 pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<ExitCode> {
     let report = gather(home, profile).await?;
@@ -139,46 +135,29 @@ pub struct ControllerReport {
 
 async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
     let now = hermes_reconcilers::unix_seconds(SystemTime::now());
-    // The host as a pass would see it.
-    let pass = load_for_pass(home, profile)?;
+    // The host as a pass would see it: the same pass, planning only.
+    let mut engines = Connect {
+        tolerate: true,
+        error: None,
+    };
+    let request = Request {
+        load: Load::Pass,
+        prune: false,
+        apply: None,
+        hold: &|_| false,
+        planned: &|_| {},
+    };
+    let pass = crate::pass::run(home, profile, request, &mut engines).await?;
     let desired = &pass.desired;
-    let mut errors = Vec::new();
-    let engine = match tokio::time::timeout(ENGINE_WAIT, Engine::connect()).await {
-        Ok(Ok(engine)) => Some(engine.for_home(home.scope())),
-        Ok(Err(e)) => {
-            if desired.backend() == Backend::Docker {
-                errors.push(format!("the Docker engine does not answer: {e}"));
-            }
-            None
-        }
-        Err(_) => {
-            if desired.backend() == Backend::Docker {
-                errors.push(format!(
-                    "the Docker engine does not answer (waited {} s)",
-                    ENGINE_WAIT.as_secs()
-                ));
-            }
-            None
-        }
-    };
-    let observed = match &engine {
-        Some(engine) => Some(observe_for(engine, home, desired).await?),
-        None => None,
-    };
-    let proxy = crate::egress::pass::observe(home).await;
-    let mut plan_input = observed
-        .clone()
-        .unwrap_or_else(|| hermes_model::observed::Observed {
-            proxy: proxy.clone(),
-            ..Default::default()
-        });
-    // The SSH host, the singularity instances and the cloud sandbox (only
-    // looked up), so that what blocks them is shown.
-    if let Some(e) = super::observe_backends(home, desired, &mut plan_input).await {
-        errors.push(e);
-    }
-    let plan = hermes_reconcilers::plan_all(desired, &plan_input, SystemTime::now());
-    let mut blocked = hermes_reconcilers::blocked(&plan);
+    let mut errors: Vec<String> = engines.error.into_iter().collect();
+    errors.extend(pass.ended.iter().cloned());
+    errors.extend(pass.errors.iter().cloned());
+    let engine = pass.engine.as_ref();
+    let observed = engine.map(|_| &pass.observed);
+    let proxy = pass.observed.proxy.clone();
+    // What blocks now (the first stage: later ones wait on it).
+    let plan = &pass.plan.first;
+    let mut blocked = hermes_reconcilers::blocked(plan);
     // What `hermes exec` refuses right now (exit 3), even when no
     // operation of the plan is blocked (a sandbox that already runs).
     if desired.config.proxy.enabled

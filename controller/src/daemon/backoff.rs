@@ -20,7 +20,7 @@ struct Failing {
 }
 
 /// The failing targets and when each may be tried again.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Backoff {
     failing: BTreeMap<Target, Failing>,
 }

@@ -33,13 +33,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
 use hermes_backends::docker::Engine;
-use hermes_model::observed::Observed;
-use hermes_model::plan::{Describe, Kind, Plan};
+use hermes_model::action::Action;
+use hermes_model::plan::{Describe, Kind, Op};
 use tokio::sync::{Notify, mpsc};
 
-use crate::activity::Activity;
-use crate::apply::{ApplyOptions, apply};
-use crate::commands::{load_for_pass, observe_for};
+use crate::apply::ApplyOptions;
 use crate::home::Home;
 
 use self::backoff::Backoff;
@@ -306,7 +304,8 @@ impl Controller {
         self.status.resync_seconds.unwrap_or(30).max(1)
     }
 
-    /// One pass: load, observe, plan, apply what is not backing off.
+    /// One pass ([`crate::pass`]): load, observe, plan, apply what is not
+    /// backing off, stage by stage.
     async fn pass(&mut self, wake: Wake, stop: &AtomicBool) {
         let started = Instant::now();
         let span = tracing::info_span!("pass", trigger = wake.as_str(), n = self.status.passes + 1);
@@ -314,7 +313,28 @@ impl Controller {
         let now = hermes_reconcilers::unix_seconds(SystemTime::now());
         let mut errors = Vec::new();
 
-        let pass = match load_for_pass(&self.home, &self.profile) {
+        let (home, profile) = (self.home.clone(), self.profile.clone());
+        let backoff = self.backoff.clone();
+        let at = Instant::now();
+        let hold = |op: &Op<Action>| {
+            let held = acts(op.action.kind()) && backoff.waiting(&op.target, at).is_some();
+            if held {
+                tracing::debug!(target = %op.target, action = op.action.verb(), "backing off");
+            }
+            held
+        };
+        let request = crate::pass::Request {
+            load: crate::pass::Load::Pass,
+            prune: false,
+            apply: Some(ApplyOptions {
+                verbose: false,
+                stop: Some(stop),
+                home: Some(&home),
+            }),
+            hold: &hold,
+            planned: &|_| {},
+        };
+        let pass = match crate::pass::run(&home, &profile, request, self).await {
             Ok(pass) => pass,
             Err(e) => {
                 // The profile name or the environment is wrong: nothing to plan.
@@ -341,69 +361,18 @@ impl Controller {
             }
         }
         self.status.resync_seconds = Some(pass.desired.config.reconcile.resync_seconds);
-        let desired = pass.desired;
-
-        // Docker only when something wants it: off the Docker backend an
-        // engine is looked at when it answers, and none is no error.
-        let needs_docker = crate::commands::needs_docker(&desired);
-        let mut engine = if needs_docker {
-            let Some(engine) = self.engine().await else {
-                errors.push(self.status.last_error.clone().unwrap_or_default());
-                self.finish(started, now, errors, Vec::new());
-                return;
-            };
-            Some(engine)
-        } else {
-            self.optional_engine().await
-        };
-        let observed = match &engine {
-            Some(engine) => Some(observe_for(engine, &self.home, &desired).await),
-            None => None,
-        };
-        let mut observed = match observed {
-            Some(Ok(observed)) => {
-                self.engine_ok();
-                observed
-            }
-            Some(Err(e)) if needs_docker => {
-                self.engine_failed(&crate::chain::Chain(&e).to_string());
-                errors.push(crate::chain::Chain(&e).to_string());
-                self.finish(started, now, errors, Vec::new());
-                return;
-            }
-            failed => {
-                if let Some(Err(e)) = failed {
-                    tracing::debug!(error = %crate::chain::Chain(&e), "the engine went away; no containers to look at");
-                    self.engine = None;
-                    engine = None;
-                }
-                self.engine_not_needed();
-                Observed {
-                    proxy: crate::egress::pass::observe(&self.home).await,
-                    ..Observed::default()
-                }
-            }
-        };
+        if let Some(e) = &pass.ended {
+            errors.push(e.clone());
+            self.finish(started, now, errors, Vec::new());
+            return;
+        }
         *self
             .seen_proxy
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some((observed.proxy.running, observed.proxy.healthy));
-        if let Some(e) =
-            crate::commands::observe_backends(&self.home, &desired, &mut observed).await
-        {
-            errors.push(e);
-        }
-        let plan = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
-        let blocked = hermes_reconcilers::blocked(&plan);
-        let at = Instant::now();
-        let (ready, waiting): (Vec<_>, Vec<_>) = plan.ops.into_iter().partition(|op| {
-            !acts(op.action.kind()) || self.backoff.waiting(&op.target, at).is_none()
-        });
-        for op in &waiting {
-            tracing::debug!(target = %op.target, action = op.action.verb(), "backing off");
-        }
-        let plan = Plan::new(ready);
+            Some((pass.observed.proxy.running, pass.observed.proxy.healthy));
+        errors.extend(pass.errors.iter().cloned());
+        let blocked = hermes_reconcilers::blocked(pass.last());
         if blocked != self.status.blocked {
             if blocked.is_empty() {
                 tracing::info!("nothing is blocked any more");
@@ -411,29 +380,28 @@ impl Controller {
                 tracing::warn!(blocked = %blocked.join("; "), "blocked");
             }
         }
-        if plan.ops.iter().any(|op| acts(op.action.kind())) {
-            let options = ApplyOptions {
-                verbose: false,
-                stop: Some(stop),
-                home: Some(&self.home),
-            };
-            let mut applied =
-                apply(engine.as_ref(), &plan, &Activity::new(&self.home), options).await;
-            applied
-                .absorb(crate::commands::apply_backends(&self.home, &desired, &plan, false).await);
+        let applied = &pass.applied;
+        let acted = pass
+            .carried
+            .iter()
+            .any(|plan| plan.ops.iter().any(|op| acts(op.action.kind())));
+        if acted {
             for target in &applied.succeeded {
                 self.backoff.succeeded(target);
             }
-            self.requeue = applied
-                .succeeded
-                .contains(&hermes_model::plan::Target::Proxy);
+            // A stage left for later, or a proxy changed: what waited on it
+            // is planned again at once.
+            self.requeue = pass.halted.is_some()
+                || applied
+                    .succeeded
+                    .contains(&hermes_model::plan::Target::Proxy);
             for (target, error) in &applied.failures {
                 let delay = self.backoff.failed(target, Instant::now());
                 tracing::warn!(%target, error = %error, failures = self.backoff.failures(target), retry_in_ms = delay.as_millis() as u64, "operation failed");
                 errors.push(format!("{target}: {error}"));
             }
             let (mut done, mut failed) = (0u32, 0u32);
-            for op in &plan.ops {
+            for op in pass.carried.iter().flat_map(|plan| &plan.ops) {
                 if !acts(op.action.kind()) {
                     continue;
                 }
@@ -573,6 +541,38 @@ fn spawn_engine_probe(down: Arc<Notify>, wake: mpsc::Sender<()>) {
             }
         }
     });
+}
+
+/// The controller keeps its engine across passes, follows its events,
+/// and tells a pass that needs it and finds none from one that goes on
+/// without it.
+impl crate::pass::Engines for Controller {
+    async fn connect(&mut self, _home: &Home, needed: bool) -> Result<Option<Engine>, String> {
+        if needed {
+            // Docker only when something wants it: off the Docker backend
+            // an engine is looked at when it answers, and none is no error.
+            return match self.engine().await {
+                Some(engine) => Ok(Some(engine)),
+                None => Err(self.status.last_error.clone().unwrap_or_default()),
+            };
+        }
+        let engine = self.optional_engine().await;
+        if engine.is_none() {
+            self.engine_not_needed();
+        }
+        Ok(engine)
+    }
+
+    fn observed(&mut self, outcome: Result<(), &str>, needed: bool) {
+        match outcome {
+            Ok(()) => self.engine_ok(),
+            Err(e) if needed => self.engine_failed(e),
+            Err(_) => {
+                self.engine = None;
+                self.engine_not_needed();
+            }
+        }
+    }
 }
 
 /// Follows the engine's events of the profile's containers for as long as

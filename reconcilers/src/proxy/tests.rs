@@ -233,3 +233,142 @@ fn the_network_is_kept_while_containers_are_attached_and_while_it_is_wanted() {
     let t = text(&enforced, proxy);
     assert!(!t.contains("network"), "{t}");
 }
+
+fn staged(d: &Desired, proxy: ProxyObserved) -> crate::StagedPlan {
+    let observed = Observed {
+        proxy,
+        ..Observed::default()
+    };
+    crate::plan_stages(d, &observed, UNIX_EPOCH + Duration::from_secs(NOW))
+}
+
+#[test]
+fn a_proxy_to_set_up_plans_its_start_and_the_sandbox_as_later_stages() {
+    let d = desired(
+        DOCKER_PROXY,
+        Egress::NotSetUp {
+            missing: "ca.crt, tokens.json".to_string(),
+        },
+    );
+    let plan = staged(&d, ProxyObserved::default());
+    assert_eq!(
+        plan.to_string(),
+        "Stage 1 of 3:\n\
+         + proxy                     setup       not set up: ca.crt, tokens.json\n\
+         ! sandbox default/default   blocked     egress proxy not set up (ca.crt, tokens.json) (fail closed); wanted: create (no container with these labels)\n\
+         Plan: 1 to create, 0 to change, 0 to remove, 1 blocked.\n\
+         \n\
+         Stage 2 of 3, once the proxy is set up:\n\
+         + proxy   start       enabled in config, not running\n\
+         Plan: 1 to create, 0 to change, 0 to remove.\n\
+         \n\
+         Stage 3 of 3, once the proxy runs, healthy, on the current settings:\n\
+         + sandbox default/default   create      no container with these labels\n\
+         Plan: 1 to create, 0 to change, 0 to remove."
+    );
+    let json = serde_json::to_value(plan.to_json()).unwrap();
+    assert_eq!(json["operations"].as_array().unwrap().len(), 2);
+    assert_eq!(json["converged"], serde_json::Value::Bool(false));
+    assert_eq!(json["stages"][0]["stage"], 2);
+    assert_eq!(json["stages"][0]["after"], "the proxy is set up");
+    assert_eq!(json["stages"][0]["operations"][0]["action"], "start");
+    assert_eq!(json["stages"][1]["stage"], 3);
+    assert_eq!(
+        json["stages"][1]["operations"][0]["target"],
+        "sandbox default/default"
+    );
+    assert_eq!(json["stages"][1]["summary"]["create"], 1);
+}
+
+#[test]
+fn a_restart_stages_the_recreates_it_blocks_and_nothing_when_nothing_waits() {
+    let d = desired(DOCKER_PROXY, on());
+    let plan = staged(&d, ProxyObserved::default());
+    assert_eq!(plan.later.len(), 1, "{plan}");
+    assert_eq!(
+        plan.later[0].plan.work(),
+        [(
+            hermes_model::plan::Kind::Create,
+            "sandbox default/default".to_string(),
+            "create"
+        )]
+    );
+    // Nothing waits on the proxy: one stage, printed as a plain plan.
+    let unenforced = desired(&format!("{DOCKER_PROXY}  enforce_on_docker: false\n"), on());
+    let plan = staged(&unenforced, ProxyObserved::default());
+    assert!(plan.later.is_empty(), "{plan}");
+    assert!(plan.to_string().starts_with("+ proxy "), "{plan}");
+    assert!(
+        serde_json::to_value(plan.to_json())
+            .unwrap()
+            .get("stages")
+            .is_none()
+    );
+    // Converged: one stage.
+    assert!(staged(&d, healthy()).later.is_empty());
+}
+
+#[test]
+fn a_network_in_use_is_removed_in_the_stage_after_its_containers_leave_it() {
+    let mut proxy = healthy();
+    proxy.network = network(1);
+    // No container of the profile to move off it: the network waits, and
+    // no later stage is promised.
+    let plan = staged(&desired(DOCKER_PROXY, on()), proxy.clone());
+    assert!(plan.later.is_empty(), "{plan}");
+    // The proxy disabled: the stop, then, once nothing moved, still no
+    // removal promised while a container is attached.
+    let off = desired(
+        "terminal:\n  backend: docker\nproxy:\n  enabled: false\n",
+        Egress::Off,
+    );
+    let plan = staged(&off, proxy.clone());
+    assert!(plan.later.is_empty(), "{plan}");
+    // An empty network: removed in the first stage.
+    proxy.network = network(0);
+    let plan = staged(&off, proxy);
+    assert!(plan.later.is_empty(), "{plan}");
+    assert!(plan.first.to_string().contains("remove-network"), "{plan}");
+}
+
+#[test]
+fn a_network_whose_containers_the_stage_recreates_off_it_is_removed_in_the_next() {
+    use hermes_model::observed::{ContainerState, ObservedContainer};
+    use hermes_model::sandbox::{LABEL_AGENT, LABEL_PROFILE, LABEL_SPEC_HASH, LABEL_TASK};
+    let d = desired(DOCKER_PROXY, on());
+    let mut proxy = healthy();
+    proxy.network = network(1);
+    let labels = [
+        (LABEL_AGENT, "1"),
+        (LABEL_PROFILE, "default"),
+        (LABEL_TASK, "default"),
+        (LABEL_SPEC_HASH, "0123456789ab"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let on_the_network = ObservedContainer {
+        id: "c1".to_string(),
+        name: d.sandboxes[0].name.clone(),
+        labels,
+        state: ContainerState::Running,
+        created: NOW as i64 - 60,
+        started_at: Some(NOW as i64 - 60),
+        finished_at: None,
+        processes: Some(0),
+    };
+    let observed = Observed {
+        proxy,
+        containers: vec![on_the_network],
+        ..Observed::default()
+    };
+    let plan = crate::plan_stages(&d, &observed, UNIX_EPOCH + Duration::from_secs(NOW));
+    let t = plan.to_string();
+    assert!(t.starts_with("Stage 1 of 2:\n? proxy "), "{t}");
+    assert!(t.contains("network-in-use"), "{t}");
+    assert!(
+        t.contains("\n\nStage 2 of 2, once the sandboxes are off the proxy-only network:\n- proxy   remove-network  "),
+        "{t}"
+    );
+    assert_eq!(plan.later[0].plan.work().len(), 1, "{t}");
+}
