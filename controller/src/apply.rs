@@ -145,9 +145,8 @@ pub async fn apply(
     let verbose = options.verbose;
     let mut applied = Applied::default();
     // The proxy's and the Docker sandboxes' operations are carried out
-    // here; the SSH host's, the singularity instances' and the cloud
-    // sandboxes' by their own backends (`crate::ssh`, `crate::singularity`,
-    // `crate::cloud`).
+    // here; the backend's own (the SSH host's, the singularity
+    // instances', the cloud sandbox's) by its seam (`crate::backend`).
     let families = Families::of(&plan.ops);
     // The proxy first: sandboxes may wait on it.
     for (op, action) in families.proxy {

@@ -13,7 +13,6 @@ pub mod status;
 
 use anyhow::Context;
 use hermes_backends::docker::Engine;
-use hermes_model::config::Backend;
 use hermes_model::desired::{Desired, HostEnv};
 use hermes_model::observed::Observed;
 
@@ -34,7 +33,8 @@ pub async fn observe(engine: &Engine, home: &Home) -> anyhow::Result<Observed> {
 /// at an engine only when one answers ([`optional_engine`]).
 pub fn needs_docker(desired: &Desired) -> bool {
     let proxy = &desired.config.proxy;
-    desired.backend() == Backend::Docker || (proxy.enabled && proxy.enforce_network)
+    crate::backend::Seam::of(desired) == crate::backend::Seam::Docker
+        || (proxy.enabled && proxy.enforce_network)
 }
 
 /// How long a pass that does not need Docker waits for an engine that may
