@@ -302,7 +302,7 @@ async fn carry_out(
                 Ok((observed, _)) => observed,
                 Err(e) => {
                     pass.halted = Some(format!(
-                        "stage {stage} of {stages} not carried out: cannot observe the host again: {e}; the next pass plans again"
+                        "Stage {stage} of {stages} not carried out: cannot observe the host again: {e}; the next pass plans again"
                     ));
                     break;
                 }
@@ -310,7 +310,7 @@ async fn carry_out(
             plan = hermes_reconcilers::plan_all(&pass.desired, &observed, SystemTime::now());
             if plan.work() != predicted.work() {
                 pass.halted = Some(format!(
-                    "stage {stage} of {stages} not carried out: observed again, the host plans {} where stage {stage} said {}; the next pass plans again",
+                    "Stage {stage} of {stages} not carried out: observed again, the host plans {} where stage {stage} said {}; the next pass plans again",
                     work_text(&plan),
                     work_text(predicted)
                 ));

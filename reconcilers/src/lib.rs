@@ -42,7 +42,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hermes_model::action::{Action, SandboxAction};
 use hermes_model::config::Backend;
 use hermes_model::desired::Desired;
-use hermes_model::observed::{ContainerState, Observed};
+use hermes_model::observed::{ContainerState, Observed, ObservedContainer};
 use hermes_model::plan::{Describe, Kind, Plan, Stage, Staged};
 use hermes_model::sandbox::sanitize;
 
@@ -58,7 +58,7 @@ pub const MAX_STAGES: usize = 4;
 
 /// Plans one pass in stages: [`plan_all`] of now, then, while the last
 /// stage changes the egress proxy, the plan against what it leaves behind
-/// ([`proxy::predict`]), without what an earlier stage already does or
+/// ([`proxy::predict`], and its sandboxes' operations done), without what an earlier stage already does or
 /// refuses; a stage that would change nothing ends the list. A pass
 /// carries out the first stage, then each later one once the host,
 /// observed again, plans the same work ([`Plan::work`]).
@@ -75,6 +75,7 @@ pub fn plan_stages(desired: &Desired, observed: &Observed, now: SystemTime) -> S
         let Some(after) = proxy::predict(&mut desired, &mut observed, &last.ops) else {
             break;
         };
+        after_sandboxes(&mut observed, &last.ops, unix_seconds(now));
         let next = plan_all(&desired, &observed, now);
         let ops: Vec<_> = next
             .ops
@@ -90,6 +91,42 @@ pub fn plan_stages(desired: &Desired, observed: &Observed, now: SystemTime) -> S
         staged.later.push(Stage { after, plan });
     }
     staged
+}
+
+/// Makes `observed` what a stage's operations on Docker sandboxes leave
+/// behind, for the plan of the stage after it: a create or a recreate
+/// leaves a running container of its spec, a start a running container,
+/// a removal none.
+fn after_sandboxes(observed: &mut Observed, ops: &[hermes_model::plan::Op<Action>], now: i64) {
+    let made = |spec: &hermes_model::sandbox::SandboxSpec| ObservedContainer {
+        id: format!("{}-to-be-made", spec.name),
+        name: spec.name.clone(),
+        labels: spec.labels.clone(),
+        state: ContainerState::Running,
+        created: now,
+        started_at: Some(now),
+        finished_at: None,
+        processes: Some(0),
+    };
+    for op in ops {
+        let Action::Sandbox(action) = &op.action else {
+            continue;
+        };
+        match action {
+            SandboxAction::Create(spec) => observed.containers.push(made(spec)),
+            SandboxAction::Recreate { old_id, spec } => {
+                observed.containers.retain(|c| &c.id != old_id);
+                observed.containers.push(made(spec));
+            }
+            SandboxAction::Start { id } => {
+                for c in observed.containers.iter_mut().filter(|c| &c.id == id) {
+                    c.state = ContainerState::Running;
+                    c.started_at = Some(now);
+                }
+            }
+            SandboxAction::Remove { id, .. } => observed.containers.retain(|c| &c.id != id),
+        }
+    }
 }
 
 /// A network kept while containers are attached: a report that makes a

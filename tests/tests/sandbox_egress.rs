@@ -332,6 +332,68 @@ fn reconcile_carries_out_exactly_the_stages_the_dry_run_printed() {
     assert_eq!(again.code, 0, "converged: {again:?}");
 }
 
+/// A stage the host, observed again, does not plan is not carried out:
+/// here the setup cannot give sandboxes an address to reach the proxy on
+/// (`proxy.listen` names only loopback), so after it the host plans the
+/// setup again, not the start the dry run promised. The pass stops there,
+/// says so, and starts nothing.
+#[test]
+fn a_stage_the_host_no_longer_plans_is_left_to_the_next_pass() {
+    let profile = format!("sth{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    let _stop = StopProxy(&home);
+    let port = free_port_pair(None);
+    home.write_config(format!(
+        "terminal:\n  backend: docker\n  docker_image: {}\nproxy:\n  enabled: true\n  tunnel_port: {port}\n  listen: [127.0.0.1]\n",
+        hermes_tests::test_image()
+    ));
+    let run = |args: &[&str]| {
+        let mut all = vec!["--profile", profile.as_str()];
+        all.extend_from_slice(args);
+        home.run(all)
+    };
+    let dry = run(&["reconcile", "--dry-run", "--output", "json"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    let plan: serde_json::Value = serde_json::from_str(&dry.stdout).unwrap();
+    assert_eq!(
+        planned_work(&plan)[..2],
+        [
+            ("proxy".to_string(), "setup".to_string()),
+            ("proxy".to_string(), "start".to_string()),
+        ],
+        "{plan}"
+    );
+    let apply = run(&["reconcile"]);
+    assert_eq!(apply.code, 1, "{apply:?}");
+    assert_eq!(
+        done_work(&apply.stdout),
+        [("proxy".to_string(), "setup".to_string())],
+        "{}",
+        apply.stdout
+    );
+    assert!(
+        apply.stdout.contains(
+            "Stage 2 of 3 not carried out: observed again, the host plans setup proxy where stage 2 said start proxy; the next pass plans again"
+        ),
+        "{}",
+        apply.stdout
+    );
+    assert!(
+        !home.path().join("proxy/proxy.pid").exists(),
+        "a proxy was started"
+    );
+}
+
+/// Stops a home's proxy when dropped.
+struct StopProxy<'a>(&'a TestHome);
+
+impl Drop for StopProxy<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.run(["egress", "stop"]);
+    }
+}
+
 #[test]
 fn a_killed_proxy_fails_closed_and_reconcile_brings_it_back() {
     let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);

@@ -372,3 +372,29 @@ fn a_network_whose_containers_the_stage_recreates_off_it_is_removed_in_the_next(
     );
     assert_eq!(plan.later[0].plan.work().len(), 1, "{t}");
 }
+
+#[test]
+fn a_sandbox_made_unwired_before_the_setup_is_recreated_in_the_stage_after() {
+    // Not enforced: the sandbox is made at once, unwired; once the proxy
+    // is set up and started, it is recreated wired.
+    let d = desired(
+        &format!("{DOCKER_PROXY}  enforce_on_docker: false\n"),
+        Egress::NotSetUp {
+            missing: "ca.crt".to_string(),
+        },
+    );
+    let plan = staged(&d, ProxyObserved::default());
+    let work: Vec<Vec<(String, &str)>> = plan
+        .plans()
+        .map(|p| p.work().into_iter().map(|(_, t, v)| (t, v)).collect())
+        .collect();
+    let sandbox = "sandbox default/default".to_string();
+    assert_eq!(
+        work,
+        [
+            vec![("proxy".to_string(), "setup"), (sandbox.clone(), "create")],
+            vec![("proxy".to_string(), "start"), (sandbox, "recreate")],
+        ],
+        "{plan}"
+    );
+}
