@@ -89,6 +89,35 @@ impl From<Output> for Run {
     }
 }
 
+impl Run {
+    /// The rows of the plan it printed that are not reports' (`+`, `~`,
+    /// `-`), `(target, action)`, in order: what it said it would do.
+    pub fn planned(&self) -> Vec<(String, String)> {
+        row_pairs(&self.stdout, |l| {
+            ["+ ", "~ ", "- "].iter().any(|p| l.starts_with(p)) && !l.contains(" done (")
+        })
+    }
+
+    /// The operations it printed as done (`+ TARGET   VERB done (1.0s)`),
+    /// `(target, action)`, in order: what it did.
+    pub fn done(&self) -> Vec<(String, String)> {
+        row_pairs(&self.stdout, |l| l.contains(" done ("))
+    }
+}
+
+/// `(target, verb)` of the lines of `text` that `keep` keeps, each
+/// `S TARGET   VERB ...`.
+fn row_pairs(text: &str, keep: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+    text.lines()
+        .filter(|l| keep(l))
+        .filter_map(|l| {
+            let (left, right) = l.split_once("   ")?;
+            let verb = right.split_whitespace().next()?;
+            Some((left.get(2..)?.to_string(), verb.to_string()))
+        })
+        .collect()
+}
+
 impl TestHome {
     /// A new home, 0700 as hermes makes one (hermes warns about a home
     /// open to other users).

@@ -44,6 +44,17 @@ pub struct Proxy {
     netns: Option<String>,
 }
 
+/// Stops a home's proxy when dropped (a pass the test ran may have
+/// started it).
+#[derive(Debug)]
+pub struct StopProxy<'a>(pub &'a TestHome);
+
+impl Drop for StopProxy<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.run(["egress", "stop"]);
+    }
+}
+
 /// A port `p` such that `p` and `p + 1` are free on 127.0.0.1 and, when
 /// given, on `also`.
 pub fn free_port_pair(also: Option<std::net::IpAddr>) -> u16 {

@@ -347,17 +347,17 @@ fn life_cycle(kind: Kind) {
     assert_eq!(end.code, 0, "{end:?}");
     let target = format!("{backend} default/default");
     assert_eq!(
-        planned_rows(&end.stdout),
+        end.planned(),
         [(target.clone(), "suspend".to_string())],
         "{end:?}"
     );
-    assert_eq!(done_rows(&end.stdout), planned_rows(&end.stdout), "{end:?}");
+    assert_eq!(end.done(), end.planned(), "{end:?}");
     // Nothing left to end: no plan, nothing asked of the service but a look.
     let before = service.mutating();
     let again = run(&["session", "end", "s1"]);
     assert_eq!(again.code, 0, "{again:?}");
     assert!(again.stdout.contains("nothing to end"), "{again:?}");
-    assert!(done_rows(&again.stdout).is_empty(), "{again:?}");
+    assert!(again.done().is_empty(), "{again:?}");
     assert_eq!(service.mutating(), before);
     let record = records(&service, &home);
     assert!(record["default"].get("sandbox").is_none(), "{record}");
@@ -379,32 +379,6 @@ fn life_cycle(kind: Kind) {
     assert_eq!(service.creates(), after);
     let plan = run(&["reconcile", "--dry-run"]);
     assert_eq!(plan.code, 0, "{plan:?}");
-}
-
-/// The rows of a printed plan, `(target, action)`.
-fn planned_rows(stdout: &str) -> Vec<(String, String)> {
-    stdout
-        .lines()
-        .filter(|l| ["+ ", "~ ", "- "].iter().any(|p| l.starts_with(p)) && !l.contains(" done ("))
-        .map(|l| {
-            let (left, right) = l.split_once("   ").unwrap();
-            let verb = right.split_whitespace().next().unwrap();
-            (left[2..].to_string(), verb.to_string())
-        })
-        .collect()
-}
-
-/// The operations printed as done, `(target, action)`.
-fn done_rows(stdout: &str) -> Vec<(String, String)> {
-    stdout
-        .lines()
-        .filter(|l| l.contains(" done ("))
-        .map(|l| {
-            let (left, right) = l.split_once("   ").unwrap();
-            let verb = right.split(" done (").next().unwrap();
-            (left[2..].to_string(), verb.to_string())
-        })
-        .collect()
 }
 
 /// A snapshot the service cannot restore: dropped with a warning, the

@@ -297,15 +297,6 @@ fn controller_status(home: &TestHome) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// Stops a home's proxy when dropped.
-struct StopProxy<'a>(&'a TestHome);
-
-impl Drop for StopProxy<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.run(["egress", "stop"]);
-    }
-}
-
 #[test]
 fn a_local_only_host_converges_without_a_docker_engine() {
     let profile = format!("cl{}", std::process::id());
@@ -315,7 +306,7 @@ fn a_local_only_host_converges_without_a_docker_engine() {
         "terminal:\n  backend: local\nproxy:\n  enabled: true\n  tunnel_port: {port}\n"
     ));
     // The pass starts the proxy: stopped when the test ends.
-    let _stop = StopProxy(&home);
+    let _stop = hermes_tests::egress::StopProxy(&home);
     // Nothing listens there: no engine on this host.
     let nowhere = home.path().join("no-docker.sock");
     let docker_host = format!("unix://{}", nowhere.display());

@@ -264,19 +264,6 @@ fn planned_work(plan: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The operations `reconcile` printed as done, `(target, action)`, in order.
-fn done_work(stdout: &str) -> Vec<(String, String)> {
-    stdout
-        .lines()
-        .filter(|l| l.contains(" done ("))
-        .map(|l| {
-            let (left, right) = l.split_once("   ").unwrap();
-            let verb = right.split(" done (").next().unwrap();
-            (left[2..].to_string(), verb.to_string())
-        })
-        .collect()
-}
-
 /// The plan is the whole truth: on a fresh host the dry run shows the
 /// proxy's setup, its start once set up, and the sandbox once the proxy
 /// runs, as three stages; `reconcile` carries out exactly those, in that
@@ -316,7 +303,7 @@ fn reconcile_carries_out_exactly_the_stages_the_dry_run_printed() {
 
     let apply = host.hermes(&["reconcile"]);
     assert_eq!(apply.code, 0, "{apply:?}");
-    assert_eq!(done_work(&apply.stdout), planned, "{}", apply.stdout);
+    assert_eq!(apply.done(), planned, "{}", apply.stdout);
     assert!(apply.stdout.contains("Stage 3 of 3:\n"), "{}", apply.stdout);
     assert!(
         !apply.stdout.contains("not carried out"),
@@ -342,7 +329,7 @@ fn a_stage_the_host_no_longer_plans_is_left_to_the_next_pass() {
     let profile = format!("sth{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
     let home = TestHome::new();
-    let _stop = StopProxy(&home);
+    let _stop = hermes_tests::egress::StopProxy(&home);
     let port = free_port_pair(None);
     home.write_config(format!(
         "terminal:\n  backend: docker\n  docker_image: {}\nproxy:\n  enabled: true\n  tunnel_port: {port}\n  listen: [127.0.0.1]\n",
@@ -367,7 +354,7 @@ fn a_stage_the_host_no_longer_plans_is_left_to_the_next_pass() {
     let apply = run(&["reconcile"]);
     assert_eq!(apply.code, 1, "{apply:?}");
     assert_eq!(
-        done_work(&apply.stdout),
+        apply.done(),
         [("proxy".to_string(), "setup".to_string())],
         "{}",
         apply.stdout
@@ -383,15 +370,6 @@ fn a_stage_the_host_no_longer_plans_is_left_to_the_next_pass() {
         !home.path().join("proxy/proxy.pid").exists(),
         "a proxy was started"
     );
-}
-
-/// Stops a home's proxy when dropped.
-struct StopProxy<'a>(&'a TestHome);
-
-impl Drop for StopProxy<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.run(["egress", "stop"]);
-    }
 }
 
 #[test]
