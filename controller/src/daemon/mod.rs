@@ -19,7 +19,11 @@
 //! once. Sandboxes keep running. A pass connects to the engine only when
 //! something wants Docker (`commands::needs_docker`: the Docker backend,
 //! or the proxy-only network); any other pass looks at an engine when one
-//! answers, and converges without one.
+//! answers, and converges without one. A pass is [`crate::pass`], the same
+//! as `hermes reconcile`'s: the stages of its plan (the proxy set up, then
+//! started, then the sandboxes that waited on it) are carried out in one
+//! pass; a stage the host no longer plans makes the next pass come at
+//! once.
 
 pub mod backoff;
 pub mod lock;
