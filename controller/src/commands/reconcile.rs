@@ -45,6 +45,9 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     };
     let pass = crate::pass::run(home, profile, request, &mut Connect::default()).await?;
     if let Some(e) = &pass.ended {
+        if let Some(error) = &pass.config_error {
+            eprintln!("error: {error}");
+        }
         anyhow::bail!("{e}");
     }
     printed.into_inner()?;
