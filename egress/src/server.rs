@@ -2,7 +2,8 @@
 //! the allowlist and the resolved addresses are checked before the `200`;
 //! then TLS is terminated with a leaf for the name (the SNI must be that
 //! name), and each request inside the tunnel (its Host header naming the
-//! tunnel's target) has its token swapped for the real key and goes to the
+//! tunnel's target) has its token swapped for the real key (or its AWS
+//! signature made again, [`crate::sigv4`]) and goes to the
 //! upstream over verified TLS, bodies streaming both ways. On the plain
 //! port, absolute-form `http://` requests are forwarded the same way,
 //! except that no credential is ever sent in clear text. WebSocket
@@ -653,6 +654,19 @@ async fn tunnel_request(
     }
     let upgrade = is_upgrade(req.headers());
     strip_hop_by_hop(req.headers_mut(), upgrade);
+    let credentials = shared.credentials();
+    if let Some(aws) = credentials
+        .for_host(&tunnel.target.host)
+        .filter(|c| c.is_sigv4())
+    {
+        let req = match crate::sigv4::resign(aws, req, upgrade).await {
+            Ok(req) => req,
+            Err(r) => return refuse(&shared, pending, r.status, r.reason, &r.why),
+        };
+        let sent = send_in_tunnel(&shared, &tunnel, req);
+        let sent = tokio::time::timeout(shared.header_timeout, sent).await;
+        return respond(&shared, pending, Some(aws.provider.clone()), sent);
+    }
     let (path, token) = match swap(&shared, &tunnel.target.host, req.headers_mut(), path) {
         Ok(swapped) => swapped,
         Err((reason, why)) => {
@@ -722,7 +736,7 @@ fn swap_with(
 async fn send_in_tunnel(
     shared: &Shared,
     tunnel: &Tunnel,
-    req: Request<Incoming>,
+    req: Request<impl Into<crate::body::RequestBody>>,
 ) -> Result<Response<Incoming>, UpstreamError> {
     if let Some(mut pooled) = shared.pooled(&tunnel.target)
         && pooled.ready().await.is_ok()

@@ -72,6 +72,8 @@ async fn fixture_with(limits: crate::settings::Limits) -> Fixture {
         upstream_ca_file: None,
         upstream_header_timeout_seconds: 10,
         credential_source: "env".into(),
+        aws_region: "us-east-1".into(),
+        aws_hosts: vec![],
         enforce_network: false,
         mgmt_token: "m".repeat(32),
         limits,

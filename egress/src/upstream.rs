@@ -18,6 +18,7 @@ use rustls::crypto::CryptoProvider;
 use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
 use tokio_rustls::TlsConnector;
 
+use crate::body::RequestBody;
 use crate::dial::{self, DialError};
 use crate::policy::{DenyList, Host};
 use crate::target::Target;
@@ -62,8 +63,8 @@ impl UpstreamError {
 /// A client connection to one upstream.
 #[derive(Debug)]
 pub enum Sender {
-    H1(http1::SendRequest<Incoming>),
-    H2(http2::SendRequest<Incoming>),
+    H1(http1::SendRequest<RequestBody>),
+    H2(http2::SendRequest<RequestBody>),
 }
 
 pub type ResponseFuture =
@@ -102,7 +103,12 @@ impl Sender {
     /// authority in the URI instead of a Host header. The returned future
     /// does not borrow the sender, which can take the next request once
     /// [`Sender::ready`].
-    pub fn send(&mut self, mut req: Request<Incoming>, target: &Target) -> ResponseFuture {
+    pub fn send(
+        &mut self,
+        req: Request<impl Into<RequestBody>>,
+        target: &Target,
+    ) -> ResponseFuture {
+        let mut req = req.map(Into::into);
         match self {
             Sender::H1(s) => Box::pin(s.send_request(req)),
             Sender::H2(s) => {

@@ -216,6 +216,12 @@ pub struct Proxy {
     pub resolve: Vec<(String, IpAddr)>,
     pub upstream_ca_file: Option<String>,
     pub upstream_header_timeout_seconds: u64,
+    /// The region the sandboxes' AWS SDKs are told (`AWS_REGION`).
+    pub aws_region: String,
+    /// The AWS endpoints whose SigV4 requests the proxy signs again with
+    /// the real credentials (lowercase): `proxy.aws_hosts`, or the Bedrock
+    /// runtime endpoint of `aws_region` when that is empty.
+    pub aws_hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

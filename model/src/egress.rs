@@ -3,7 +3,8 @@
 //! The sandbox gets the proxy variables (pointing at the proxy by the name
 //! `host.docker.internal`, mapped to the address the proxy listens on), the
 //! CA mounted read-only with the variables that make curl, Python and Node
-//! trust it, each provider variable set to its proxy token, and the label
+//! trust it, each provider variable set to its proxy token (AWS: the
+//! placeholder pair and the region, [`aws_env`]), and the label
 //! `hermes-egress=<fingerprint>`. No real key is part of any of it. With
 //! `proxy.enforce_network` the sandbox sits on an internal network whose
 //! only reachable service is the proxy, so the variables are not advice but
@@ -116,6 +117,23 @@ impl SandboxSpec {
         self.rehash();
         self
     }
+}
+
+/// The variables besides the tokens that let a sandbox's AWS SDK sign
+/// with the placeholder pair: the placeholder secret (the access key id
+/// is the `aws` token) and the region. No session token: the proxy adds
+/// the real one. And the CA, where the AWS SDK for Python looks for it.
+pub fn aws_env(placeholder_secret: &str, region: &str) -> Vec<(String, String)> {
+    vec![
+        (
+            "AWS_SECRET_ACCESS_KEY".to_string(),
+            placeholder_secret.to_string(),
+        ),
+        ("AWS_REGION".to_string(), region.to_string()),
+        ("AWS_DEFAULT_REGION".to_string(), region.to_string()),
+        // botocore trusts its own bundle, not SSL_CERT_FILE.
+        ("AWS_CA_BUNDLE".to_string(), CA_IN_SANDBOX.to_string()),
+    ]
 }
 
 /// Why a command may not be given its own value of `name` (`hermes exec

@@ -124,7 +124,7 @@ fn status_reports_masked_tokens_keys_listening_and_uncovered_credentials() {
     let mut proxy = Proxy::setup("");
     let env = [
         ("OPENAI_API_KEY", "sk-status-REAL"),
-        ("AWS_ACCESS_KEY_ID", "AKIA-status"),
+        ("GOOGLE_APPLICATION_CREDENTIALS", "/h/sa.json"),
     ];
     let before = proxy.hermes(&["egress", "status", "--output", "json"], &env);
     assert_eq!(before.code, 0, "{before:?}");
@@ -173,7 +173,7 @@ fn status_reports_masked_tokens_keys_listening_and_uncovered_credentials() {
         json["warnings"][0]
             .as_str()
             .unwrap()
-            .contains("AWS_ACCESS_KEY_ID"),
+            .contains("GOOGLE_APPLICATION_CREDENTIALS"),
         "{json}"
     );
 
@@ -185,7 +185,9 @@ fn status_reports_masked_tokens_keys_listening_and_uncovered_credentials() {
         shown.stdout
     );
     assert!(
-        shown.stdout.contains("warning: AWS_ACCESS_KEY_ID"),
+        shown
+            .stdout
+            .contains("warning: GOOGLE_APPLICATION_CREDENTIALS"),
         "{}",
         shown.stdout
     );
