@@ -104,7 +104,7 @@ fn handle(shared: &Shared, req: &Request<Incoming>) -> Response<ProxyBody> {
             // it came from: never the key.
             "keys": shared.credentials().iter().map(|c| serde_json::json!({
                 "provider": c.provider,
-                "loaded": c.key.is_some(),
+                "loaded": c.has_key(),
                 "from": c.key_env,
             })).collect::<Vec<_>>(),
             "limits": {

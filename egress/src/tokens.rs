@@ -330,6 +330,13 @@ impl Credential {
         self
     }
 
+    /// Whether the real key is loaded: for SigV4, the secret access key
+    /// too.
+    pub fn has_key(&self) -> bool {
+        self.key.is_some()
+            && (!self.is_sigv4() || self.sigv4.as_ref().is_some_and(|k| k.secret.is_some()))
+    }
+
     /// Whether the requests of this credential are signed (SigV4).
     pub fn is_sigv4(&self) -> bool {
         self.places.contains(&Place::SigV4)
@@ -488,6 +495,42 @@ mod tests {
                 .for_host(&Host::Name("openai.azure.com".into()))
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_aws_credential_holds_the_placeholder_secret_and_the_real_ones() {
+        let tokens = TokensFile::updated(None, false).unwrap();
+        let hosts = vec!["bedrock-runtime.eu-west-1.amazonaws.com".to_string()];
+        let real = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("AKIAREAL".to_string()),
+            "AWS_SECRET_ACCESS_KEY" => Some("real-secret".to_string()),
+            "AWS_SESSION_TOKEN" => Some("real-session".to_string()),
+            _ => None,
+        };
+        let creds = Credentials::build(&MappingsFile::with_aws_hosts(&hosts), &tokens, real);
+        let aws = creds
+            .for_host(&Host::Name(hosts[0].clone()))
+            .expect("the configured host");
+        assert!(aws.is_sigv4() && aws.has_key());
+        assert_eq!(aws.token, tokens.tokens["aws"]);
+        let keys = aws.sigv4.as_ref().unwrap();
+        assert_eq!(
+            keys.placeholder_secret.expose(),
+            tokens.tokens[AWS_SECRET_TOKEN]
+        );
+        assert_eq!(
+            keys.session_token.as_ref().unwrap().expose(),
+            "real-session"
+        );
+        assert!(!format!("{creds:?}").contains("real-secret"));
+        // The default host is not served once the list is configured.
+        let default = Host::Name("bedrock-runtime.us-east-1.amazonaws.com".into());
+        assert!(creds.for_host(&default).is_none());
+        // Without the secret, the key counts as not loaded.
+        let creds = Credentials::build(&MappingsFile::with_aws_hosts(&hosts), &tokens, |n| {
+            (n == "AWS_ACCESS_KEY_ID").then(|| "AKIAREAL".to_string())
+        });
+        assert!(!creds.iter().find(|c| c.is_sigv4()).unwrap().has_key());
     }
 
     #[test]

@@ -515,11 +515,24 @@ fn check(spec: &KeySpec, path: &str, node: &Node, errors: &mut Vec<Issue>) {
                 wrong(errors);
             }
         }
-        Ty::NonEmptyStr => {
-            if !matches!(&value, Value::Str(s) if !s.trim().is_empty()) {
-                wrong(errors);
+        Ty::NonEmptyStr => match &value {
+            Value::Str(s) if s.trim().is_empty() => wrong(errors),
+            // It becomes part of a host name and of every signature.
+            Value::Str(s)
+                if path == crate::schema_key!("proxy.aws_region").path
+                    && !s
+                        .bytes()
+                        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-')) =>
+            {
+                errors.push(Issue::new(
+                    path,
+                    node.start,
+                    format!("`{s}` is not an AWS region name such as us-east-1"),
+                ));
             }
-        }
+            Value::Str(_) => {}
+            _ => wrong(errors),
+        },
         Ty::OptStr => {
             if !matches!(value, Value::Str(_) | Value::Null) {
                 wrong(errors);

@@ -268,6 +268,19 @@ mod tests {
     }
 
     #[test]
+    fn aws_sandboxes_get_the_placeholder_secret_the_region_and_the_ca_never_a_session() {
+        let env = aws_env("aws-secret-0123", "eu-west-1");
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("AWS_SECRET_ACCESS_KEY"), Some("aws-secret-0123"));
+        assert_eq!(get("AWS_REGION"), Some("eu-west-1"));
+        assert_eq!(get("AWS_DEFAULT_REGION"), Some("eu-west-1"));
+        assert_eq!(get("AWS_CA_BUNDLE"), Some(CA_IN_SANDBOX));
+        assert_eq!(get("AWS_SESSION_TOKEN"), None);
+        assert!(exec_env_refusal("AWS_SECRET_ACCESS_KEY").is_some());
+        assert!(exec_env_refusal("AWS_SESSION_TOKEN").is_some());
+    }
+
+    #[test]
     fn a_command_may_not_set_the_proxy_variables_or_a_provider_key() {
         for name in [
             "HTTPS_PROXY",
