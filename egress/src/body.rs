@@ -147,7 +147,9 @@ impl Body for ProxyBody {
 #[derive(Debug)]
 pub enum RequestBody {
     Stream(Incoming),
-    Full(Option<Bytes>),
+    /// The bytes, and what they hold of a memory budget until the body
+    /// has been sent (or dropped).
+    Full(Option<Bytes>, Option<tokio::sync::OwnedSemaphorePermit>),
 }
 
 impl From<Incoming> for RequestBody {
@@ -166,7 +168,7 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
             RequestBody::Stream(body) => Pin::new(body).poll_frame(cx),
-            RequestBody::Full(data) => Poll::Ready(
+            RequestBody::Full(data, _) => Poll::Ready(
                 data.take()
                     .filter(|d| !d.is_empty())
                     .map(|d| Ok(Frame::data(d))),
@@ -177,14 +179,14 @@ impl Body for RequestBody {
     fn is_end_stream(&self) -> bool {
         match self {
             RequestBody::Stream(body) => body.is_end_stream(),
-            RequestBody::Full(data) => data.as_ref().is_none_or(Bytes::is_empty),
+            RequestBody::Full(data, _) => data.as_ref().is_none_or(Bytes::is_empty),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             RequestBody::Stream(body) => body.size_hint(),
-            RequestBody::Full(data) => {
+            RequestBody::Full(data, _) => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
         }

@@ -14,6 +14,7 @@
 //! placeholder's) and presigned URLs are refused with a reason.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_sigv4::http_request::{
@@ -28,6 +29,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::body::RequestBody;
 use crate::tokens::{Credential, SigV4Keys};
@@ -36,6 +38,14 @@ use crate::tokens::{Credential, SigV4Keys};
 pub const MAX_BODY: usize = 32 * 1024 * 1024;
 /// How long reading a signed body may take.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many bytes of signed bodies all requests together may hold while
+/// they are read and sent: a sandbox that opens many requests at once
+/// gets refusals, not the proxy's memory.
+pub const MAX_BUFFERED: usize = 256 * 1024 * 1024;
+
+/// [`MAX_BUFFERED`] in KiB permits, shared by every request.
+static BUFFERED: std::sync::LazyLock<Arc<Semaphore>> =
+    std::sync::LazyLock::new(|| Arc::new(Semaphore::new(MAX_BUFFERED / 1024)));
 
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 const X_AMZ_DATE: &str = "x-amz-date";
@@ -240,17 +250,9 @@ pub fn payload_of(body: &[u8], declared: Option<&str>) -> Result<Payload, Refusa
     Ok(Payload::Hash(hash))
 }
 
-/// Checks that `headers` carry a signature made with `cred`'s placeholder
-/// pair over this request (`method`, `path_and_query`, the headers it
-/// names, `payload`), then replaces it with one made with the real pair.
-/// On a refusal `headers` are unchanged.
-pub fn verify_and_resign(
-    cred: &Credential,
-    method: &str,
-    path_and_query: &str,
-    headers: &mut HeaderMap,
-    payload: &Payload,
-) -> Result<(), Refusal> {
+/// The one SigV4 `Authorization` of `headers`, made with `cred`'s
+/// placeholder access key id (its signature not checked yet).
+fn presented(cred: &Credential, headers: &HeaderMap) -> Result<Authorization, Refusal> {
     let mut auths = headers.get_all(AUTHORIZATION).iter();
     let Some(auth) = auths.next() else {
         return Err(refusal(
@@ -274,6 +276,21 @@ pub fn verify_and_resign(
             format!("the request is signed with another access key id; {SIGN_WITH}"),
         ));
     }
+    Ok(auth)
+}
+
+/// Checks that `headers` carry a signature made with `cred`'s placeholder
+/// pair over this request (`method`, `path_and_query`, the headers it
+/// names, `payload`), then replaces it with one made with the real pair.
+/// On a refusal `headers` are unchanged.
+pub fn verify_and_resign(
+    cred: &Credential,
+    method: &str,
+    path_and_query: &str,
+    headers: &mut HeaderMap,
+    payload: &Payload,
+) -> Result<(), Refusal> {
+    let auth = presented(cred, headers)?;
     let Some(keys) = cred.sigv4.as_ref() else {
         return Err(refusal(
             StatusCode::FORBIDDEN,
@@ -481,21 +498,15 @@ pub async fn resign(
     let (mut parts, body) = req.into_parts();
     // Checked before the body is read: a request that cannot pass is not
     // waited for.
-    if !parts.headers.contains_key(AUTHORIZATION) {
-        return Err(refusal(
-            StatusCode::FORBIDDEN,
-            "no-token",
-            format!("the request is not signed; {SIGN_WITH}"),
-        ));
-    }
+    presented(cred, &parts.headers)?;
     let kind = body_kind(&parts.headers)?;
     let (payload, body) = match kind {
         BodyKind::Unsigned => (Payload::Unsigned, RequestBody::Stream(body)),
         BodyKind::Signed(declared) => {
-            let bytes = read_whole(&parts.headers, body).await?;
+            let (bytes, held) = read_whole(&parts.headers, body).await?;
             (
                 payload_of(&bytes, declared.as_deref())?,
-                RequestBody::Full(Some(bytes)),
+                RequestBody::Full(Some(bytes), Some(held)),
             )
         }
     };
@@ -509,8 +520,13 @@ pub async fn resign(
     Ok(Request::from_parts(parts, body))
 }
 
-/// The body, read whole: at most [`MAX_BODY`] bytes in [`BODY_TIMEOUT`].
-async fn read_whole(headers: &HeaderMap, body: Incoming) -> Result<Bytes, Refusal> {
+/// The body, read whole: at most [`MAX_BODY`] bytes in [`BODY_TIMEOUT`],
+/// with its share of [`MAX_BUFFERED`] (the declared length, or
+/// [`MAX_BODY`] without one), held until the body has been sent.
+async fn read_whole(
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Result<(Bytes, OwnedSemaphorePermit), Refusal> {
     let too_large = || {
         refusal(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -527,8 +543,22 @@ async fn read_whole(headers: &HeaderMap, body: Incoming) -> Result<Bytes, Refusa
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
         return Err(too_large());
     }
+    let kib = declared.map_or(MAX_BODY as u64, |n| n).div_ceil(1024);
+    let held = u32::try_from(kib)
+        .ok()
+        .and_then(|kib| BUFFERED.clone().try_acquire_many_owned(kib).ok())
+        .ok_or_else(|| {
+            refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "sigv4-busy",
+                format!(
+                    "the proxy already holds {} MiB of signed AWS bodies being checked: retry shortly",
+                    MAX_BUFFERED >> 20
+                ),
+            )
+        })?;
     match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Ok(collected)) => Ok((collected.to_bytes(), held)),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Ok(Err(_)) => Err(refusal(
             StatusCode::BAD_REQUEST,
