@@ -2,6 +2,9 @@
 # The egress proxy benchmark, one run, side by side:
 #   direct      oha -> nginx (TLS, a small JSON answer)
 #   hermes      oha -> hermes egress proxy (CONNECT, MITM, token swap) -> nginx
+#   sigv4       oha -> a second hermes proxy, the upstream an AWS host: the
+#               placeholder's SigV4 signature checked, the request signed
+#               again with the real pair -> nginx (POST, a small JSON body)
 #   mitmproxy   oha -> mitmproxy with an addon doing the same swap -> nginx
 # Keep-alive HTTPS, 16 connections, everything on this machine (loopback
 # only). Then the proxy's RSS with 1,000 idle tunnels open.
@@ -106,6 +109,7 @@ cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
     [ -n "${HOME_DIR:-}" ] && "$HERMES" --home "$HOME_DIR" egress stop >/dev/null 2>&1 || true
+    [ -n "${SIGV4_HOME:-}" ] && "$HERMES" --home "$SIGV4_HOME" egress stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 "$NGINX" -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log"
@@ -137,6 +141,47 @@ OPENAI_API_KEY=sk-bench-real "$HERMES" --home "$HOME_DIR" egress start >/dev/nul
 TOKEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"]["openai"])' "$HOME_DIR/proxy/tokens.json")
 HERMES_PID=$(cat "$HOME_DIR/proxy/proxy.pid")
 
+# --- hermes, SigV4 ---------------------------------------------------------
+# A second proxy whose AWS host is the upstream; one request signed once
+# with the placeholder pair (botocore, from PyPI under $WORK/boto when the
+# host has none), sent again and again: the proxy checks and re-signs each.
+SIGV4_PORT=$((HERMES_PORT + 10))
+SIGV4_HOME=$WORK/home-sigv4
+rm -rf "$SIGV4_HOME"; mkdir -p "$SIGV4_HOME"
+cat > "$SIGV4_HOME/config.yaml" <<CONF
+proxy:
+  tunnel_port: $SIGV4_PORT
+  listen: [127.0.0.1]
+  upstream_deny_cidrs: [169.254.0.0/16]
+  upstream_ca_file: $WORK/ca.crt
+  aws_hosts: [localhost]
+  resolve:
+    localhost: 127.0.0.1
+CONF
+"$HERMES" --home "$SIGV4_HOME" egress setup >/dev/null
+AWS_ACCESS_KEY_ID=AKIABENCHREAL0000001 AWS_SECRET_ACCESS_KEY=bench/real/secret \
+    "$HERMES" --home "$SIGV4_HOME" egress start >/dev/null
+if ! python3 -c 'import botocore' 2>/dev/null && [ ! -d "$WORK/boto/botocore" ]; then
+    say "installing botocore (PyPI) in $WORK/boto"
+    python3 -m pip install -q --disable-pip-version-check --target "$WORK/boto" botocore
+fi
+SIGV4_BODY='{"prompt":"hi","max_tokens":16}'
+SIGV4_HEADERS=()
+while IFS= read -r line; do SIGV4_HEADERS+=(-H "$line"); done < <(
+    PYTHONPATH="$WORK/boto" python3 - "$SIGV4_HOME/proxy/tokens.json" "https://localhost:$UP_PORT/model/m/invoke" "$SIGV4_BODY" <<'PY'
+import json, sys
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+tokens = json.load(open(sys.argv[1]))["tokens"]
+req = AWSRequest(method="POST", url=sys.argv[2], data=sys.argv[3].encode(),
+                 headers={"content-type": "application/json"})
+SigV4Auth(Credentials(tokens["aws"], tokens["aws-secret"]), "bedrock", "us-east-1").add_auth(req)
+for name in ("content-type", "X-Amz-Date", "Authorization"):
+    print(f"{name}: {req.headers[name]}")
+PY
+)
+
 # --- mitmproxy -------------------------------------------------------------
 # Its files, as it sees them (inside its root when it has one).
 MITM_FILES=$WORK/mitm-files
@@ -165,6 +210,8 @@ URL=https://localhost:$UP_PORT/v1/models
 run direct -H "Authorization: Bearer sk-bench-real" "$URL"
 run hermes -x "http://127.0.0.1:$HERMES_PORT" -H "Authorization: Bearer $TOKEN" "$URL"
 run mitmproxy -x "http://127.0.0.1:$MITM_PORT" -H "Authorization: Bearer $TOKEN" "$URL"
+run sigv4 -x "http://127.0.0.1:$SIGV4_PORT" -m POST -d "$SIGV4_BODY" "${SIGV4_HEADERS[@]}" \
+    "https://localhost:$UP_PORT/model/m/invoke"
 
 # --- 1,000 idle tunnels ----------------------------------------------------
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
@@ -187,12 +234,13 @@ def load(name):
     s = j["summary"]
     ok = j.get("statusCodeDistribution", {})
     return s["requestsPerSec"], j["latencyPercentiles"]["p50"] * 1000, ok
-d, h, m = load("direct"), load("hermes"), load("mitmproxy")
+d, h, m, a = load("direct"), load("hermes"), load("mitmproxy"), load("sigv4")
 print(f"{'run':<10} {'req/s':>10} {'p50 ms':>8}  status codes")
-for name, r in (("direct", d), ("hermes", h), ("mitmproxy", m)):
+for name, r in (("direct", d), ("hermes", h), ("sigv4", a), ("mitmproxy", m)):
     print(f"{name:<10} {r[0]:>10.0f} {r[1]:>8.2f}  {r[2]}")
 print()
 print(f"hermes / direct     throughput {h[0] / d[0]:.2f}   (target >= 0.4)   added p50 {h[1] - d[1]:.2f} ms (target < 1)")
 print(f"hermes / mitmproxy  throughput {h[0] / m[0]:.1f}x  (target >= 40x)")
+print(f"sigv4 / header swap throughput {a[0] / h[0]:.2f}   added p50 {a[1] - h[1]:.2f} ms (re-signing must not dominate)")
 print(f"hermes RSS          {int(before) / 1024:.1f} MiB at rest, {int(idle) / 1024:.1f} MiB with {ready.split()[-1]} idle tunnels open ({open_conns} tunnels open by the proxy's count; target < 64 MiB)")
 PY
