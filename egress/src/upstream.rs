@@ -117,7 +117,8 @@ impl Sender {
                     .path_and_query()
                     .map_or("/", |pq| pq.as_str())
                     .to_string();
-                if let Ok(uri) = format!("https://{target}{path}").parse() {
+                let authority = target.https_authority();
+                if let Ok(uri) = format!("https://{authority}{path}").parse() {
                     *req.uri_mut() = uri;
                 }
                 req.headers_mut().remove(hyper::header::HOST);
