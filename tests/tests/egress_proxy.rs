@@ -356,3 +356,96 @@ fn the_upstream_header_timeout_is_the_configured_one() {
         "{waited:?}"
     );
 }
+
+/// The real `openai` Python SDK (from PyPI, in a venv kept under the
+/// target directory), on the host through the proxy, calls a host not on
+/// the allowlist (over https and plain http) and a provider whose real key
+/// the host lacks: each error it raises carries the proxy's reason,
+/// "hermes egress refused: …". A refused tunnel is a connection error to
+/// the SDK, whatever the proxy says (its message is always "Connection
+/// error."): the reason is on its cause, the status line of the refused
+/// CONNECT, which a traceback prints.
+#[test]
+fn the_openai_sdk_shows_the_proxys_refusal() {
+    let Some(python) = hermes_tests::python::venv(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
+        "openai-sdk-venv",
+        &["openai"],
+    ) else {
+        return;
+    };
+    let upstream = upstream();
+    let mut proxy = proxy_for(&upstream);
+    // No OpenAI key on the host (the Anthropic one comes from .env).
+    proxy.start(&[]);
+    let port = upstream.addr.port();
+    let script = r#"
+import json, sys
+import openai
+port, token = sys.argv[1], sys.argv[2]
+def call(base):
+    client = openai.OpenAI(api_key=token, base_url=base, max_retries=0, timeout=20)
+    try:
+        client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "hi"}])
+        return {"error": None}
+    except openai.APIStatusError as e:
+        return {"error": type(e).__name__, "status": e.status_code, "message": str(e), "body": e.body}
+    except openai.APIConnectionError as e:
+        return {"error": type(e).__name__, "message": str(e), "cause": str(e.__cause__)}
+print(json.dumps({
+    "https_not_allowed": call("https://not-allowed.example.org:%s/v1" % port),
+    "http_not_allowed": call("http://not-allowed.example.org:%s/v1" % port),
+    "no_key": call("https://api.openai.com:%s/v1" % port),
+}))
+"#;
+    let out = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .arg(port.to_string())
+        .arg(proxy.token("openai"))
+        .env("HTTPS_PROXY", format!("http://127.0.0.1:{}", proxy.port))
+        .env("HTTP_PROXY", format!("http://127.0.0.1:{}", proxy.port + 1))
+        .env("SSL_CERT_FILE", proxy.ca_path())
+        .env_remove("https_proxy")
+        .env_remove("http_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let not_allowed = "hermes egress refused: not-allowed.example.org is not on the allowlist";
+    let tunnel = &result["https_not_allowed"];
+    assert_eq!(tunnel["error"], "APIConnectionError", "{tunnel}");
+    assert_eq!(tunnel["cause"], format!("403 {not_allowed}"), "{tunnel}");
+    let plain = &result["http_not_allowed"];
+    assert_eq!(plain["error"], "PermissionDeniedError", "{plain}");
+    assert_eq!(
+        plain["message"],
+        format!("Error code: 403 - {not_allowed}"),
+        "{plain}"
+    );
+    assert_eq!(plain["body"]["code"], "not-allowed", "{plain}");
+    let no_key = &result["no_key"];
+    assert_eq!(no_key["error"], "PermissionDeniedError", "{no_key}");
+    assert!(
+        no_key["message"].as_str().unwrap().starts_with(
+            "Error code: 403 - hermes egress refused: the host has no real key for openai"
+        ),
+        "{no_key}"
+    );
+    assert_eq!(no_key["body"]["code"], "no-key", "{no_key}");
+    assert_eq!(
+        upstream.accepted(),
+        0,
+        "a refused request reached the upstream"
+    );
+}
