@@ -43,8 +43,8 @@ pub enum Verb {
     Stop,
 }
 
-/// Says on stderr when the next reconcile pass (`hermes reconcile`, a
-/// running controller) will undo what `egress start`/`stop` does: a start
+/// Says on stderr when the next pass (`hermes reconcile`, a running
+/// controller) will undo what `egress start`/`stop` does: a start
 /// while `proxy.enabled` is false, a stop while it is true. Silent when
 /// the file cannot be read (start and stop report their own errors).
 fn warn_if_undone(home: &Home, verb: Verb) {
@@ -63,12 +63,12 @@ pub fn undone_warning(home: &Home, verb: Verb, enabled: bool) -> Option<String> 
     let file = home.config().display().to_string();
     match (verb, enabled) {
         (Verb::Start, false) => Some(format!(
-            "proxy.enabled is false in {file}: the next reconcile pass stops the proxy again; \
-             set proxy.enabled: true to keep it running"
+            "proxy.enabled is false in {file}: the next pass (`hermes reconcile` or a running \
+             controller) stops the proxy again; set proxy.enabled: true to keep it running"
         )),
         (Verb::Stop, true) => Some(format!(
-            "proxy.enabled is true in {file}: the next reconcile pass starts the proxy again; \
-             set proxy.enabled: false to keep it stopped"
+            "proxy.enabled is true in {file}: the next pass (`hermes reconcile` or a running \
+             controller) starts the proxy again; set proxy.enabled: false to keep it stopped"
         )),
         _ => None,
     }
