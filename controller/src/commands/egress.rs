@@ -109,13 +109,30 @@ fn setup(home: &Home, paths: &Paths, rotate: bool) -> anyhow::Result<ExitCode> {
     if !shown.is_empty() {
         println!("{shown}");
     }
+    // Bitwarden is read now: a missing bws or a failed read stops here,
+    // before a running proxy is told to read it (it keeps its keys).
+    let bitwarden = daemon::check_source(home, paths)?;
+    if let Some(names) = &bitwarden {
+        let names = if names.is_empty() {
+            "no provider key".to_string()
+        } else {
+            names.join(", ")
+        };
+        println!("Keys:     from Bitwarden Secrets Manager ({names})");
+    }
     if let Some(pid) = daemon::running_pid(paths)? {
         if written.config_changed || network.changed() || written.ca == CaChange::Created {
             println!("The running proxy is restarted to load the new configuration.");
             daemon::stop(paths)?;
             return daemon::start(home, paths);
         }
-        if written.tokens_changed {
+        if bitwarden.is_some() {
+            // Keys rotated in Bitwarden reach the proxy.
+            daemon::reload(paths, pid)?;
+            println!(
+                "The running proxy reloaded its tokens and its keys from Bitwarden (pid {pid})."
+            );
+        } else if written.tokens_changed {
             daemon::reload(paths, pid)?;
             println!("The running proxy reloaded its tokens (pid {pid}).");
         }
