@@ -189,6 +189,64 @@ fn status_reports_masked_tokens_keys_listening_and_uncovered_credentials() {
         "{}",
         shown.stdout
     );
+    // Per credential, how it is covered: text and JSON.
+    let credential = |name: &str, coverage: &str| {
+        json["credentials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["credential"] == name && r["coverage"] == coverage)
+            .unwrap_or_else(|| panic!("no {coverage} row for {name}: {json}"))
+            .clone()
+    };
+    assert_eq!(
+        credential("OPENAI_API_KEY", "header-swap")["detail"],
+        "authorization: Bearer"
+    );
+    assert_eq!(
+        credential("OPENAI_API_KEY", "header-swap")["provider"],
+        "openai"
+    );
+    assert!(
+        credential("AWS_ACCESS_KEY_ID", "uncovered")["detail"]
+            .as_str()
+            .unwrap()
+            .ends_with("(set on this host)"),
+        "{json}"
+    );
+    let line = |name: &str| -> Vec<String> {
+        shown
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{}", shown.stdout))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(
+        shown
+            .stdout
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["CREDENTIAL", "PROVIDER", "COVERAGE", "DETAIL"]),
+        "{}",
+        shown.stdout
+    );
+    assert_eq!(
+        line("ANTHROPIC_API_KEY")[..5],
+        [
+            "ANTHROPIC_API_KEY",
+            "anthropic",
+            "header",
+            "swap",
+            "x-api-key,"
+        ]
+    );
+    assert_eq!(
+        line("GOOGLE_APPLICATION_CREDENTIALS")[..3],
+        ["GOOGLE_APPLICATION_CREDENTIALS", "-", "uncovered"]
+    );
     // The text shows every counter the JSON has.
     for name in json["counters"].as_object().unwrap().keys() {
         assert!(
