@@ -537,3 +537,71 @@ fn the_controller_logs_each_change_error_and_recovery_and_nothing_while_idle() {
     let error = text.lines().find(|l| l.contains("ERROR")).unwrap();
     assert!(error.contains("terminal.container_memory"), "{error}");
 }
+
+/// An operation that fails is one log line per try (the error, the
+/// failure count and the retry), none on stderr beside the log, and its
+/// recovery is the operation's `done` line.
+#[test]
+fn a_failed_operation_is_one_line_per_try_and_its_recovery_one() {
+    let profile = format!("cf{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    let name = format!("hermes-{profile}-default");
+    // More CPUs than the host has: the engine refuses the create.
+    write_by_rename(&home, &config("  container_cpu: 4096\n"));
+    let log_path = home.path().join("controller.log");
+    let child = home
+        .command(["--profile", &profile, "controller"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let controller = Running { child };
+    let log = || std::fs::read_to_string(&log_path).unwrap();
+    eventually(Duration::from_secs(30), "the create fails", || {
+        log().contains("operation failed")
+    });
+    write_by_rename(&home, &config("  container_cpu: 1\n"));
+    eventually(Duration::from_secs(60), "the create is done", || {
+        containers_of(&profile) == [(name.clone(), "running".to_string())]
+            && log().contains(" done ")
+    });
+    assert_eq!(controller.terminate(), Some(0));
+    let log = log();
+    let events: Vec<Event> = log.lines().map(text_event).collect();
+    let failures: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.message == "operation failed")
+        .collect();
+    assert!(!failures.is_empty(), "{log}");
+    assert!(
+        failures.iter().all(|e| e.level == "WARN"),
+        "one line per failure, at WARN:\n{log}"
+    );
+    let tries = log
+        .lines()
+        .filter(|l| l.contains("pass applied its plan") && l.contains("failed=1"))
+        .count();
+    assert_eq!(failures.len(), tries, "one line per try:\n{log}");
+    let failure = log
+        .lines()
+        .find(|l| l.contains("operation failed"))
+        .unwrap();
+    for part in [
+        "target=sandbox",
+        "Range of CPUs",
+        "failures=1",
+        "retry_in_ms=",
+    ] {
+        assert!(failure.contains(part), "{part}: {failure}");
+    }
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.message == "done")
+            .map(|e| e.action.as_deref())
+            .collect::<Vec<_>>(),
+        [Some("create")],
+        "{log}"
+    );
+}
