@@ -650,6 +650,26 @@ fn bitwarden_keys_reach_the_upstream_and_a_rotation_reaches_the_running_proxy() 
         no_token.stderr.contains("BWS_ACCESS_TOKEN is not set"),
         "{no_token:?}"
     );
+    // `config check` says so too, without asking Bitwarden.
+    for (env, says) in [
+        (
+            &[
+                ("PATH", system_path.as_str()),
+                ("BWS_ACCESS_TOKEN", BWS_TOKEN),
+            ][..],
+            "not on PATH",
+        ),
+        (
+            &[("PATH", path.as_str())][..],
+            "BWS_ACCESS_TOKEN is not set",
+        ),
+    ] {
+        let check = proxy.hermes(&["config", "check"], env);
+        assert_eq!(check.code, 0, "{check:?}");
+        assert!(check.stderr.contains(says), "{says}: {check:?}");
+    }
+    let check = proxy.hermes(&["config", "check"], &env);
+    assert!(!check.stderr.contains("bws"), "{check:?}");
 
     // The keys were never written to disk.
     let mut stack = vec![proxy.home.path().to_path_buf()];

@@ -50,6 +50,21 @@ pub enum BitwardenError {
     Duplicate(String),
 }
 
+/// What stops `bws` from being asked, found without asking it (for
+/// `config check`): no access token, or no `bws` on `PATH`.
+pub fn not_ready(env: &HostEnv) -> Option<String> {
+    if env.lookup(TOKEN_VARIABLE).is_none_or(str::is_empty) {
+        return Some(BitwardenError::NoToken.to_string());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path).any(|dir| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(dir.join("bws"))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    });
+    (!found).then(|| BitwardenError::NoBws.to_string())
+}
+
 /// One secret of `bws secret list`'s JSON (the fields hermes reads).
 #[derive(Deserialize)]
 struct Secret {
