@@ -124,8 +124,8 @@ impl Applied {
             }
             Err(e) => {
                 self.failed += 1;
-                tracing::info!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
-                eprintln!("error: {} {}: {e}", op.target, op.action.verb());
+                tracing::debug!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
+                crate::notices::op_error(format_args!("{} {}: {e}", op.target, op.action.verb()));
                 self.failures.push((op.target.clone(), e));
             }
         }

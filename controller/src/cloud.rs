@@ -326,8 +326,7 @@ async fn carry_out<C: CloudDriver>(
                     else {
                         return Err(e.into());
                     };
-                    tracing::warn!(target = %op.target, cause = %fallback.cause, "a snapshot failed to restore");
-                    eprintln!("warning: {}: {}", op.target, fallback.cause);
+                    crate::notices::warning(format_args!("{}: {}", op.target, fallback.cause));
                     book.forget(&desired.profile, task)?;
                     Ok(driver.create(&spec, None).await?)
                 }

@@ -34,6 +34,7 @@ mod failures;
 mod fsio;
 mod home;
 mod metrics;
+mod notices;
 mod pass;
 mod proxy_ops;
 mod redacting;
@@ -165,7 +166,7 @@ fn init_tracing(format: LogFormat, default_level: &str, home: Option<&Home>) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(redacting::RedactingLogs::new(redactor));
+        .with_writer(redacting::RedactingLogs::new(redactor).one_line(format == LogFormat::Text));
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),

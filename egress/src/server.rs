@@ -970,7 +970,37 @@ fn refuse(
         HeaderValue::from_static("application/json"),
     );
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    // An HTTP/1 client that reads no body of a refused CONNECT (httpx,
+    // under the Python SDKs of OpenAI and Anthropic) shows the status line.
+    if let Some(phrase) = status_reason(decision, why) {
+        response.extensions_mut().insert(phrase);
+    }
     response
+}
+
+/// The reason phrase of a response the proxy makes itself: the message of
+/// its body ([`refusal_message`]), when that is one line of printable
+/// ASCII, cut at 200 bytes.
+fn status_reason(
+    decision: Decision,
+    why: &dyn std::fmt::Display,
+) -> Option<hyper::ext::ReasonPhrase> {
+    let mut text = refusal_message(decision, why);
+    if !text.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
+        return None;
+    }
+    text.truncate(200);
+    hyper::ext::ReasonPhrase::try_from(text).ok()
+}
+
+/// "hermes egress refused: WHY", or "hermes egress failed: WHY" for an
+/// error of the proxy's own.
+fn refusal_message(decision: Decision, why: &dyn std::fmt::Display) -> String {
+    let word = match decision {
+        Decision::Error => "failed",
+        _ => "refused",
+    };
+    format!("hermes egress {word}: {why}")
 }
 
 /// The body of a response the proxy makes itself, in the shape the
@@ -979,16 +1009,16 @@ fn refuse(
 /// "code":"<reason>","message":"hermes egress refused: <why>"}}`; an error
 /// of the proxy's own (5xx) says `hermes_egress_error`.
 pub fn refusal_body(decision: Decision, reason: &str, why: &dyn std::fmt::Display) -> String {
-    let (kind, word) = match decision {
-        Decision::Error => ("hermes_egress_error", "failed"),
-        _ => ("hermes_egress_refused", "refused"),
+    let kind = match decision {
+        Decision::Error => "hermes_egress_error",
+        _ => "hermes_egress_refused",
     };
     let mut body = serde_json::json!({
         "type": "error",
         "error": {
             "type": kind,
             "code": reason,
-            "message": format!("hermes egress {word}: {why}"),
+            "message": refusal_message(decision, why),
         },
     })
     .to_string();

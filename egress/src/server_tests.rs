@@ -72,6 +72,7 @@ async fn fixture_with(limits: crate::settings::Limits) -> Fixture {
         upstream_ca_file: None,
         upstream_header_timeout_seconds: 10,
         credential_source: "env".into(),
+        bitwarden_project_id: None,
         enforce_network: false,
         mgmt_token: "m".repeat(32),
         limits,

@@ -32,6 +32,9 @@ pub struct ProxyConfigFile {
     pub upstream_ca_file: Option<String>,
     pub upstream_header_timeout_seconds: u64,
     pub credential_source: String,
+    /// With `credential_source: bitwarden`, the project listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bitwarden_project_id: Option<String>,
     /// Also listen on the gateway of the proxy-only network
     /// (`proxy.enforce_network`).
     #[serde(default)]
@@ -127,6 +130,7 @@ impl ProxyConfigFile {
             upstream_ca_file: proxy.upstream_ca_file.clone(),
             upstream_header_timeout_seconds: proxy.upstream_header_timeout_seconds,
             credential_source: proxy.credential_source.clone(),
+            bitwarden_project_id: proxy.bitwarden_project_id.clone(),
             enforce_network: proxy.enforce_network,
             mgmt_token,
             limits: Limits::default(),

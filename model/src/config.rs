@@ -203,6 +203,10 @@ pub struct Proxy {
     pub enabled: bool,
     pub tunnel_port: u16,
     pub credential_source: String,
+    /// With `credential_source: bitwarden`: the Secrets Manager project
+    /// whose secrets are listed (`None`: every secret the machine account
+    /// reads).
+    pub bitwarden_project_id: Option<String>,
     pub enforce_on_docker: bool,
     /// `None`: the built-in deny list.
     pub upstream_deny_cidrs: Option<Vec<IpNet>>,

@@ -113,18 +113,49 @@ fn remove_own_files(paths: &Paths) {
     }
 }
 
-/// The tokens and mappings joined with the real keys of this process's
-/// environment and `.env`.
+/// The tokens and mappings joined with the real keys: those of this
+/// process's environment and `.env`, or with `credential_source:
+/// bitwarden` those Bitwarden Secrets Manager lists (read now, in memory
+/// only).
 fn load_credentials(home: &Home, paths: &Paths) -> anyhow::Result<Credentials> {
     let tokens =
         TokensFile::parse(&read_file(&paths.tokens())?.ok_or_else(|| missing(paths.tokens()))?)?;
     let mappings = MappingsFile::parse(
         &read_file(&paths.mappings())?.ok_or_else(|| missing(paths.mappings()))?,
     )?;
+    let file = ProxyConfigFile::parse(
+        &read_file(&paths.config())?.ok_or_else(|| missing(paths.config()))?,
+    )?;
     let env = crate::commands::host_env(home)?;
+    if file.credential_source == super::bitwarden::SOURCE {
+        let keys = super::bitwarden::fetch(&env, file.bitwarden_project_id.as_deref())?;
+        return Ok(Credentials::build(&mappings, &tokens, |name| {
+            keys.get(name).map(|k| k.to_string())
+        }));
+    }
     Ok(Credentials::build(&mappings, &tokens, |name| {
         env.lookup(name).map(str::to_string)
     }))
+}
+
+/// With `credential_source: bitwarden`, the key variables Bitwarden holds
+/// now (read and dropped: `egress setup`'s check before the proxy reads
+/// them); `None` for another source.
+pub(crate) fn check_source(home: &Home, paths: &Paths) -> anyhow::Result<Option<Vec<String>>> {
+    let file = ProxyConfigFile::parse(
+        &read_file(&paths.config())?.ok_or_else(|| missing(paths.config()))?,
+    )?;
+    if file.credential_source != super::bitwarden::SOURCE {
+        return Ok(None);
+    }
+    let env = crate::commands::host_env(home)?;
+    let keys = super::bitwarden::fetch(&env, file.bitwarden_project_id.as_deref())?;
+    Ok(Some(
+        hermes_model::providers::key_variables()
+            .filter(|name| keys.get(*name).is_some_and(|k| !k.is_empty()))
+            .map(str::to_string)
+            .collect(),
+    ))
 }
 
 /// Everything `serve` needs from the files, the environment and `.env`.

@@ -85,6 +85,7 @@ impl Config {
                 tunnel_port: u16::try_from(r.uint(schema_key!("proxy.tunnel_port")))
                     .unwrap_or(9090),
                 credential_source: r.string(schema_key!("proxy.credential_source")),
+                bitwarden_project_id: r.opt_string(schema_key!("proxy.bitwarden_project_id")),
                 enforce_on_docker: r.bool(schema_key!("proxy.enforce_on_docker")),
                 upstream_deny_cidrs: match r.get(schema_key!("proxy.upstream_deny_cidrs")) {
                     Value::Null => None,
