@@ -635,7 +635,11 @@ async fn tunnel_request(
             return refuse(&shared, pending, StatusCode::FORBIDDEN, reason, &why);
         }
     };
-    if let Ok(uri) = path.parse() {
+    // Origin-form, and the path as the client sent it unless the swap
+    // changed it (a key in the query): parsed again only then.
+    let as_sent = req.uri().authority().is_none()
+        && req.uri().path_and_query().map_or("/", |pq| pq.as_str()) == path;
+    if !as_sent && let Ok(uri) = path.parse() {
         *req.uri_mut() = uri;
     }
     if upgrade {
