@@ -13,6 +13,7 @@
 //! - [`settings`]: the proxy's config file and its run-time settings.
 //! - [`server`]: the listeners, CONNECT, the tunnels, forwarding.
 //! - [`upstream`]: verified TLS (h2 or HTTP/1.1) or plain connections out.
+//! - [`pool`]: upstream connections reused across tunnels.
 //! - [`body`]: streamed response bodies that write the access line.
 //! - [`access`]: the JSON access log and the counters.
 //! - [`logfile`]: `proxy.log`, rotated by size.
@@ -32,6 +33,7 @@ pub mod limits;
 pub mod logfile;
 mod mgmt;
 pub mod policy;
+pub mod pool;
 pub mod rewrite;
 pub mod server;
 pub mod settings;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::{TrySendError, http1, http2};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::ClientConfig;
@@ -69,6 +69,11 @@ pub enum Sender {
 pub type ResponseFuture =
     Pin<Box<dyn Future<Output = Result<Response<Incoming>, hyper::Error>> + Send>>;
 
+/// What [`Sender::try_send`] returns.
+pub type TryResponseFuture = Pin<
+    Box<dyn Future<Output = Result<Response<Incoming>, TrySendError<Request<Incoming>>>> + Send>,
+>;
+
 impl Sender {
     pub fn is_closed(&self) -> bool {
         match self {
@@ -102,21 +107,25 @@ impl Sender {
     /// authority in the URI instead of a Host header. The returned future
     /// does not borrow the sender, which can take the next request once
     /// [`Sender::ready`].
-    pub fn send(&mut self, mut req: Request<Incoming>, target: &Target) -> ResponseFuture {
+    pub fn send(&mut self, req: Request<Incoming>, target: &Target) -> ResponseFuture {
+        let sent = self.try_send(req, target);
+        Box::pin(async move { sent.await.map_err(TrySendError::into_error) })
+    }
+
+    /// [`Sender::send`], giving the request back when it was not sent at
+    /// all (the connection had closed, or was not ready): it can go on
+    /// another connection.
+    pub fn try_send(&mut self, mut req: Request<Incoming>, target: &Target) -> TryResponseFuture {
         match self {
-            Sender::H1(s) => Box::pin(s.send_request(req)),
+            Sender::H1(s) => Box::pin(s.try_send_request(req)),
             Sender::H2(s) => {
-                let path = req
-                    .uri()
-                    .path_and_query()
-                    .map_or("/", |pq| pq.as_str())
-                    .to_string();
+                let path = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
                 if let Ok(uri) = format!("https://{target}{path}").parse() {
                     *req.uri_mut() = uri;
                 }
                 req.headers_mut().remove(hyper::header::HOST);
                 *req.version_mut() = hyper::Version::HTTP_2;
-                Box::pin(s.send_request(req))
+                Box::pin(s.try_send_request(req))
             }
         }
     }
@@ -184,16 +193,17 @@ impl UpstreamTls {
         })
     }
 
-    /// A verified TLS connection to `target` at one of `addrs`; HTTP/2
-    /// unless `h1_only` or the upstream does not offer it.
+    /// A verified TLS connection to `target` at one of `addrs`, and the
+    /// address it reached; HTTP/2 unless `h1_only` or the upstream does
+    /// not offer it.
     pub async fn connect(
         &self,
         target: &Target,
         addrs: &[SocketAddr],
         deny: &DenyList,
         h1_only: bool,
-    ) -> Result<Sender, UpstreamError> {
-        let tcp = dial::connect(addrs, deny).await?;
+    ) -> Result<(Sender, SocketAddr), UpstreamError> {
+        let (tcp, addr) = dial::connect(addrs, deny).await?;
         let name = match &target.host {
             Host::Name(n) => {
                 ServerName::try_from(n.clone()).map_err(|_| UpstreamError::Name(n.clone()))?
@@ -229,17 +239,21 @@ impl UpstreamTls {
                     tracing::debug!(error = %e, "upstream h2 connection ended");
                 }
             });
-            Ok(Sender::H2(sender))
+            Ok((Sender::H2(sender), addr))
         } else {
-            handshake_h1(io).await
+            Ok((handshake_h1(io).await?, addr))
         }
     }
 }
 
-/// A plain TCP connection (the plain-HTTP port), HTTP/1.1.
-pub async fn connect_plain(addrs: &[SocketAddr], deny: &DenyList) -> Result<Sender, UpstreamError> {
-    let tcp = dial::connect(addrs, deny).await?;
-    handshake_h1(TokioIo::new(tcp)).await
+/// A plain TCP connection (the plain-HTTP port), HTTP/1.1, and the
+/// address it reached.
+pub async fn connect_plain(
+    addrs: &[SocketAddr],
+    deny: &DenyList,
+) -> Result<(Sender, SocketAddr), UpstreamError> {
+    let (tcp, addr) = dial::connect(addrs, deny).await?;
+    Ok((handshake_h1(TokioIo::new(tcp)).await?, addr))
 }
 
 async fn handshake_h1<T>(io: T) -> Result<Sender, UpstreamError>
