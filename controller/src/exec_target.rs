@@ -134,8 +134,11 @@ impl ExecTarget {
             // The remote host is shared by every task: beside the
             // task's workspace (relative to the remote home).
             ExecTarget::Ssh(_) => format!(".hermes-sandbox/{}/{key}.cwd", desired.profile),
-            // A sandbox of its own per task and session: its /tmp.
-            ExecTarget::Docker { .. } | ExecTarget::Cloud(_) => "/tmp/.hermes-cwd".to_string(),
+            // A container of its own per task and session: its /tmp.
+            ExecTarget::Docker { .. } => "/tmp/.hermes-cwd".to_string(),
+            // A sandbox of its own per task: its home, which a restore
+            // from a snapshot brings back.
+            ExecTarget::Cloud(_) => ".hermes-cwd".to_string(),
             // An instance may share this host's /tmp.
             ExecTarget::Singularity(_) => format!("/tmp/.hermes-cwd.{key}"),
         }
