@@ -253,3 +253,117 @@ fn a_background_process_survives_a_token_rotation_and_a_config_edit_followed_by_
         [(host.name(), "running".to_string())]
     );
 }
+
+#[test]
+fn concurrent_commands_of_one_task_leave_the_directory_of_the_last_to_finish() {
+    let host = Host::new("excc", "");
+    assert_eq!(host.hermes(&["exec", "--", "true"]).code, 0);
+    let spawn = |line: &str| {
+        host.home
+            .command(["--profile", host.profile.as_str(), "exec", "--", line])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // The slow one started first and finishes last: its directory stays.
+    let slow = spawn("cd /tmp && sleep 3; pwd");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let quick = host.hermes(&["exec", "--", "cd /etc; pwd"]);
+    assert_eq!(
+        (quick.code, quick.stdout.as_str()),
+        (0, "/etc\n"),
+        "{quick:?}"
+    );
+    // While the slow one runs, the next command starts where the quick
+    // one left the task.
+    let between = host.hermes(&["exec", "--", "pwd"]);
+    assert_eq!(between.stdout, "/etc\n", "{between:?}");
+    let slow: Run = slow.wait_with_output().unwrap().into();
+    assert_eq!((slow.code, slow.stdout.as_str()), (0, "/tmp\n"), "{slow:?}");
+    let after = host.hermes(&["exec", "--", "pwd"]);
+    assert_eq!(after.stdout, "/tmp\n", "{after:?}");
+    // A session's sandbox carries its own.
+    let run = host.hermes(&["exec", "--session", "s1", "--", "cd /var; pwd"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        host.hermes(&["exec", "--session", "s1", "--", "pwd"])
+            .stdout,
+        "/var\n"
+    );
+    assert_eq!(host.hermes(&["exec", "--", "pwd"]).stdout, "/tmp\n");
+}
+
+/// The seed's walk-through (shared/seeds/000_…), verbatim, on the default
+/// Docker backend: the backend set with `config set`, the version checks,
+/// the marker written by one `hermes exec` and read by another, and one
+/// container for the profile, also after a token rotation and after a
+/// config edit followed by more execs.
+#[test]
+fn the_seed_walk_through_works_verbatim_on_docker() {
+    let port = free_port_pair(Some(bridge_gateway()));
+    let host = Host::new("exsd", "");
+    host.home.write_config(format!(
+        "terminal:\n  docker_image: {}\nproxy:\n  enabled: true\n  tunnel_port: {port}\n",
+        hermes_tests::test_image()
+    ));
+    let get = host.hermes(&["config", "get", "terminal.backend"]);
+    assert_eq!((get.code, get.stdout.as_str()), (0, "local\n"), "{get:?}");
+    let set = host.hermes(&["config", "set", "terminal.backend", "docker"]);
+    assert_eq!(set.code, 0, "{set:?}");
+    assert_eq!(host.hermes(&["reconcile"]).code, 0);
+    for cmd in ["python3 --version", "node --version"] {
+        let run = host.hermes(&["exec", "--", cmd]);
+        assert_eq!(run.code, 0, "{cmd}: {run:?}");
+        assert!(!run.stdout.trim().is_empty(), "{cmd}: {run:?}");
+    }
+    let write = host.hermes(&[
+        "exec",
+        "--",
+        "echo \"hermes-container-test\" > /workspace/marker.txt",
+    ]);
+    assert_eq!(write.code, 0, "{write:?}");
+    let read = host.hermes(&["exec", "--", "cat /workspace/marker.txt"]);
+    assert_eq!(
+        (read.code, read.stdout.as_str()),
+        (0, "hermes-container-test\n"),
+        "{read:?}"
+    );
+    let one = || {
+        let ps = docker(&[
+            "ps",
+            "--filter",
+            "label=hermes-agent=1",
+            "--filter",
+            &format!("label=hermes-profile={}", host.profile),
+            "--format",
+            "{{.Names}}",
+        ]);
+        assert_eq!(ps, format!("{}\n", host.name()));
+    };
+    one();
+    let id = host.id();
+    assert_eq!(host.hermes(&["egress", "setup", "--rotate-tokens"]).code, 0);
+    assert_eq!(
+        host.hermes(&["exec", "--", "cat /workspace/marker.txt"])
+            .code,
+        0
+    );
+    one();
+    let edit = host.hermes(&["config", "set", "terminal.container_memory", "2048"]);
+    assert_eq!(edit.code, 0, "{edit:?}");
+    for _ in 0..2 {
+        let run = host.hermes(&["exec", "--", "cat /workspace/marker.txt"]);
+        assert_eq!(run.stdout, "hermes-container-test\n", "{run:?}");
+    }
+    one();
+    assert_eq!(host.id(), id);
+    // Until `hermes reconcile`: then one new container, the marker kept.
+    assert_eq!(host.hermes(&["reconcile"]).code, 0);
+    one();
+    assert_ne!(host.id(), id);
+    let read = host.hermes(&["exec", "--", "cat /workspace/marker.txt"]);
+    assert_eq!(read.stdout, "hermes-container-test\n", "{read:?}");
+    let back = host.hermes(&["config", "set", "terminal.backend", "local"]);
+    assert_eq!(back.code, 0, "{back:?}");
+}

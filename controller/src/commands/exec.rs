@@ -79,7 +79,9 @@ pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<E
         session: args.session.as_deref(),
     };
     let (mut out, mut err) = output_writers(home, &desired);
-    let mut stdin = (!args.background).then(stdin_pipe);
+    // A background command reads /dev/null; so does one whose hermes
+    // reads it (nothing to forward, no pipe to make).
+    let mut stdin = (!args.background && !stdin_is_null()).then(stdin_pipe);
     for attempt in 0..2 {
         let (target, values) = ExecTarget::choose(home, &desired, &which).await?;
         let state = args
@@ -120,6 +122,19 @@ pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<E
         return Ok(ended(&outcome, timeout));
     }
     anyhow::bail!("the sandbox vanished twice; not retrying")
+}
+
+/// Whether this process's standard input is `/dev/null` (or closed).
+fn stdin_is_null() -> bool {
+    use nix::sys::stat::{SFlag, fstat, stat};
+    let Ok(ours) = fstat(std::io::stdin()) else {
+        return true;
+    };
+    let Ok(null) = stat("/dev/null") else {
+        return false;
+    };
+    SFlag::from_bits_truncate(ours.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFCHR
+        && ours.st_rdev == null.st_rdev
 }
 
 /// This process's standard input as an async reader. A thread of its own
