@@ -279,14 +279,14 @@ async fn ensure_sandbox(
     let found = engine.find(&spec.key).await?;
     if let Some(c) = found
         .as_ref()
-        .filter(|c| c.state == ContainerState::Running)
+        .filter(|c| c.state == ContainerState::Running && c.spec_hash() == Some(spec.hash()))
     {
-        warn_if_stale(spec, c);
         return Ok(c.clone());
     }
     // Under the lock a replacement holds (a reconcile, the controller):
     // what it leaves is what is looked at, never its old container
-    // stopped half-way.
+    // stopped half-way. (A current, running sandbox, the usual case, is
+    // used without it.)
     let _lock = crate::apply::lock_sandbox(spec).await?;
     let found = engine.find(&spec.key).await?;
     if let Some(c) = &found {
