@@ -84,7 +84,8 @@ pub trait Executor {
 /// - A command that is not found exits 127 (the shell's own code).
 /// - The working directory carries over: the directory a command line
 ///   leaves (its shell's `$PWD` when it ends) is written to the task's
-///   state file in the sandbox (`cwd_state`), and the next command of the
+///   state file in the sandbox (`cwd_state`; written beside and renamed
+///   into place, so a reader never sees half of it), and the next command of the
 ///   task starts there; the most recently finished command wins when
 ///   commands of one task run at once. An argv cannot change it (a
 ///   program's `cd` ends with it, as in a terminal); `--cwd` (a request
@@ -106,7 +107,7 @@ if [ "$hermes_f" = line ]; then
 	if [ "$hermes_b" = bg ]; then
 		set -- "$hermes_f" -c "$1"
 	else
-		set -- "$hermes_f" -c 'hermes_s=$1 hermes_c=$2; shift 2; if [ -n "$hermes_s" ]; then hermes_o=$PWD; trap '"'"'hermes_r=$?; [ "$PWD" = "$hermes_o" ] || { printf "%s\n" "$PWD" >"$hermes_s"; } 2>/dev/null || { mkdir -p -- "${hermes_s%/*}" && printf "%s\n" "$PWD" >"$hermes_s"; } 2>/dev/null; exit $hermes_r'"'"' EXIT; fi; eval "$hermes_c"' "$hermes_f" "$hermes_s" "$1"
+		set -- "$hermes_f" -c 'hermes_s=$1 hermes_c=$2; shift 2; if [ -n "$hermes_s" ]; then hermes_o=$PWD; trap '"'"'hermes_r=$?; [ "$PWD" = "$hermes_o" ] || { { { printf "%s\n" "$PWD" >"$hermes_s.$$"; } 2>/dev/null || { mkdir -p -- "${hermes_s%/*}" && printf "%s\n" "$PWD" >"$hermes_s.$$"; } 2>/dev/null; } && mv -f -- "$hermes_s.$$" "$hermes_s" 2>/dev/null; }; exit $hermes_r'"'"' EXIT; fi; eval "$hermes_c"' "$hermes_f" "$hermes_s" "$1"
 		unset hermes_s hermes_f hermes_b hermes_d
 		exec "$@"
 	fi
