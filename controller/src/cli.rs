@@ -203,17 +203,23 @@ pub struct ExecArgs {
     /// (default: terminal.timeout). Exit code 124 on timeout.
     #[arg(long)]
     pub timeout: Option<u64>,
-    /// Working directory inside the sandbox (default: /workspace).
+    /// Working directory inside the sandbox for this command only, which
+    /// leaves the task's carried directory as it was (default: where the
+    /// task's last command line left it; at first /workspace, the remote
+    /// workspace, or here on local).
     #[arg(long)]
     pub cwd: Option<String>,
     /// An environment variable for the command, NAME=value; repeatable.
     #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
-    /// Start the command and return at once; it keeps the sandbox busy
-    /// (never reaped as idle) while it runs. Its output is not kept.
+    /// Start the command in a session of its own and return at once, on
+    /// every backend; it keeps the sandbox busy (never reaped as idle)
+    /// while it runs. Its input and output are /dev/null.
     #[arg(long, conflicts_with = "timeout")]
     pub background: bool,
-    /// The command and its arguments, after `--`.
+    /// The command, after `--`: one argument is a shell command line
+    /// (bash where the sandbox has it, else sh); several are an argv,
+    /// delivered intact.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }

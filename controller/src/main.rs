@@ -30,6 +30,7 @@ mod commands;
 mod daemon;
 mod disk;
 mod egress;
+mod exec_target;
 mod failures;
 mod fsio;
 mod home;

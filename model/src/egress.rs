@@ -9,9 +9,13 @@
 //! only reachable service is the proxy, so the variables are not advice but
 //! the only way out.
 //!
-//! The fingerprint covers every egress setting that shapes a sandbox: a
-//! change of any of them changes the spec hash, and the plan recreates the
-//! sandbox (its data kept).
+//! The variables (proxy, CA trust, tokens) are not the container's: they
+//! reach each command through the exec path ([`EgressWiring::env`]), so a
+//! token rotation or a new proxy port needs no recreate. The fingerprint
+//! covers every egress setting that `docker create` fixes (the proxy's
+//! address in `/etc/hosts`, the CA's mount, the network): a change of any
+//! of them changes the spec hash, and the plan recreates the sandbox (its
+//! data kept).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -42,22 +46,21 @@ pub struct EgressWiring {
 }
 
 impl EgressWiring {
-    /// The label value: a short hash of every setting above.
+    /// The label value: a short hash of the settings above that the
+    /// container fixes when it is made (not the port or the tokens, which
+    /// each command gets).
     pub fn fingerprint(&self) -> String {
         let mut h = crate::fingerprint::Fingerprint::new();
         let mut field = |name: &str, value: &str| h.field(name, value);
         field("gateway", &self.gateway.to_string());
-        field("port", &self.tunnel_port.to_string());
         field("ca", &self.ca_sha256);
         field("ca_path", &self.ca_host_path.display().to_string());
-        for (k, v) in &self.tokens {
-            field("token", &format!("{k}={v}"));
-        }
         field("network", self.network.as_deref().unwrap_or(""));
         h.finish()
     }
 
-    /// The environment the sandbox gets, in a fixed order.
+    /// The environment every command in the sandbox gets, in a fixed
+    /// order.
     pub fn env(&self) -> Vec<(String, String)> {
         let https = format!("http://{PROXY_HOST_NAME}:{}", self.tunnel_port);
         let http = format!(
@@ -87,14 +90,11 @@ impl EgressWiring {
 }
 
 impl SandboxSpec {
-    /// The spec wired to the proxy: its variables (over any of the same
-    /// name), the CA mount, the proxy's host name, the network, the label,
-    /// and a new hash.
+    /// The spec wired to the proxy: the CA mount, the proxy's host name,
+    /// the network, the label, and a new hash. The variables are not the
+    /// container's: each command gets them ([`EgressWiring::env`]).
     #[must_use]
     pub fn with_egress(mut self, wiring: &EgressWiring) -> SandboxSpec {
-        let wired = wiring.env();
-        self.env.retain(|(k, _)| !wired.iter().any(|(w, _)| w == k));
-        self.env.extend(wired);
         self.binds.push(Bind {
             host: wiring.ca_host_path.display().to_string(),
             container: CA_IN_SANDBOX.to_string(),
@@ -168,18 +168,19 @@ mod tests {
             &load(config).unwrap().config,
             SandboxKey::persistent("p", "t"),
             Path::new("/h"),
-            &[],
             &ExtraArgs::default(),
         )
     }
 
     #[test]
-    fn a_wired_sandbox_gets_the_proxy_the_ca_and_tokens_and_a_new_hash() {
+    fn a_wired_sandbox_gets_the_ca_and_a_new_hash_and_each_command_the_proxy_and_tokens() {
         let plain = spec("");
         let wired = spec("").with_egress(&wiring());
+        // None of the variables is the container's.
+        assert_eq!(wired.env, plain.env);
+        let per_command = wiring().env();
         let env = |k: &str| {
-            wired
-                .env
+            per_command
                 .iter()
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| v.as_str())
@@ -204,20 +205,28 @@ mod tests {
     }
 
     #[test]
-    fn every_egress_setting_changes_the_fingerprint() {
+    fn what_the_container_fixes_changes_the_fingerprint_and_what_each_command_gets_does_not() {
         let base = wiring().fingerprint();
-        let mut w = wiring();
-        w.tunnel_port = 9190;
-        assert_ne!(w.fingerprint(), base);
         let mut w = wiring();
         w.ca_sha256 = "cd".repeat(32);
         assert_ne!(w.fingerprint(), base);
         let mut w = wiring();
-        w.tokens[0].1 = "openai-ffffffffffffffffffffffffffffffff".into();
+        w.gateway = "172.18.0.1".parse().unwrap();
         assert_ne!(w.fingerprint(), base);
         let mut w = wiring();
         w.network = Some("hermes-egress".into());
         assert_ne!(w.fingerprint(), base);
+        // A token rotation or another port reaches the next command.
+        let mut w = wiring();
+        w.tokens[0].1 = "openai-ffffffffffffffffffffffffffffffff".into();
+        assert_eq!(w.fingerprint(), base);
+        assert_eq!(
+            spec("").with_egress(&w).hash(),
+            spec("").with_egress(&wiring()).hash()
+        );
+        let mut w = wiring();
+        w.tunnel_port = 9190;
+        assert_eq!(w.fingerprint(), base);
     }
 
     #[test]
