@@ -186,7 +186,7 @@ pub async fn run_holder(home: &Home, args: SshHolderArgs) -> anyhow::Result<Exit
 }
 
 /// Runs `req` on the target through its holder, with this process's
-/// standard input, and its output to `stdout` and `stderr`. With the
+/// standard input (`process_stdin`, else none), and its output to `stdout` and `stderr`. With the
 /// egress proxy wired (`Egress::On`), the proxy's tunnel and plain ports
 /// are forwarded from the remote's `127.0.0.1` to the proxy here, the CA is
 /// copied beside the task's workspace, and the command gets the proxy, CA
@@ -197,6 +197,7 @@ pub async fn exec(
     desired: &Desired,
     task: &str,
     req: &ExecRequest,
+    process_stdin: bool,
     stdout: &mut (dyn AsyncWrite + Unpin + Send),
     stderr: &mut (dyn AsyncWrite + Unpin + Send),
 ) -> anyhow::Result<ExecOutcome> {
@@ -228,7 +229,12 @@ pub async fn exec(
         });
         req.env.extend(wired.env);
     }
-    let mut stdin = stdin_pipe();
+    // This process's standard input, unless the caller speaks on it.
+    let mut stdin = if process_stdin {
+        stdin_pipe()
+    } else {
+        tokio::io::duplex(1).1
+    };
     let io = ExecIo {
         stdin: Some(&mut stdin),
         stdout,

@@ -22,6 +22,10 @@
 //! there unless `--cwd` says otherwise, with this process's standard
 //! input; on timeout the whole remote process tree is killed (124).
 //! Sessions are a Docker matter: a session id is ignored here.
+//!
+//! [`run_with`] is the same exec for a caller in this process (`hermes
+//! mcp`): the output goes to the caller's writers (redacted the same way),
+//! a refusal is a [`FailClosed`] error, and the exit code is returned.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -49,6 +53,66 @@ const TIMED_OUT: u8 = 124;
 const FAIL_CLOSED: u8 = 3;
 
 pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let mut stdout = tokio::io::stdout();
+    let mut stderr = tokio::io::stderr();
+    let streams = Streams {
+        stdout: &mut stdout,
+        stderr: &mut stderr,
+        stdin: Stdin::Process,
+    };
+    match run_with(home, profile, args, streams).await {
+        Ok(code) => Ok(ExitCode::from(code)),
+        Err(e) => match e.downcast_ref::<FailClosed>() {
+            Some(refused) => {
+                eprintln!("error: {refused}");
+                Ok(ExitCode::from(FAIL_CLOSED))
+            }
+            None => Err(e),
+        },
+    }
+}
+
+/// Where a command's output goes (through the redactor), and what its
+/// standard input is.
+pub struct Streams<'a> {
+    pub stdout: &'a mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+    pub stderr: &'a mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+    pub stdin: Stdin,
+}
+
+impl std::fmt::Debug for Streams<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streams")
+            .field("stdin", &self.stdin)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A command's standard input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stdin {
+    /// This process's own (`hermes exec`).
+    Process,
+    /// None: an exec run in process by a caller whose standard input is
+    /// not the command's (`hermes mcp` speaks on it).
+    Empty,
+}
+
+/// An exec refused, failing closed: the egress proxy enforced on the
+/// backend is not ready.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}; `hermes reconcile` (or a running controller) brings it back")]
+pub struct FailClosed(String);
+
+/// [`run`] with the caller's streams: returns the command's exit code
+/// (124 timed out), or [`FailClosed`] as the error of a refused exec.
+pub async fn run_with(
+    home: &Home,
+    profile: &str,
+    args: ExecArgs,
+    mut io: Streams<'_>,
+) -> anyhow::Result<u8> {
+    let io = &mut io;
     let mut desired = load_desired(home, profile)?;
     let timeout = Duration::from_secs(
         args.timeout
@@ -66,12 +130,12 @@ pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<E
         bring_the_proxy_up(home, &mut desired).await;
     }
     match desired.backend() {
-        Backend::Local => run_local(home, &desired, &args, &env, timeout).await,
-        Backend::Docker => run_docker(home, &desired, &args, env, timeout).await,
-        Backend::Ssh => run_ssh(home, &desired, &args, env, timeout).await,
-        Backend::Singularity => run_singularity(home, &desired, &args, env, timeout).await,
+        Backend::Local => run_local(home, &desired, &args, &env, timeout, io).await,
+        Backend::Docker => run_docker(home, &desired, &args, env, timeout, io).await,
+        Backend::Ssh => run_ssh(home, &desired, &args, env, timeout, io).await,
+        Backend::Singularity => run_singularity(home, &desired, &args, env, timeout, io).await,
         Backend::Modal | Backend::Daytona | Backend::VercelSandbox => {
-            run_cloud(home, &desired, &args, env, timeout).await
+            run_cloud(home, &desired, &args, env, timeout, io).await
         }
     }
 }
@@ -84,7 +148,8 @@ async fn run_singularity(
     args: &ExecArgs,
     env: Vec<(String, String)>,
     timeout: Duration,
-) -> anyhow::Result<ExitCode> {
+    io: &mut Streams<'_>,
+) -> anyhow::Result<u8> {
     anyhow::ensure!(
         !args.background,
         "--background is not available on the singularity backend"
@@ -92,16 +157,14 @@ async fn run_singularity(
     if let Some(session) = &args.session {
         hermes_model::desired::check_session(session)?;
     }
-    if let Some(code) = refuse_while_proxy_down(home, desired).await {
-        return Ok(code);
-    }
+    refuse_while_proxy_down(home, desired).await?;
     let request = ExecRequest {
         cmd: args.command.clone(),
         env,
         cwd: args.cwd.clone(),
         timeout,
     };
-    let (mut out, mut err) = output_writers(home, desired);
+    let (mut out, mut err) = output_writers(home, desired, io);
     let mut stdin = tokio::io::empty();
     let io = hermes_backends::exec::ExecIo {
         stdin: Some(&mut stdin),
@@ -125,7 +188,8 @@ async fn run_cloud(
     args: &ExecArgs,
     env: Vec<(String, String)>,
     timeout: Duration,
-) -> anyhow::Result<ExitCode> {
+    io: &mut Streams<'_>,
+) -> anyhow::Result<u8> {
     anyhow::ensure!(
         !args.background,
         "--background is not available on the {} backend",
@@ -150,7 +214,7 @@ async fn run_cloud(
     let home_dir = crate::cloud::home_dir(&host);
     let driver = crate::cloud::Driver::new(cloud.backend, &host, home_dir.as_deref())?;
     let book = crate::snapshots::SnapshotBook::new(home.root(), cloud.backend);
-    let (mut out, mut err) = output_writers(home, desired);
+    let (mut out, mut err) = output_writers(home, desired, io);
     let io = hermes_backends::exec::ExecIo {
         stdin: None,
         stdout: &mut out,
@@ -231,17 +295,18 @@ async fn bring_the_proxy_up(home: &Home, desired: &mut Desired) {
     }
 }
 
-/// Fail closed: the exit code of a refusal while the egress proxy, enforced
-/// on the backend (`proxy.enforce_on_docker` for Docker and singularity,
-/// `proxy.enforce_on_ssh`), is not ready, after saying why.
-async fn refuse_while_proxy_down(home: &Home, desired: &Desired) -> Option<ExitCode> {
+/// Fail closed: a refusal, saying why, while the egress proxy enforced on
+/// the backend (`proxy.enforce_on_docker` for Docker and singularity,
+/// `proxy.enforce_on_ssh`) is not ready.
+async fn refuse_while_proxy_down(home: &Home, desired: &Desired) -> Result<(), FailClosed> {
     if !desired.config.proxy.enabled {
-        return None;
+        return Ok(());
     }
     let proxy = crate::egress::pass::observe(home).await;
-    let reason = hermes_reconcilers::proxy::fail_closed_reason(desired, &proxy)?;
-    eprintln!("error: {reason}; `hermes reconcile` (or a running controller) brings it back");
-    Some(ExitCode::from(FAIL_CLOSED))
+    match hermes_reconcilers::proxy::fail_closed_reason(desired, &proxy) {
+        Some(reason) => Err(FailClosed(reason.to_string())),
+        None => Ok(()),
+    }
 }
 
 fn parse_env(pairs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
@@ -263,24 +328,33 @@ async fn run_ssh(
     args: &ExecArgs,
     env: Vec<(String, String)>,
     timeout: Duration,
-) -> anyhow::Result<ExitCode> {
+    io: &mut Streams<'_>,
+) -> anyhow::Result<u8> {
     anyhow::ensure!(
         !args.background,
         "--background is not available on the ssh backend"
     );
     // Fail closed: no command runs on the SSH host while the egress proxy
     // enforced there (`proxy.enforce_on_ssh`) is not ready.
-    if let Some(code) = refuse_while_proxy_down(home, desired).await {
-        return Ok(code);
-    }
+    refuse_while_proxy_down(home, desired).await?;
     let request = ExecRequest {
         cmd: args.command.clone(),
         env,
         cwd: args.cwd.clone(),
         timeout,
     };
-    let (mut out, mut err) = output_writers(home, desired);
-    let outcome = crate::ssh::exec(home, desired, &args.task, &request, &mut out, &mut err).await;
+    let process_stdin = io.stdin == Stdin::Process;
+    let (mut out, mut err) = output_writers(home, desired, io);
+    let outcome = crate::ssh::exec(
+        home,
+        desired,
+        &args.task,
+        &request,
+        process_stdin,
+        &mut out,
+        &mut err,
+    )
+    .await;
     out.finish().await?;
     err.finish().await?;
     let outcome = outcome?;
@@ -289,7 +363,7 @@ async fn run_ssh(
 
 /// hermes's exit code for how a command ended: its own, or 124 after
 /// saying that it timed out.
-fn ended(outcome: &hermes_backends::exec::ExecOutcome, timeout: Duration) -> ExitCode {
+fn ended(outcome: &hermes_backends::exec::ExecOutcome, timeout: Duration) -> u8 {
     if outcome.timed_out {
         timed_out(timeout)
     } else {
@@ -297,13 +371,13 @@ fn ended(outcome: &hermes_backends::exec::ExecOutcome, timeout: Duration) -> Exi
     }
 }
 
-fn timed_out(timeout: Duration) -> ExitCode {
+fn timed_out(timeout: Duration) -> u8 {
     eprintln!("[Command timed out after {}s]", timeout.as_secs());
-    ExitCode::from(TIMED_OUT)
+    TIMED_OUT
 }
 
-fn exit_code(code: i64) -> ExitCode {
-    ExitCode::from(u8::try_from(code).unwrap_or(if code < 0 { 1 } else { 255 }))
+fn exit_code(code: i64) -> u8 {
+    u8::try_from(code).unwrap_or(if code < 0 { 1 } else { 255 })
 }
 
 async fn run_local(
@@ -312,7 +386,8 @@ async fn run_local(
     args: &ExecArgs,
     env: &[(String, String)],
     timeout: Duration,
-) -> anyhow::Result<ExitCode> {
+    io: &mut Streams<'_>,
+) -> anyhow::Result<u8> {
     let (program, rest) = args
         .command
         .split_first()
@@ -325,6 +400,9 @@ async fn run_local(
     if let Some(cwd) = &args.cwd {
         cmd.current_dir(cwd);
     }
+    if io.stdin == Stdin::Empty {
+        cmd.stdin(std::process::Stdio::null());
+    }
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let mut child = cmd
@@ -334,7 +412,7 @@ async fn run_local(
         Some(pid) => Some(watch_group(pid)?),
         None => None,
     };
-    let (mut out, mut err) = output_writers(home, desired);
+    let (mut out, mut err) = output_writers(home, desired, io);
     let mut child_out = child.stdout.take().context("the command's stdout")?;
     let mut child_err = child.stderr.take().context("the command's stderr")?;
     let copy = async {
@@ -406,7 +484,8 @@ async fn run_docker(
     args: &ExecArgs,
     env: Vec<(String, String)>,
     timeout: Duration,
-) -> anyhow::Result<ExitCode> {
+    io: &mut Streams<'_>,
+) -> anyhow::Result<u8> {
     anyhow::ensure!(
         !args.command.is_empty(),
         "no command given: hermes exec -- CMD…"
@@ -416,9 +495,7 @@ async fn run_docker(
     }
     // Fail closed: no Docker sandbox runs a command while the enforced
     // egress proxy is not ready.
-    if let Some(code) = refuse_while_proxy_down(home, desired).await {
-        return Ok(code);
-    }
+    refuse_while_proxy_down(home, desired).await?;
     let spec = desired.exec_sandbox(&args.task, args.session.as_deref());
     let engine = Engine::connect().await?.for_home(home.scope());
     let request = ExecRequest {
@@ -450,7 +527,7 @@ async fn run_docker(
                         spec.name,
                         hermes_backends::docker::EXEC_ID_ENV
                     );
-                    return Ok(ExitCode::SUCCESS);
+                    return Ok(0);
                 }
                 Err(e @ DockerError::Gone { .. }) if attempt == 0 => {
                     eprintln!("hermes: {e}; recreating the sandbox and retrying once");
@@ -459,7 +536,7 @@ async fn run_docker(
                 Err(e) => return Err(e.into()),
             }
         }
-        let (mut out, mut err) = output_writers(home, desired);
+        let (mut out, mut err) = output_writers(home, desired, io);
         let outcome = engine
             .exec_with_runner(id, runner, &request, &mut out, &mut err)
             .await;
@@ -479,13 +556,17 @@ async fn run_docker(
     anyhow::bail!("sandbox {} vanished twice; not retrying", spec.name)
 }
 
-/// Where a command's output goes: stdout and stderr, through the
-/// redactor unless `security.redact_secrets` is false (then with a
+/// A writer of a command's output.
+type Writer<'a> = &'a mut (dyn tokio::io::AsyncWrite + Unpin + Send);
+
+/// Where a command's output goes: the streams' stdout and stderr, through
+/// the redactor unless `security.redact_secrets` is false (then with a
 /// warning).
-fn output_writers(
+fn output_writers<'a>(
     home: &Home,
     desired: &Desired,
-) -> (Output<tokio::io::Stdout>, Output<tokio::io::Stderr>) {
+    io: &'a mut Streams<'_>,
+) -> (Output<Writer<'a>>, Output<Writer<'a>>) {
     let redactor = if desired.config.security.redact_secrets {
         let tokens: Vec<String> = match &desired.egress {
             hermes_model::desired::Egress::On { wiring, .. } => {
@@ -501,8 +582,8 @@ fn output_writers(
         None
     };
     (
-        Output::new(tokio::io::stdout(), redactor.clone()),
-        Output::new(tokio::io::stderr(), redactor),
+        Output::new(&mut *io.stdout, redactor.clone()),
+        Output::new(&mut *io.stderr, redactor),
     )
 }
 
