@@ -332,7 +332,7 @@ impl Hermes {
         };
         let mut captured = capture.lock();
         if let Some(dir) = captured.take_marker(&marker) {
-            if dir.starts_with('/') && dir.len() <= MAX_PATH {
+            if dir.starts_with('/') && dir.len() <= MAX_PATH && !dir.chars().any(char::is_control) {
                 self.session.set_cwd(dir);
             }
         }
