@@ -99,10 +99,32 @@ pub enum Command {
     /// The egress credential proxy: set-up, daemon, status.
     #[command(subcommand)]
     Egress(EgressCommand),
+    /// Serve the sandbox to an agent over the Model Context Protocol:
+    /// stdio (what an MCP client spawns), or streamable HTTP with --http.
+    Mcp(McpArgs),
     /// Holds one SSH connection for every hermes process (started by
     /// `hermes exec` on the ssh backend; ends when idle).
     #[command(hide = true)]
     SshHolder(SshHolderArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The task whose sandbox the tools use.
+    #[arg(long, default_value = "default", value_parser = NameParser(NameKind::Task))]
+    pub task: String,
+    /// The session whose sandbox the tools use (as `hermes exec
+    /// --session`). Default: the task's sandbox, or where
+    /// terminal.container_persistent is false, one of each connection's
+    /// own, removed when it ends.
+    #[arg(long, value_name = "ID", value_parser = NameParser(NameKind::Session))]
+    pub session: Option<String>,
+    /// Serve the streamable HTTP transport at http://ADDR/mcp instead of
+    /// stdio; a loopback address only. Every request needs
+    /// `Authorization: Bearer` with the token in $HERMES_HOME/mcp/token
+    /// (made on first use, 0600).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]

@@ -34,6 +34,7 @@ mod exec_target;
 mod failures;
 mod fsio;
 mod home;
+mod mcp;
 mod metrics;
 mod notices;
 mod pass;
@@ -135,6 +136,7 @@ fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(commands::status::run(&home, &profile, output))
         }
         Command::Egress(command) => commands::egress::run(&home, command),
+        Command::Mcp(args) => runtime()?.block_on(mcp::run(&home, &profile, args)),
         Command::SshHolder(args) => runtime()?.block_on(ssh::run_holder(&home, args)),
     }
 }

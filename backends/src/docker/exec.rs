@@ -118,18 +118,23 @@ impl Engine {
 
         let run = async {
             while let Some(item) = output.next().await {
-                let (writer, message): (&mut (dyn AsyncWrite + Unpin), _) = match item {
+                // Each stream written in its own arm: no `dyn` writer held
+                // across an await, so the future stays `Send` when the
+                // writers are.
+                match item {
                     Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
-                        (&mut stdout, message)
+                        stdout.write_all(&message).await.map_err(RunError::Output)?;
+                        stdout.flush().await.map_err(RunError::Output)?;
                     }
-                    Ok(LogOutput::StdErr { message }) => (&mut stderr, message),
+                    Ok(LogOutput::StdErr { message }) => {
+                        stderr.write_all(&message).await.map_err(RunError::Output)?;
+                        stderr.flush().await.map_err(RunError::Output)?;
+                    }
                     Ok(LogOutput::StdIn { .. }) => continue,
                     Err(e) => {
                         return Err(RunError::Stream(e.to_string()));
                     }
-                };
-                writer.write_all(&message).await.map_err(RunError::Output)?;
-                writer.flush().await.map_err(RunError::Output)?;
+                }
             }
             // The output is closed; the process may outlive it (it can
             // close its stdout), so wait for its exit code.

@@ -18,6 +18,10 @@
 //! again and the command retried once. Every Docker exec records the
 //! sandbox's activity (for the idle reaper) when it starts and when it
 //! ends.
+//!
+//! [`run_with`] is the same exec for a caller in this process (`hermes
+//! mcp`): the output goes to the caller's writers (redacted the same way),
+//! a refusal is a [`FailClosed`] error, and the exit code is returned.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -46,6 +50,65 @@ const FAIL_CLOSED: u8 = 3;
 const BACKGROUND_START: Duration = Duration::from_secs(30);
 
 pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let mut stdout = tokio::io::stdout();
+    let mut stderr = tokio::io::stderr();
+    let streams = Streams {
+        stdout: &mut stdout,
+        stderr: &mut stderr,
+        stdin: Stdin::Process,
+    };
+    match run_with(home, profile, args, streams).await {
+        Ok(code) => Ok(ExitCode::from(code)),
+        Err(e) => match e.downcast_ref::<FailClosed>() {
+            Some(refused) => {
+                eprintln!("error: {refused}");
+                Ok(ExitCode::from(FAIL_CLOSED))
+            }
+            None => Err(e),
+        },
+    }
+}
+
+/// Where a command's output goes (through the redactor), and what its
+/// standard input is.
+pub struct Streams<'a> {
+    pub stdout: &'a mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+    pub stderr: &'a mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+    pub stdin: Stdin,
+}
+
+impl std::fmt::Debug for Streams<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Streams")
+            .field("stdin", &self.stdin)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A command's standard input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stdin {
+    /// This process's own (`hermes exec`).
+    Process,
+    /// None: an exec run in process by a caller whose standard input is
+    /// not the command's (`hermes mcp` speaks on it).
+    Empty,
+}
+
+/// An exec refused, failing closed: the egress proxy enforced on the
+/// backend is not ready.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}; `hermes reconcile` (or a running controller) brings it back")]
+pub struct FailClosed(String);
+
+/// [`run`] with the caller's streams: returns the command's exit code
+/// (124 timed out), or [`FailClosed`] as the error of a refused exec.
+pub async fn run_with(
+    home: &Home,
+    profile: &str,
+    args: ExecArgs,
+    streams: Streams<'_>,
+) -> anyhow::Result<u8> {
     let mut desired = load_desired(home, profile)?;
     anyhow::ensure!(
         !args.command.is_empty(),
@@ -71,17 +134,17 @@ pub async fn run(home: &Home, profile: &str, args: ExecArgs) -> anyhow::Result<E
     }
     // Fail closed: no command runs where the enforced egress proxy is not
     // ready.
-    if let Some(code) = refuse_while_proxy_down(home, &desired).await {
-        return Ok(code);
-    }
+    refuse_while_proxy_down(home, &desired).await?;
     let which = Which {
         task: &args.task,
         session: args.session.as_deref(),
     };
-    let (mut out, mut err) = output_writers(home, &desired);
+    let forward = streams.stdin == Stdin::Process;
+    let (mut out, mut err) = output_writers(home, &desired, streams);
     // A background command reads /dev/null; so does one whose hermes
-    // reads it (nothing to forward, no pipe to make).
-    let mut stdin = (!args.background && !stdin_is_null()).then(stdin_pipe);
+    // reads it (nothing to forward, no pipe to make), or whose caller
+    // gives it no input.
+    let mut stdin = (forward && !args.background && !stdin_is_null()).then(stdin_pipe);
     for attempt in 0..2 {
         let (target, values) = crate::backend::Seam::of(&desired)
             .exec_target(home, &desired, &which)
@@ -227,17 +290,18 @@ async fn bring_the_proxy_up(home: &Home, desired: &mut Desired) {
     }
 }
 
-/// Fail closed: the exit code of a refusal while the egress proxy, enforced
-/// on the backend (`proxy.enforce_on_docker` for Docker and singularity,
-/// `proxy.enforce_on_ssh`), is not ready, after saying why.
-async fn refuse_while_proxy_down(home: &Home, desired: &Desired) -> Option<ExitCode> {
+/// Fail closed: a refusal, saying why, while the egress proxy enforced on
+/// the backend (`proxy.enforce_on_docker` for Docker and singularity,
+/// `proxy.enforce_on_ssh`) is not ready.
+async fn refuse_while_proxy_down(home: &Home, desired: &Desired) -> Result<(), FailClosed> {
     if !desired.config.proxy.enabled {
-        return None;
+        return Ok(());
     }
     let proxy = crate::egress::pass::observe(home).await;
-    let reason = hermes_reconcilers::proxy::fail_closed_reason(desired, &proxy)?;
-    eprintln!("error: {reason}; `hermes reconcile` (or a running controller) brings it back");
-    Some(ExitCode::from(FAIL_CLOSED))
+    match hermes_reconcilers::proxy::fail_closed_reason(desired, &proxy) {
+        Some(reason) => Err(FailClosed(reason.to_string())),
+        None => Ok(()),
+    }
 }
 
 fn parse_env(pairs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
@@ -255,7 +319,7 @@ fn parse_env(pairs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
 
 /// hermes's exit code for how a command ended: its own, or 124 after
 /// saying that it timed out.
-fn ended(outcome: &hermes_backends::exec::ExecOutcome, timeout: Duration) -> ExitCode {
+fn ended(outcome: &hermes_backends::exec::ExecOutcome, timeout: Duration) -> u8 {
     if outcome.timed_out {
         timed_out(timeout)
     } else {
@@ -263,22 +327,25 @@ fn ended(outcome: &hermes_backends::exec::ExecOutcome, timeout: Duration) -> Exi
     }
 }
 
-fn timed_out(timeout: Duration) -> ExitCode {
+fn timed_out(timeout: Duration) -> u8 {
     eprintln!("[Command timed out after {}s]", timeout.as_secs());
-    ExitCode::from(TIMED_OUT)
+    TIMED_OUT
 }
 
-fn exit_code(code: i64) -> ExitCode {
-    ExitCode::from(u8::try_from(code).unwrap_or(if code < 0 { 1 } else { 255 }))
+fn exit_code(code: i64) -> u8 {
+    u8::try_from(code).unwrap_or(if code < 0 { 1 } else { 255 })
 }
 
-/// Where a command's output goes: stdout and stderr, through the
-/// redactor unless `security.redact_secrets` is false (then with a
+/// Where a command's output goes: the caller's stdout and stderr, through
+/// the redactor unless `security.redact_secrets` is false (then with a
 /// warning).
-fn output_writers(
+type Writer<'a> = &'a mut (dyn tokio::io::AsyncWrite + Unpin + Send);
+
+fn output_writers<'a>(
     home: &Home,
     desired: &Desired,
-) -> (Output<tokio::io::Stdout>, Output<tokio::io::Stderr>) {
+    streams: Streams<'a>,
+) -> (Output<Writer<'a>>, Output<Writer<'a>>) {
     let redactor = if desired.config.security.redact_secrets {
         let tokens: Vec<String> = match &desired.egress {
             hermes_model::desired::Egress::On { wiring, .. } => {
@@ -294,8 +361,8 @@ fn output_writers(
         None
     };
     (
-        Output::new(tokio::io::stdout(), redactor.clone()),
-        Output::new(tokio::io::stderr(), redactor),
+        Output::new(streams.stdout, redactor.clone()),
+        Output::new(streams.stderr, redactor),
     )
 }
 
