@@ -653,11 +653,22 @@ async fn tunnel_request(
     }
     let upgrade = is_upgrade(req.headers());
     strip_hop_by_hop(req.headers_mut(), upgrade);
-    let (path, token) = match swap(&shared, &tunnel.target.host, req.headers_mut(), path) {
-        Ok(swapped) => swapped,
-        Err((reason, why)) => {
-            return refuse(&shared, pending, StatusCode::FORBIDDEN, reason, &why);
+    let host = &tunnel.target.host;
+    let swapped = match crate::google::minter_for(&shared.credentials(), host) {
+        Some(minter) => {
+            let exchange = crate::google::Upstream {
+                tls: &shared.upstream,
+                deny: &shared.deny,
+                resolve: &shared.resolve,
+            };
+            (minter.swap(&exchange, req.headers_mut(), path, host)).await
         }
+        None => swap(&shared, host, req.headers_mut(), path)
+            .map_err(|(reason, why)| (StatusCode::FORBIDDEN, reason, why)),
+    };
+    let (path, token) = match swapped {
+        Ok(swapped) => swapped,
+        Err((status, reason, why)) => return refuse(&shared, pending, status, reason, &why),
     };
     if let Ok(uri) = path.parse() {
         *req.uri_mut() = uri;
