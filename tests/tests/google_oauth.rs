@@ -407,3 +407,128 @@ fn a_grant_the_token_endpoint_refuses_fails_the_request_with_a_reason() {
         "a request without a token reached Vertex"
     );
 }
+
+/// A real Docker sandbox wired by `hermes reconcile`: it gets the `gcp`
+/// token and the placeholder credentials file, so `google.auth.default()`
+/// (as the Vertex SDKs call it) works unchanged, and Vertex receives the
+/// minted token; the key file's path and key appear nowhere inside.
+#[test]
+fn application_default_credentials_in_a_wired_sandbox_reach_vertex_with_a_minted_token() {
+    use hermes_tests::cli::TestHome;
+    use hermes_tests::docker_cli::ProfileCleanup;
+    use hermes_tests::egress::{bridge_gateway, free_port_pair};
+
+    let Some(python) = hermes_tests::python::venv(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        "google-auth-venv",
+        &["google-auth", "requests"],
+    ) else {
+        return;
+    };
+    let site = python
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("lib/python3.11/site-packages");
+    let keys = tempfile::tempdir().unwrap();
+    let port_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let token_port = port_probe.local_addr().unwrap().port();
+    drop(port_probe);
+    let token_uri = format!("https://{TOKEN_HOST}:{token_port}/token");
+    let (key_file, pem, public) = service_account(keys.path(), &token_uri);
+    let endpoint = TokenEndpoint::start(public, token_uri, token_port);
+    let vertex = Upstream::start("127.0.0.1:0".parse().unwrap(), &[VERTEX]);
+
+    let home = TestHome::new();
+    let roots = home.path().join("upstream-ca.pem");
+    std::fs::write(&roots, format!("{}{}", vertex.ca_pem, endpoint.ca_pem)).unwrap();
+    let port = free_port_pair(Some(bridge_gateway()));
+    home.write_config(format!(
+        "terminal:\n  backend: docker\n  docker_image: {}\nsecurity:\n  redact_secrets: false\nproxy:\n  enabled: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n    {VERTEX}: 127.0.0.1\n    {TOKEN_HOST}: 127.0.0.1\n",
+        hermes_tests::test_image(),
+        roots.display()
+    ));
+    let profile = format!("gadc{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    struct Stop<'a>(&'a TestHome);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.run(["egress", "stop"]);
+        }
+    }
+    let _stop = Stop(&home);
+    let hermes = |args: &[&str]| -> hermes_tests::cli::Run {
+        let mut all = vec!["--profile", profile.as_str()];
+        all.extend_from_slice(args);
+        home.command(all)
+            .env("GOOGLE_APPLICATION_CREDENTIALS", &key_file)
+            .output()
+            .unwrap()
+            .into()
+    };
+    let apply = hermes(&["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    let workspace = home
+        .path()
+        .join(format!("sandboxes/docker/{profile}/default/workspace"));
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&site)
+        .arg(workspace.join("pylib"))
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let url = format!(
+        "https://{VERTEX}:{}/v1/projects/p/locations/us-central1/publishers/google/models/gemini-test:generateContent",
+        vertex.addr.port()
+    );
+    let client = format!(
+        r#"
+import json, os
+import google.auth
+from google.auth.transport.requests import AuthorizedSession
+creds, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+r = AuthorizedSession(creds).post({url:?}, json={{}}, timeout=30)
+print(json.dumps({{"status": r.status_code, "body": r.json(), "adc": os.environ["GOOGLE_APPLICATION_CREDENTIALS"], "token": os.environ["GOOGLE_OAUTH_ACCESS_TOKEN"]}}))
+"#
+    );
+    std::fs::write(workspace.join("client.py"), client).unwrap();
+    let key_body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let needle = &key_body[..48];
+    let run = hermes(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "PYTHONPATH=/workspace/pylib python3 /workspace/client.py",
+    ]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let result: serde_json::Value =
+        serde_json::from_str(run.stdout.lines().last().unwrap_or_default()).unwrap();
+    assert_eq!(result["status"], 200, "{result}");
+    assert_eq!(
+        result["body"]["headers"]["authorization"],
+        "Bearer ya29.e2e-minted-1"
+    );
+    assert_eq!(result["adc"], "/etc/hermes-egress/gcp-credentials.json");
+    assert!(
+        result["token"].as_str().unwrap().starts_with("gcp-"),
+        "{result}"
+    );
+    assert_eq!(endpoint.minted.load(Ordering::SeqCst), 1);
+    // Neither the key nor the key file's path is in the sandbox.
+    let search = hermes(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "grep -rlsF -e {needle} -e {} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude-dir=workspace; \
+             cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -cF -e {needle} -e {}; true",
+            key_file.display(),
+            key_file.display()
+        ),
+    ]);
+    assert_eq!(search.stdout.trim(), "0", "{search:?}");
+}
