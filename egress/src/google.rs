@@ -127,10 +127,14 @@ impl ServiceAccount {
             origin: origin.to_string(),
             what: what.to_string(),
         };
-        // serde_json's error quotes no input, only a line and column.
+        // Only where the error is: serde's message may quote a value.
         let file: KeyFile = serde_json::from_slice(bytes).map_err(|e| GoogleError::KeyFile {
             origin: origin.to_string(),
-            what: format!("not JSON ({e})"),
+            what: format!(
+                "not JSON of a key file (line {}, column {})",
+                e.line(),
+                e.column()
+            ),
         })?;
         if file.kind.as_deref() != Some("service_account") {
             return Err(fail(
@@ -382,7 +386,13 @@ impl Minter {
                 "the access token cannot be carried in a header".into(),
             ));
         }
-        let lifetime = Duration::from_secs(response.expires_in.unwrap_or(LIFETIME.as_secs()));
+        // Never trusted for longer than asked for.
+        let lifetime = Duration::from_secs(
+            response
+                .expires_in
+                .unwrap_or(LIFETIME.as_secs())
+                .min(LIFETIME.as_secs()),
+        );
         // A token living less than twice the margin is used for half its life.
         let keep = lifetime
             .checked_sub(REFRESH_MARGIN)

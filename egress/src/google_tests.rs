@@ -160,6 +160,15 @@ async fn the_placeholder_becomes_a_minted_token_cached_until_near_its_expiry() {
         assert!(headers[AUTHORIZATION].is_sensitive());
     }
     assert_eq!(endpoint.calls.load(Ordering::SeqCst), 1, "cached");
+    // An answer claiming a lifetime beyond what was asked is capped.
+    let (pem, public) = test_key();
+    let account = ServiceAccount::from_json(key_json(&pem).as_bytes(), "test").unwrap();
+    let minter = Minter::new(PLACEHOLDER, account);
+    let endpoint = FakeEndpoint::new(public, u64::MAX);
+    assert_eq!(
+        minter.access_token(&endpoint).await.unwrap().expose(),
+        "ya29.minted-1"
+    );
     // A token living one second is used for half of it, then replaced.
     let (pem, public) = test_key();
     let account = ServiceAccount::from_json(key_json(&pem).as_bytes(), "test").unwrap();
@@ -269,6 +278,10 @@ fn a_bad_key_file_says_what_is_wrong_without_quoting_the_key() {
             "https://",
         ),
         (format!("{}x", key_json(&pem)), "not JSON"),
+        (
+            key_json(&pem).replace("\"client_email\":", "\"client_email\":[1],\"x\":"),
+            "not JSON",
+        ),
     ] {
         let err = ServiceAccount::from_json(json.as_bytes(), "file /k.json")
             .unwrap_err()

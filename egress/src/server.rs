@@ -710,8 +710,14 @@ fn swap_with(
         Ok(new_path) => Ok((new_path.unwrap_or(path), Some(cred.provider.clone()))),
         Err(crate::rewrite::Refusal::NoKey) => {
             // The sandbox did its part: the host holds no key to swap in.
+            let what = match cred.provider.as_str() {
+                crate::google::PROVIDER => {
+                    "no Google service account (GOOGLE_APPLICATION_CREDENTIALS)"
+                }
+                _ => "no real key",
+            };
             let why = format!(
-                "the host has no real key for {}: set it in the environment of `hermes egress start` or in the hermes home's .env, then restart the proxy",
+                "the host has {what} for {}: set it in the environment of `hermes egress start` or in the hermes home's .env, then restart the proxy",
                 cred.provider
             );
             Err((crate::rewrite::Refusal::NoKey.reason(), why))

@@ -532,3 +532,58 @@ print(json.dumps({{"status": r.status_code, "body": r.json(), "adc": os.environ[
     ]);
     assert_eq!(search.stdout.trim(), "0", "{search:?}");
 }
+
+/// Without a service account, a request with the gcp token is refused
+/// with a reason naming the variable; a key file that cannot be used
+/// stops `egress start` with the reason, never quoting the key.
+#[test]
+fn a_missing_or_broken_service_account_is_a_clear_refusal_or_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let vertex = Upstream::start("127.0.0.1:0".parse().unwrap(), &[VERTEX]);
+    let roots = dir.path().join("upstream-ca.pem");
+    std::fs::write(&roots, &vertex.ca_pem).unwrap();
+    let mut proxy = Proxy::setup(&format!(
+        "  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n    {VERTEX}: 127.0.0.1\n",
+        roots.display()
+    ));
+    let (key_file, pem, _) =
+        service_account(dir.path(), "https://oauth2.hermes-test.example/token");
+    let broken = std::fs::read_to_string(&key_file)
+        .unwrap()
+        .replace("service_account", "authorized_user");
+    std::fs::write(&key_file, broken).unwrap();
+    let run = proxy.start_run(&[("GOOGLE_APPLICATION_CREDENTIALS", key_file.to_str().unwrap())]);
+    assert_ne!(run.code, 0, "{run:?}");
+    assert!(
+        run.stderr.contains("GOOGLE_APPLICATION_CREDENTIALS") && run.stderr.contains("`type`"),
+        "{run:?}"
+    );
+    let key_body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    assert!(!run.stderr.contains(&key_body[..48]) && !run.stdout.contains(&key_body[..48]));
+    let missing = proxy.start_run(&[("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/sa.json")]);
+    assert_ne!(missing.code, 0, "{missing:?}");
+    assert!(
+        missing.stderr.contains("/nonexistent/sa.json"),
+        "{missing:?}"
+    );
+    proxy.start(&[]);
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "30", "-o", "-", "-w", "\n%{http_code}"])
+        .arg("--proxy")
+        .arg(format!("http://127.0.0.1:{}", proxy.port))
+        .arg("--cacert")
+        .arg(proxy.ca_path())
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {}", proxy.token("gcp")))
+        .arg(format!("https://{VERTEX}:{}/echo", vertex.addr.port()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.ends_with("\n403"), "{text}");
+    assert!(
+        text.contains("no-key")
+            && text.contains("no Google service account (GOOGLE_APPLICATION_CREDENTIALS)"),
+        "{text}"
+    );
+    assert_eq!(vertex.accepted(), 0);
+}
