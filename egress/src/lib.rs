@@ -10,6 +10,7 @@
 //! - [`ca`]: the local CA and the leaves it mints, cached per name.
 //! - [`tokens`]: providers, proxy tokens, mappings and the real keys.
 //! - [`rewrite`]: the token-for-key swap in headers and query.
+//! - [`google`]: Google OAuth access tokens minted from a service account.
 //! - [`settings`]: the proxy's config file and its run-time settings.
 //! - [`server`]: the listeners, CONNECT, the tunnels, forwarding.
 //! - [`upstream`]: verified TLS (h2 or HTTP/1.1) or plain connections out.
@@ -29,6 +30,7 @@ pub mod dial;
 pub mod dns;
 #[doc(hidden)]
 pub mod fuzz_targets;
+pub mod google;
 pub mod limits;
 pub mod logfile;
 mod mgmt;

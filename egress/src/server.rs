@@ -629,11 +629,22 @@ async fn tunnel_request(
     }
     let upgrade = is_upgrade(req.headers());
     strip_hop_by_hop(req.headers_mut(), upgrade);
-    let (path, token) = match swap(&shared, &tunnel.target.host, req.headers_mut(), path) {
-        Ok(swapped) => swapped,
-        Err((reason, why)) => {
-            return refuse(&shared, pending, StatusCode::FORBIDDEN, reason, &why);
+    let host = &tunnel.target.host;
+    let swapped = match crate::google::minter_for(&shared.credentials(), host) {
+        Some(minter) => {
+            let exchange = crate::google::Upstream {
+                tls: &shared.upstream,
+                deny: &shared.deny,
+                resolve: &shared.resolve,
+            };
+            (minter.swap(&exchange, req.headers_mut(), path, host)).await
         }
+        None => swap(&shared, host, req.headers_mut(), path)
+            .map_err(|(reason, why)| (StatusCode::FORBIDDEN, reason, why)),
+    };
+    let (path, token) = match swapped {
+        Ok(swapped) => swapped,
+        Err((status, reason, why)) => return refuse(&shared, pending, status, reason, &why),
     };
     // Origin-form, and the path as the client sent it unless the swap
     // changed it (a key in the query): parsed again only then.
@@ -683,8 +694,14 @@ fn swap_with(
         Ok(new_path) => Ok((new_path.unwrap_or(path), Some(cred.provider.clone()))),
         Err(crate::rewrite::Refusal::NoKey) => {
             // The sandbox did its part: the host holds no key to swap in.
+            let what = match cred.provider.as_str() {
+                crate::google::PROVIDER => {
+                    "no Google service account (GOOGLE_APPLICATION_CREDENTIALS)"
+                }
+                _ => "no real key",
+            };
             let why = format!(
-                "the host has no real key for {}: set it in the environment of `hermes egress start` or in the hermes home's .env, then restart the proxy",
+                "the host has {what} for {}: set it in the environment of `hermes egress start` or in the hermes home's .env, then restart the proxy",
                 cred.provider
             );
             Err((crate::rewrite::Refusal::NoKey.reason(), why))

@@ -73,6 +73,7 @@ async fn fixture_full(limits: crate::settings::Limits, h2: bool) -> Fixture {
         listen: None,
         upstream_deny_cidrs: Some(vec!["169.254.0.0/16".parse().unwrap()]),
         extra_allowed_hosts: vec![],
+        google_oauth_hosts: vec![],
         resolve: [("api.openai.com".to_string(), "127.0.0.1".parse().unwrap())].into(),
         upstream_ca_file: None,
         upstream_header_timeout_seconds: 10,

@@ -28,6 +28,9 @@ pub struct ProxyConfigFile {
     /// `None`: the built-in deny list.
     pub upstream_deny_cidrs: Option<Vec<IpNet>>,
     pub extra_allowed_hosts: Vec<String>,
+    /// The hosts that get minted Google access tokens (allowed too).
+    #[serde(default = "default_google_oauth_hosts")]
+    pub google_oauth_hosts: Vec<String>,
     pub resolve: BTreeMap<String, IpAddr>,
     pub upstream_ca_file: Option<String>,
     pub upstream_header_timeout_seconds: u64,
@@ -45,6 +48,13 @@ pub struct ProxyConfigFile {
     /// hand in this file (`egress setup` keeps them); absent, the defaults.
     #[serde(default, skip_serializing_if = "Limits::is_default")]
     pub limits: Limits,
+}
+
+fn default_google_oauth_hosts() -> Vec<String> {
+    hermes_model::providers::GOOGLE_OAUTH_HOSTS
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// The tunable limits of `config.json`'s `limits` object; every field is
@@ -126,6 +136,7 @@ impl ProxyConfigFile {
             listen: proxy.listen.clone(),
             upstream_deny_cidrs: proxy.upstream_deny_cidrs.clone(),
             extra_allowed_hosts: proxy.extra_allowed_hosts.clone(),
+            google_oauth_hosts: proxy.google_oauth_hosts.clone(),
             resolve: proxy.resolve.iter().cloned().collect(),
             upstream_ca_file: proxy.upstream_ca_file.clone(),
             upstream_header_timeout_seconds: proxy.upstream_header_timeout_seconds,
@@ -244,7 +255,9 @@ impl Settings {
             http_port: file.http_port(),
             mgmt_addr: (Ipv4Addr::LOCALHOST, 0).into(),
             mgmt_token: file.mgmt_token.clone(),
-            allow: Allowlist::with_defaults(&file.extra_allowed_hosts),
+            allow: Allowlist::with_defaults(
+                &[&file.extra_allowed_hosts[..], &file.google_oauth_hosts[..]].concat(),
+            ),
             deny: DenyList::from_config(file.upstream_deny_cidrs.as_deref()),
             resolve: file.resolve.clone(),
             upstream_ca_pem,

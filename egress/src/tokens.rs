@@ -256,6 +256,9 @@ pub struct Credential {
     pub token: String,
     pub key: Option<Secret>,
     pub places: Vec<Place>,
+    /// Google OAuth: access tokens minted from a service account take the
+    /// place of the token (see [`crate::google`]).
+    pub oauth: Option<std::sync::Arc<crate::google::Minter>>,
     hosts: Allowlist,
 }
 
@@ -273,6 +276,7 @@ impl Credential {
             token: token.to_string(),
             key,
             places,
+            oauth: None,
             hosts: Allowlist::exactly(hosts),
         }
     }
@@ -316,10 +320,32 @@ impl Credentials {
                 token: token.clone(),
                 key,
                 places: m.places.clone(),
+                oauth: None,
                 hosts: Allowlist::exactly(&m.hosts),
             });
         }
         Credentials { list }
+    }
+
+    /// Google OAuth: the `gcp` credential serves `hosts` (when given) and,
+    /// with a service account, mints its access tokens.
+    pub fn configure_google<S: AsRef<str>>(
+        &mut self,
+        hosts: Option<&[S]>,
+        account: Option<crate::google::ServiceAccount>,
+    ) {
+        let Some(cred) = self
+            .list
+            .iter_mut()
+            .find(|c| c.provider == crate::google::PROVIDER)
+        else {
+            return;
+        };
+        if let Some(hosts) = hosts {
+            cred.hosts = Allowlist::exactly(hosts);
+        }
+        cred.oauth = account
+            .map(|account| std::sync::Arc::new(crate::google::Minter::new(&cred.token, account)));
     }
 
     /// The credential whose hosts include `host`.

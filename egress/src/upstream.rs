@@ -246,6 +246,36 @@ impl UpstreamTls {
     }
 }
 
+impl UpstreamTls {
+    /// A verified TLS stream (ALPN http/1.1) to `target` at one of
+    /// `addrs`, for the proxy's own requests (the Google token exchange).
+    pub async fn connect_stream(
+        &self,
+        target: &Target,
+        addrs: &[SocketAddr],
+        deny: &DenyList,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, UpstreamError> {
+        let (tcp, _) = dial::connect(addrs, deny).await?;
+        let name = match &target.host {
+            Host::Name(n) => {
+                ServerName::try_from(n.clone()).map_err(|_| UpstreamError::Name(n.clone()))?
+            }
+            Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
+        };
+        match tokio::time::timeout(TLS_TIMEOUT, self.h1.connect(name, tcp)).await {
+            Ok(Ok(tls)) => Ok(tls),
+            Ok(Err(source)) => Err(UpstreamError::Tls {
+                target: target.to_string(),
+                source,
+            }),
+            Err(_) => Err(UpstreamError::Tls {
+                target: target.to_string(),
+                source: std::io::ErrorKind::TimedOut.into(),
+            }),
+        }
+    }
+}
+
 /// A plain TCP connection (the plain-HTTP port), HTTP/1.1, and the
 /// address it reached.
 pub async fn connect_plain(

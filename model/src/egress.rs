@@ -3,7 +3,8 @@
 //! The sandbox gets the proxy variables (pointing at the proxy by the name
 //! `host.docker.internal`, mapped to the address the proxy listens on), the
 //! CA mounted read-only with the variables that make curl, Python and Node
-//! trust it, each provider variable set to its proxy token, and the label
+//! trust it, each provider variable set to its proxy token, placeholder
+//! Google credentials (the `gcp` token only) when there are some, and the label
 //! `hermes-egress=<fingerprint>`. No real key is part of any of it. With
 //! `proxy.enforce_network` the sandbox sits on an internal network whose
 //! only reachable service is the proxy, so the variables are not advice but
@@ -11,7 +12,9 @@
 //!
 //! The variables (proxy, CA trust, tokens) are not the container's: they
 //! reach each command through the exec path ([`EgressWiring::env`]), so a
-//! token rotation or a new proxy port needs no recreate. The fingerprint
+//! token rotation or a new proxy port needs no recreate. The one exception
+//! is `GOOGLE_APPLICATION_CREDENTIALS`, which names the placeholder file
+//! mounted with the container and changes only with that mount. The fingerprint
 //! covers every egress setting that `docker create` fixes (the proxy's
 //! address in `/etc/hosts`, the CA's mount, the network): a change of any
 //! of them changes the spec hash, and the plan recreates the sandbox (its
@@ -25,6 +28,12 @@ use crate::sandbox::{Bind, LABEL_EGRESS, SandboxSpec};
 
 /// Where the CA certificate appears inside a sandbox.
 pub const CA_IN_SANDBOX: &str = "/etc/ssl/certs/hermes-egress-ca.crt";
+
+/// Where a Docker sandbox finds its Google application default
+/// credentials: an `authorized_user` file holding only the `gcp` proxy
+/// token (as the access token, expiring far ahead, so that google-auth
+/// sends it without refreshing), named by `GOOGLE_APPLICATION_CREDENTIALS`.
+pub const GCP_ADC_IN_SANDBOX: &str = "/etc/hermes-egress/gcp-credentials.json";
 
 /// What a sandbox needs to reach the proxy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +52,9 @@ pub struct EgressWiring {
     /// The internal network the sandbox joins instead of the default bridge
     /// (`proxy.enforce_network`).
     pub network: Option<String>,
+    /// The placeholder Google credentials file on the host (holding the
+    /// `gcp` token only), mounted read-only at [`GCP_ADC_IN_SANDBOX`].
+    pub gcp_adc_host_path: Option<PathBuf>,
 }
 
 impl EgressWiring {
@@ -56,6 +68,10 @@ impl EgressWiring {
         field("ca", &self.ca_sha256);
         field("ca_path", &self.ca_host_path.display().to_string());
         field("network", self.network.as_deref().unwrap_or(""));
+        // Only when there is one: wirings without it keep their fingerprint.
+        if let Some(path) = &self.gcp_adc_host_path {
+            field("gcp_adc", &path.display().to_string());
+        }
         h.finish()
     }
 
@@ -100,6 +116,17 @@ impl SandboxSpec {
             container: CA_IN_SANDBOX.to_string(),
             options: Some("ro".to_string()),
         });
+        if let Some(adc) = &wiring.gcp_adc_host_path {
+            let name = crate::providers::GOOGLE_SERVICE_ACCOUNT_VARIABLE;
+            self.env.retain(|(k, _)| k != name);
+            self.env
+                .push((name.to_string(), GCP_ADC_IN_SANDBOX.to_string()));
+            self.binds.push(Bind {
+                host: adc.display().to_string(),
+                container: GCP_ADC_IN_SANDBOX.to_string(),
+                options: Some("ro".to_string()),
+            });
+        }
         self.add_hosts
             .retain(|h| h.split(':').next() != Some(PROXY_HOST_NAME));
         self.add_hosts
@@ -160,6 +187,7 @@ mod tests {
                 "openai-0123456789abcdef0123456789abcdef".to_string(),
             )],
             network: None,
+            gcp_adc_host_path: None,
         }
     }
 
@@ -202,6 +230,28 @@ mod tests {
         assert_eq!(wired.labels[LABEL_EGRESS], wiring().fingerprint());
         assert_ne!(wired.hash(), plain.hash());
         assert_eq!(wired.hash(), wired.compute_hash());
+    }
+
+    #[test]
+    fn the_placeholder_google_credentials_are_mounted_and_named_when_there_are_some() {
+        let plain = spec("").with_egress(&wiring());
+        assert!(
+            !plain
+                .env
+                .iter()
+                .any(|(k, _)| k == "GOOGLE_APPLICATION_CREDENTIALS")
+        );
+        let mut w = wiring();
+        w.gcp_adc_host_path = Some(PathBuf::from("/h/proxy/gcp-credentials.json"));
+        assert_ne!(w.fingerprint(), wiring().fingerprint());
+        let wired = spec("").with_egress(&w);
+        assert!(wired.env.contains(&(
+            "GOOGLE_APPLICATION_CREDENTIALS".to_string(),
+            GCP_ADC_IN_SANDBOX.to_string()
+        )));
+        assert!(wired.binds.iter().any(|b| b.to_engine()
+            == "/h/proxy/gcp-credentials.json:/etc/hermes-egress/gcp-credentials.json:ro"));
+        assert_ne!(wired.hash(), plain.hash());
     }
 
     #[test]

@@ -89,10 +89,30 @@ pub const PROVIDERS: &[ProviderSpec] = &[
         hosts: &["inference.nousresearch.com"],
         places: &["authorization: Bearer"],
     },
+    // Google OAuth (Vertex AI): the token stands in for an access token
+    // that the proxy mints from the host's service account
+    // (GOOGLE_APPLICATION_CREDENTIALS); a host's own access token in
+    // GOOGLE_OAUTH_ACCESS_TOKEN is swapped in like a key when there is
+    // no service account. The hosts: `proxy.google_oauth_hosts`.
+    ProviderSpec {
+        name: "gcp",
+        env: &["GOOGLE_OAUTH_ACCESS_TOKEN"],
+        hosts: GOOGLE_OAUTH_HOSTS,
+        places: &["authorization: Bearer"],
+    },
 ];
 
-/// Credentials the proxy cannot stand in for: signed requests and service
-/// account files. `status` warns when they are set; they are not passed on.
+/// The hosts the minted Google access tokens go to, without
+/// `proxy.google_oauth_hosts`: Vertex AI.
+pub const GOOGLE_OAUTH_HOSTS: &[&str] =
+    &["aiplatform.googleapis.com", "*-aiplatform.googleapis.com"];
+
+/// The host's variable naming a Google service-account key file: read by
+/// the proxy only, never handed to a sandbox.
+pub const GOOGLE_SERVICE_ACCOUNT_VARIABLE: &str = "GOOGLE_APPLICATION_CREDENTIALS";
+
+/// Credentials the proxy cannot stand in for: signed requests. `status`
+/// warns when they are set; they are not passed on.
 pub const UNCOVERED: &[(&str, &str)] = &[
     (
         "AWS_ACCESS_KEY_ID",
@@ -106,10 +126,6 @@ pub const UNCOVERED: &[(&str, &str)] = &[
         "AWS_SESSION_TOKEN",
         "AWS SigV4 signs each request with the secret key",
     ),
-    (
-        "GOOGLE_APPLICATION_CREDENTIALS",
-        "a GCP service account signs its own access tokens",
-    ),
 ];
 
 /// Every variable that may hold a real provider key.
@@ -120,7 +136,9 @@ pub fn key_variables() -> impl Iterator<Item = &'static str> {
 /// Whether `name` holds a provider key or a credential the proxy cannot
 /// cover: never handed to a sandbox behind the proxy.
 pub fn is_credential_variable(name: &str) -> bool {
-    key_variables().any(|v| v == name) || UNCOVERED.iter().any(|(v, _)| *v == name)
+    key_variables().any(|v| v == name)
+        || name == GOOGLE_SERVICE_ACCOUNT_VARIABLE
+        || UNCOVERED.iter().any(|(v, _)| *v == name)
 }
 
 #[cfg(test)]
@@ -136,6 +154,7 @@ mod tests {
         assert_eq!(all.len(), n);
         assert!(is_credential_variable("OPENAI_API_KEY"));
         assert!(is_credential_variable("AWS_SECRET_ACCESS_KEY"));
+        assert!(is_credential_variable("GOOGLE_APPLICATION_CREDENTIALS"));
         assert!(!is_credential_variable("PATH"));
     }
 }

@@ -238,6 +238,11 @@ pub const KEYS: &[KeySpec] = &[
         Ty::HostPatternList,
         Default::EmptyList,
     ),
+    key(
+        "proxy.google_oauth_hosts",
+        Ty::HostPatternList,
+        Default::Null,
+    ),
     key("proxy.enforce_on_ssh", Ty::Bool, Default::Bool(true)),
     key("proxy.enforce_network", Ty::Bool, Default::Bool(false)),
     key("proxy.listen", Ty::OptIpList, Default::Null),

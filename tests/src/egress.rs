@@ -246,6 +246,18 @@ pub fn in_container(
     files: &[(&str, &str)],
     script: &str,
 ) -> Sections {
+    in_container_with(proxy, env, files, &[], script)
+}
+
+/// Like [`in_container`], with `mounts` (host path, container path)
+/// added read-only.
+pub fn in_container_with(
+    proxy: &Proxy,
+    env: &[(&str, String)],
+    files: &[(&str, &str)],
+    mounts: &[(&Path, &str)],
+    script: &str,
+) -> Sections {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     for (name, text) in files {
         std::fs::write(dir.path().join(name), text).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -259,6 +271,9 @@ pub fn in_container(
     let mount = |src: &Path, dst: &str| format!("{}:{dst}:ro", src.display());
     cmd.arg("-v").arg(mount(&proxy.ca_path(), CA_IN_CONTAINER));
     cmd.arg("-v").arg(mount(dir.path(), "/t"));
+    for (src, dst) in mounts {
+        cmd.arg("-v").arg(mount(src, dst));
+    }
     let mut vars: Vec<(String, String)> = vec![
         ("HTTPS_PROXY".into(), https_proxy.clone()),
         ("https_proxy".into(), https_proxy),

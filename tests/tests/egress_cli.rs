@@ -245,7 +245,7 @@ fn status_reports_masked_tokens_keys_listening_and_uncovered_credentials() {
     );
     assert_eq!(
         line("GOOGLE_APPLICATION_CREDENTIALS")[..3],
-        ["GOOGLE_APPLICATION_CREDENTIALS", "-", "uncovered"]
+        ["GOOGLE_APPLICATION_CREDENTIALS", "gcp", "OAuth"]
     );
     // The text shows every counter the JSON has.
     for name in json["counters"].as_object().unwrap().keys() {

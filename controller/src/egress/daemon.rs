@@ -17,6 +17,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use hermes_egress::google;
 use hermes_egress::logfile::{RotatingLog, SharedLog, own_stdio};
 use hermes_egress::settings::{DnsSettings, ProxyConfigFile, Settings};
 use hermes_egress::tokens::{Credentials, MappingsFile, TokensFile};
@@ -127,15 +128,31 @@ fn load_credentials(home: &Home, paths: &Paths) -> anyhow::Result<Credentials> {
         &read_file(&paths.config())?.ok_or_else(|| missing(paths.config()))?,
     )?;
     let env = crate::commands::host_env(home)?;
-    if file.credential_source == super::bitwarden::SOURCE {
+    let (mut credentials, service_account) = if file.credential_source == super::bitwarden::SOURCE {
         let keys = super::bitwarden::fetch(&env, file.bitwarden_project_id.as_deref())?;
-        return Ok(Credentials::build(&mappings, &tokens, |name| {
-            keys.get(name).map(|k| k.to_string())
-        }));
-    }
-    Ok(Credentials::build(&mappings, &tokens, |name| {
-        env.lookup(name).map(str::to_string)
-    }))
+        let lookup = |name: &str| keys.get(name).map(|k| k.to_string());
+        (
+            Credentials::build(&mappings, &tokens, lookup),
+            lookup(google::KEY_FILE_VARIABLE).map(zeroize::Zeroizing::new),
+        )
+    } else {
+        let lookup = |name: &str| env.lookup(name).map(str::to_string);
+        (
+            Credentials::build(&mappings, &tokens, lookup),
+            lookup(google::KEY_FILE_VARIABLE).map(zeroize::Zeroizing::new),
+        )
+    };
+    // The service account's key is read here, into memory only; a key
+    // file that cannot be used stops the proxy with the reason.
+    let account = match service_account.filter(|v| !v.trim().is_empty()) {
+        Some(value) => Some(
+            google::ServiceAccount::from_variable(&value)
+                .with_context(|| format!("{} (Google OAuth minting)", google::KEY_FILE_VARIABLE))?,
+        ),
+        None => None,
+    };
+    credentials.configure_google(Some(&file.google_oauth_hosts), account);
+    Ok(credentials)
 }
 
 /// With `credential_source: bitwarden`, the key variables Bitwarden holds

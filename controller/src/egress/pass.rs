@@ -127,6 +127,7 @@ pub fn desired(home: &Home, config: &Config) -> Egress {
             ca_sha256: hex(&Sha256::digest(&ca)),
             tokens: token_env,
             network: network.map(|(name, _)| name),
+            gcp_adc_host_path: Some(paths.gcp_adc()).filter(|p| p.is_file()),
         },
         settings,
     }

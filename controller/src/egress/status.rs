@@ -134,6 +134,9 @@ pub enum Coverage {
     /// The sandbox holds a token; the proxy puts the real key in its
     /// place (a header or the query), towards the provider's hosts only.
     HeaderSwap,
+    /// The sandbox holds a token; the proxy puts an access token it
+    /// minted from the host's Google service account in its place.
+    OauthMinting,
     /// Nothing stands in for it: it is not passed to sandboxes behind
     /// the proxy, or it goes into a sandbox that reaches the internet
     /// directly.
@@ -144,6 +147,7 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Coverage::HeaderSwap => "header swap",
+            Coverage::OauthMinting => "OAuth minting",
             Coverage::Uncovered => "uncovered",
         })
     }
@@ -204,6 +208,25 @@ fn credential_rows(
                 }
             }
         }
+    }
+    if let Some(gcp) = mappings
+        .mappings
+        .iter()
+        .find(|m| m.provider == hermes_egress::google::PROVIDER)
+    {
+        let name = hermes_egress::google::KEY_FILE_VARIABLE;
+        let set = env.lookup(name).is_some_and(|v| !v.is_empty());
+        rows.push(CredentialRow {
+            credential: name.to_string(),
+            provider: Some(gcp.provider.clone()),
+            coverage: Coverage::OauthMinting,
+            detail: format!(
+                "the proxy mints access tokens from the service account for proxy.google_oauth_hosts; sandboxes send the {} token ({}) as their bearer token; never passed to sandboxes ({})",
+                gcp.provider,
+                gcp.env.join(", "),
+                if set { "set on this host" } else { "not set" }
+            ),
+        });
     }
     for (name, why) in tokens::UNCOVERED {
         let set = env.lookup(name).is_some_and(|v| !v.is_empty());
@@ -568,11 +591,10 @@ mod tests {
         let aws = find("AWS_ACCESS_KEY_ID", Coverage::Uncovered);
         assert_eq!(aws.provider, None);
         assert!(aws.detail.contains("SigV4") && aws.detail.ends_with("(set on this host)"));
-        assert!(
-            find("GOOGLE_APPLICATION_CREDENTIALS", Coverage::Uncovered)
-                .detail
-                .ends_with("(not set)")
-        );
+        let gcp = find("GOOGLE_APPLICATION_CREDENTIALS", Coverage::OauthMinting);
+        assert_eq!(gcp.provider.as_deref(), Some("gcp"));
+        assert!(gcp.detail.ends_with("(not set)"), "{}", gcp.detail);
+        assert!(gcp.detail.contains("GOOGLE_OAUTH_ACCESS_TOKEN"));
         // Every provider key variable has its row.
         for variable in hermes_model::providers::key_variables() {
             find(variable, Coverage::HeaderSwap);

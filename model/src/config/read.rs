@@ -101,6 +101,17 @@ impl Config {
                     .into_iter()
                     .map(|h| h.to_ascii_lowercase())
                     .collect(),
+                google_oauth_hosts: match r.get(schema_key!("proxy.google_oauth_hosts")) {
+                    Value::Null => crate::providers::GOOGLE_OAUTH_HOSTS
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect(),
+                    _ => r
+                        .strings(schema_key!("proxy.google_oauth_hosts"))
+                        .into_iter()
+                        .map(|h| h.to_ascii_lowercase())
+                        .collect(),
+                },
                 enforce_on_ssh: r.bool(schema_key!("proxy.enforce_on_ssh")),
                 enforce_network: r.bool(schema_key!("proxy.enforce_network")),
                 listen: match r.get(schema_key!("proxy.listen")) {
