@@ -15,7 +15,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::exec::{ExecIo, ExecOutcome, ExecRequest};
+use crate::exec::{ExecIo, ExecOutcome, ExecRequest, Executor};
 
 /// The sandbox hermes wants on a service, in that service's terms after
 /// validation by the model.
@@ -128,6 +128,23 @@ pub trait CloudDriver {
     /// Reads one file from the sandbox.
     fn read_file(&self, id: &str, path: &str)
     -> impl Future<Output = Result<Vec<u8>, Self::Error>>;
+}
+
+/// One running sandbox of a service, as an [`Executor`]: its commands run
+/// through the driver's [`CloudDriver::exec`].
+#[derive(Debug)]
+pub struct InSandbox<C> {
+    pub driver: C,
+    /// The service's id of the sandbox.
+    pub id: String,
+}
+
+impl<C: CloudDriver> Executor for InSandbox<C> {
+    type Error = C::Error;
+
+    async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, C::Error> {
+        self.driver.exec(&self.id, req, io).await
+    }
 }
 
 /// Whether an HTTP status is worth a retry, as the reference retries:

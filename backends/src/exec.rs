@@ -42,8 +42,7 @@ pub struct ExecOutcome {
 /// Where a command's input comes from and its output goes, as it flows.
 pub struct ExecIo<'a> {
     /// What the command reads on its standard input; `None`: nothing (it
-    /// reads end of input at once). Backends that cannot attach an input
-    /// (Docker) give the command none.
+    /// reads end of input at once).
     pub stdin: Option<&'a mut (dyn AsyncRead + Unpin + Send)>,
     pub stdout: &'a mut (dyn AsyncWrite + Unpin + Send),
     pub stderr: &'a mut (dyn AsyncWrite + Unpin + Send),
@@ -73,6 +72,148 @@ pub trait Executor {
         req: &ExecRequest,
         io: ExecIo<'_>,
     ) -> impl Future<Output = Result<ExecOutcome, Self::Error>>;
+}
+
+/// How hermes runs every command, on every backend: the argv each
+/// backend executes is [`terminal_argv`] of what the user gave, so the
+/// contract below is written once.
+///
+/// - One argument is a shell command line, run by `bash` where the sandbox
+///   has it, else `sh` (`hermes exec -- 'echo x > f'`).
+/// - Several arguments are an argv, delivered intact, never re-split.
+/// - A command that is not found exits 127 (the shell's own code).
+/// - The working directory carries over: the directory a command line
+///   leaves (its shell's `$PWD` when it ends) is written to the task's
+///   state file in the sandbox (`cwd_state`; written beside and renamed
+///   into place, so a reader never sees half of it), and the next command of the
+///   task starts there; the most recently finished command wins when
+///   commands of one task run at once. An argv cannot change it (a
+///   program's `cd` ends with it, as in a terminal); `--cwd` (a request
+///   without a state file) sets the directory for one command and leaves
+///   the carried one as it was.
+/// - In the background, the command is started in a session of its own
+///   (`setsid` where the sandbox has it), its input and output on
+///   `/dev/null`, and the exec returns at once: exit 0 once started, 127
+///   when the program is not found.
+pub const TERMINAL_SCRIPT: &str = r#"# hermes-exec
+hermes_s=$1 hermes_f=$2 hermes_b=$3
+shift 3
+case $hermes_s in '' | /*) ;; *) hermes_s=$HOME/$hermes_s ;; esac
+if [ -n "$hermes_s" ] && { IFS= read -r hermes_d <"$hermes_s"; } 2>/dev/null && [ -n "$hermes_d" ] && [ "$hermes_d" != "$PWD" ]; then
+	cd -- "$hermes_d" 2>/dev/null || printf 'hermes: the last directory %s is gone; running in %s\n' "$hermes_d" "$PWD" >&2
+fi
+if [ "$hermes_f" = line ]; then
+	if command -v bash >/dev/null 2>&1; then hermes_f=bash; else hermes_f=sh; fi
+	if [ "$hermes_b" = bg ]; then
+		set -- "$hermes_f" -c "$1"
+	else
+		set -- "$hermes_f" -c 'hermes_s=$1 hermes_c=$2; shift 2; if [ -n "$hermes_s" ]; then hermes_o=$PWD; trap '"'"'hermes_r=$?; [ "$PWD" = "$hermes_o" ] || { { { printf "%s\n" "$PWD" >"$hermes_s.$$"; } 2>/dev/null || { mkdir -p -- "${hermes_s%/*}" && printf "%s\n" "$PWD" >"$hermes_s.$$"; } 2>/dev/null; } && mv -f -- "$hermes_s.$$" "$hermes_s" 2>/dev/null; }; exit $hermes_r'"'"' EXIT; fi; eval "$hermes_c"' "$hermes_f" "$hermes_s" "$1"
+		unset hermes_s hermes_f hermes_b hermes_d
+		exec "$@"
+	fi
+fi
+command -v "$1" >/dev/null 2>&1 || {
+	printf 'hermes: %s: command not found\n' "$1" >&2
+	exit 127
+}
+if [ "$hermes_b" = bg ]; then
+	unset hermes_s hermes_f hermes_b hermes_d
+	if command -v setsid >/dev/null 2>&1; then
+		setsid "$@" </dev/null >/dev/null 2>&1 &
+	else
+		"$@" </dev/null >/dev/null 2>&1 &
+	fi
+	exit 0
+fi
+unset hermes_s hermes_f hermes_b hermes_d
+exec "$@"
+"#;
+
+/// The argv that runs `cmd` under [`TERMINAL_SCRIPT`]'s contract:
+/// `/bin/sh -c SCRIPT sh STATE line|argv fg|bg ARGS…`. `cwd_state`: the
+/// file in the sandbox that carries the task's working directory (relative
+/// paths are from the home there); `None` when `--cwd` set the directory
+/// for this command.
+pub fn terminal_argv(cmd: &[String], cwd_state: Option<&str>, background: bool) -> Vec<String> {
+    let form = match cmd {
+        [one] if !is_plain_program(one) => "line",
+        _ => "argv",
+    };
+    let mut argv = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        TERMINAL_SCRIPT.to_string(),
+        "sh".to_string(),
+        cwd_state.unwrap_or_default().to_string(),
+        form.to_string(),
+        if background { "bg" } else { "fg" }.to_string(),
+    ];
+    argv.extend(cmd.iter().cloned());
+    argv
+}
+
+/// Whether a one-argument command line is a program name alone (`true`,
+/// `/bin/ls`, `node`): run as an argv it does the same, without starting a
+/// shell for it. A shell builtin that has no program of its own (`cd`,
+/// `exit`, `export`…) is a command line.
+fn is_plain_program(word: &str) -> bool {
+    const BUILTINS: &[&str] = &[
+        ".",
+        "alias",
+        "bg",
+        "bind",
+        "builtin",
+        "caller",
+        "cd",
+        "command",
+        "compgen",
+        "complete",
+        "declare",
+        "dirs",
+        "disown",
+        "enable",
+        "eval",
+        "exec",
+        "exit",
+        "export",
+        "fc",
+        "fg",
+        "getopts",
+        "hash",
+        "help",
+        "history",
+        "jobs",
+        "let",
+        "local",
+        "logout",
+        "mapfile",
+        "popd",
+        "pushd",
+        "read",
+        "readarray",
+        "readonly",
+        "return",
+        "set",
+        "shift",
+        "shopt",
+        "source",
+        "suspend",
+        "times",
+        "trap",
+        "type",
+        "typeset",
+        "ulimit",
+        "umask",
+        "unalias",
+        "unset",
+        "wait",
+    ];
+    !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_./+-".contains(&b))
+        && !word.starts_with('-')
+        && !BUILTINS.contains(&word)
 }
 
 /// A value as one line of the header a remote bootstrap script reads (SSH,
@@ -158,6 +299,8 @@ pub(crate) fn new_exec_id() -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     #[test]
@@ -167,6 +310,136 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
         assert_ne!(a, b);
+    }
+
+    /// Runs `cmd` under the terminal contract with this host's `/bin/sh`,
+    /// in `dir`: (exit code, stdout, stderr).
+    fn terminal(
+        cmd: &[&str],
+        state: Option<&std::path::Path>,
+        background: bool,
+        dir: &std::path::Path,
+        input: &str,
+    ) -> (i32, String, String) {
+        use std::io::Write;
+        let cmd: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
+        let state = state.map(|p| p.display().to_string());
+        let argv = terminal_argv(&cmd, state.as_deref(), background);
+        let mut child = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .current_dir(dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    #[test]
+    fn one_argument_is_a_command_line_several_an_argv_kept_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path();
+        let line = terminal(&["echo a  b > f; cat f | tr a x"], None, false, at, "");
+        assert_eq!(line, (0, "x b\n".to_string(), String::new()));
+        let argv = terminal(
+            &[
+                "sh",
+                "-c",
+                "printf '<%s>' \"$@\"",
+                "-",
+                "a  b",
+                "$HOME",
+                "*",
+            ],
+            None,
+            false,
+            at,
+            "",
+        );
+        assert_eq!(argv, (0, "<a  b><$HOME><*>".to_string(), String::new()));
+        // A program name alone runs as an argv; a builtin as a line.
+        assert_eq!(terminal(&["pwd"], None, false, at, "").0, 0);
+        assert!(!is_plain_program("cd"));
+        assert!(is_plain_program("/usr/bin/env"));
+        assert!(!is_plain_program("ls -l"));
+        // Standard input reaches the command either way.
+        assert_eq!(terminal(&["cat"], None, false, at, "in").1, "in");
+        assert_eq!(terminal(&["tr a b"], None, false, at, "aa").1, "bb");
+        // The exit code is the command's; one not found is 127.
+        assert_eq!(terminal(&["exit 7"], None, false, at, "").0, 7);
+        let missing = terminal(&["no-such-program-x", "a"], None, false, at, "");
+        assert_eq!(missing.0, 127, "{missing:?}");
+        assert!(missing.2.contains("no-such-program-x"), "{missing:?}");
+        assert_eq!(terminal(&["no-such-program-x"], None, false, at, "").0, 127);
+        assert_eq!(
+            terminal(&["no-such-program-x; true"], None, false, at, "").0,
+            0
+        );
+    }
+
+    #[test]
+    fn the_directory_a_command_line_leaves_is_where_the_next_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path();
+        let state = at.join("state").join("cwd");
+        let sub = at.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let go = format!("cd {}", sub.display());
+        assert_eq!(terminal(&[&go], Some(&state), false, at, "").0, 0);
+        let here = terminal(&["pwd"], Some(&state), false, at, "");
+        assert_eq!(here.1.trim(), sub.display().to_string());
+        // An `exit` still records; an argv cannot move it.
+        let back = format!("cd {}; exit 3", at.display());
+        assert_eq!(terminal(&[&back], Some(&state), false, at, "").0, 3);
+        assert_eq!(
+            terminal(&["sh", "-c", "cd /; pwd"], Some(&state), false, at, "").1,
+            "/\n"
+        );
+        let here = terminal(&["pwd"], Some(&state), false, &sub, "");
+        assert_eq!(here.1.trim(), at.display().to_string());
+        // Without a state file (`--cwd`) nothing is read or recorded.
+        assert_eq!(terminal(&["cd /"], None, false, at, "").0, 0);
+        let here = terminal(&["pwd"], Some(&state), false, &sub, "");
+        assert_eq!(here.1.trim(), at.display().to_string());
+        // A directory that is gone: the command runs where it is, and says so.
+        std::fs::write(&state, format!("{}/gone\n", at.display())).unwrap();
+        let gone = terminal(&["pwd"], Some(&state), false, &sub, "");
+        assert_eq!(gone.1.trim(), sub.display().to_string());
+        assert!(gone.2.contains("is gone"), "{gone:?}");
+    }
+
+    #[test]
+    fn a_background_command_starts_and_the_exec_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path();
+        let started = std::time::Instant::now();
+        let bg = terminal(&["sleep 1; echo done > marker"], None, true, at, "");
+        assert_eq!(bg, (0, String::new(), String::new()));
+        assert!(started.elapsed() < Duration::from_millis(900));
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while !at.join("marker").exists() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            std::fs::read_to_string(at.join("marker")).unwrap(),
+            "done\n"
+        );
+        assert_eq!(
+            terminal(&["no-such-program-x", "a"], None, true, at, "").0,
+            127
+        );
     }
 
     #[test]

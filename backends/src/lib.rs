@@ -7,8 +7,12 @@
 //! decisions stay in `reconcilers`.
 //!
 //! - [`exec`]: what every backend's exec shares: the request and outcome,
-//!   and the [`exec::Executor`] trait (a Docker container and an SSH host
-//!   both are one).
+//!   the [`exec::Executor`] trait (this host, a Docker container, an SSH
+//!   host, a singularity instance; the cloud drivers have the same call),
+//!   and the terminal contract every backend runs its commands under
+//!   ([`exec::terminal_argv`]).
+//! - [`local`]: this host (`terminal.backend: local`), a process group per
+//!   command.
 //! - [`docker`]: the Docker engine through bollard: observing labelled
 //!   containers, idempotent create/start/remove, image pulls, and exec with
 //!   live output and timeouts that kill the whole process tree.
@@ -41,6 +45,7 @@ pub mod daytona;
 pub mod docker;
 pub mod exec;
 pub mod host_dir;
+pub mod local;
 #[cfg(feature = "modal")]
 pub mod modal;
 pub mod singularity;

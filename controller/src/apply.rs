@@ -124,8 +124,8 @@ impl Applied {
             }
             Err(e) => {
                 self.failed += 1;
-                tracing::info!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
-                eprintln!("error: {} {}: {e}", op.target, op.action.verb());
+                tracing::debug!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
+                crate::notices::op_error(format_args!("{} {}: {e}", op.target, op.action.verb()));
                 self.failures.push((op.target.clone(), e));
             }
         }
@@ -355,7 +355,9 @@ pub async fn replace(
 /// An exclusive lock on the sandbox's name, `run/locks/<name>.lock`
 /// under the home (0600 in 0700 directories, never through a link),
 /// held until dropped; taken off the runtime's threads, since it waits.
-async fn lock_sandbox(spec: &SandboxSpec) -> Result<nix::fcntl::Flock<std::fs::File>, DockerError> {
+pub(crate) async fn lock_sandbox(
+    spec: &SandboxSpec,
+) -> Result<nix::fcntl::Flock<std::fs::File>, DockerError> {
     use std::os::unix::fs::DirBuilderExt;
     let dir = spec.home.join("run").join("locks");
     let path = dir.join(format!("{}.lock", spec.name));

@@ -192,8 +192,16 @@ impl Seam {
         }
     }
 
-    // EXEC SEAM: `hermes exec` is to dispatch here too (`Seam::exec`), once
-    // the exec rework lands (`commands/exec.rs`, `backends/src/exec.rs`,
-    // the backends' exec functions); until then `commands/exec.rs` picks
-    // its backend itself.
+    /// Where `hermes exec` runs a command of `which`: the backend's
+    /// [`Executor`](hermes_backends::exec::Executor), its sandbox created
+    /// or started when needed (never recreated), and the values every
+    /// command there gets ([`crate::exec_target`]).
+    pub async fn exec_target(
+        self,
+        home: &Home,
+        desired: &Desired,
+        which: &crate::exec_target::Which<'_>,
+    ) -> anyhow::Result<(crate::exec_target::ExecTarget, crate::exec_target::Values)> {
+        crate::exec_target::ExecTarget::choose(self, home, desired, which).await
+    }
 }

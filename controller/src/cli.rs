@@ -7,6 +7,13 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hermes_model::names::{self, NameKind};
 
+/// The help heading of the options every command takes. In every
+/// command's help the options come in one order: what to act on (a task, a
+/// session), then the common options, then the rare ones, then `--output`;
+/// the global options (home, profile, logging) follow under their own
+/// heading. `tests::options_come_in_the_natural_order` holds it.
+const GLOBAL: &str = "Global options";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "hermes",
@@ -18,15 +25,29 @@ use hermes_model::names::{self, NameKind};
 )]
 pub struct Cli {
     /// The hermes home (default: $HERMES_HOME, else ~/.hermes).
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, global = true, value_name = "DIR", help_heading = GLOBAL, display_order = 900)]
     pub home: Option<PathBuf>,
 
     /// The active profile (default: $HERMES_PROFILE, else `default`).
-    #[arg(long, global = true, value_name = "NAME", value_parser = NameParser(NameKind::Profile))]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        value_parser = NameParser(NameKind::Profile),
+        help_heading = GLOBAL,
+        display_order = 901
+    )]
     pub profile: Option<String>,
 
     /// Log format on stderr; the level comes from RUST_LOG (default: warn).
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = LogFormat::Text,
+        help_heading = GLOBAL,
+        display_order = 902
+    )]
     pub log_format: LogFormat,
 
     #[command(subcommand)]
@@ -78,10 +99,32 @@ pub enum Command {
     /// The egress credential proxy: set-up, daemon, status.
     #[command(subcommand)]
     Egress(EgressCommand),
+    /// Serve the sandbox to an agent over the Model Context Protocol:
+    /// stdio (what an MCP client spawns), or streamable HTTP with --http.
+    Mcp(McpArgs),
     /// Holds one SSH connection for every hermes process (started by
     /// `hermes exec` on the ssh backend; ends when idle).
     #[command(hide = true)]
     SshHolder(SshHolderArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The task whose sandbox the tools use.
+    #[arg(long, default_value = "default", value_parser = NameParser(NameKind::Task))]
+    pub task: String,
+    /// The session whose sandbox the tools use (as `hermes exec
+    /// --session`). Default: the task's sandbox, or where
+    /// terminal.container_persistent is false, one of each connection's
+    /// own, removed when it ends.
+    #[arg(long, value_name = "ID", value_parser = NameParser(NameKind::Session))]
+    pub session: Option<String>,
+    /// Serve the streamable HTTP transport at http://ADDR/mcp instead of
+    /// stdio; a loopback address only. Every request needs
+    /// `Authorization: Bearer` with the token in $HERMES_HOME/mcp/token
+    /// (made on first use, 0600).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -168,16 +211,6 @@ pub struct ExecArgs {
     /// The task whose sandbox runs the command.
     #[arg(long, default_value = "default", value_parser = NameParser(NameKind::Task))]
     pub task: String,
-    /// Seconds before the command is killed, with everything it started
-    /// (default: terminal.timeout). Exit code 124 on timeout.
-    #[arg(long)]
-    pub timeout: Option<u64>,
-    /// Working directory inside the sandbox (default: /workspace).
-    #[arg(long)]
-    pub cwd: Option<String>,
-    /// An environment variable for the command, NAME=value; repeatable.
-    #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
-    pub env: Vec<String>,
     /// Run in this session's own sandbox (tmpfs /workspace and /root,
     /// nothing carried over), shared by every exec that names it; removed
     /// by `hermes session end ID` or when idle for terminal.lifetime_seconds.
@@ -188,11 +221,27 @@ pub struct ExecArgs {
         value_parser = NameParser(NameKind::Session)
     )]
     pub session: Option<String>,
-    /// Start the command and return at once; it keeps the sandbox busy
-    /// (never reaped as idle) while it runs. Its output is not kept.
+    /// Seconds before the command is killed, with everything it started
+    /// (default: terminal.timeout). Exit code 124 on timeout.
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// Working directory inside the sandbox for this command only, which
+    /// leaves the task's carried directory as it was (default: where the
+    /// task's last command line left it; at first /workspace, the remote
+    /// workspace, or here on local).
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// An environment variable for the command, NAME=value; repeatable.
+    #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// Start the command in a session of its own and return at once, on
+    /// every backend; it keeps the sandbox busy (never reaped as idle)
+    /// while it runs. Its input and output are /dev/null.
     #[arg(long, conflicts_with = "timeout")]
     pub background: bool,
-    /// The command and its arguments, after `--`.
+    /// The command, after `--`: one argument is a shell command line
+    /// (bash where the sandbox has it, else sh); several are an argv,
+    /// delivered intact.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
@@ -275,13 +324,13 @@ pub struct ReconcileArgs {
     /// written.
     #[arg(long, value_name = "FILE", requires = "dry_run")]
     pub config: Option<std::path::PathBuf>,
-    /// How to print the plan.
-    #[arg(long, value_enum, default_value_t = Output::Text)]
-    pub output: Output,
     /// Also remove the sandboxes the config no longer wants (as
     /// reconcile.prune: true does).
     #[arg(long)]
     pub prune: bool,
+    /// How to print the plan.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
 }
 
 /// Checks a task, session or profile name where clap reads it
@@ -392,5 +441,108 @@ mod tests {
                 .collect();
             assert_eq!(values, ["text", "json"], "{path:?}");
         }
+    }
+
+    /// What an option is for, in the order a command's help lists them.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    enum Place {
+        /// What to act on: a task, a session.
+        Target,
+        Common,
+        /// Asked for now and then.
+        Rare,
+        /// How to print (`--output`, and `--json`, its alias).
+        Output,
+        /// clap's own: `--help`, `--version`.
+        Builtin,
+    }
+
+    fn place(long: &str) -> Place {
+        match long {
+            "task" | "session" => Place::Target,
+            "background" | "config" | "prune" | "force" | "metrics-expose" | "show-tokens" => {
+                Place::Rare
+            }
+            "output" | "json" => Place::Output,
+            "help" | "version" => Place::Builtin,
+            _ => Place::Common,
+        }
+    }
+
+    /// The options of `cmd` as its help lists them, by heading: (heading,
+    /// long names in order).
+    fn options_by_heading(cmd: &clap::Command) -> Vec<(String, Vec<String>)> {
+        let mut options: Vec<&clap::Arg> = cmd
+            .get_arguments()
+            .filter(|a| !a.is_positional() && !a.is_hide_set())
+            .collect();
+        // The help's own order: display order, then name.
+        options.sort_by_key(|a| (a.get_display_order(), a.get_id().to_string()));
+        // The untitled options come first, under "Options".
+        let mut headings: Vec<(String, Vec<String>)> = vec![("Options".to_string(), Vec::new())];
+        for arg in options {
+            let heading = arg.get_help_heading().unwrap_or("Options").to_string();
+            let long = arg.get_long().unwrap_or_default().to_string();
+            match headings.iter_mut().find(|(h, _)| *h == heading) {
+                Some((_, longs)) => longs.push(long),
+                None => headings.push((heading, vec![long])),
+            }
+        }
+        headings.retain(|(_, longs)| !longs.is_empty());
+        headings
+    }
+
+    /// Every command (built, so that the global options are in each).
+    fn every_command(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        out.push((path.to_string(), cmd.clone()));
+        // clap's own `help` subcommands take no options.
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            every_command(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    /// In every command's help: the command's own options (what to act on,
+    /// common, rare, `--output`, then clap's `--help`), then the global
+    /// options, the same three in the same order, logging last.
+    #[test]
+    fn options_come_in_the_natural_order() {
+        let mut cli = Cli::command();
+        cli.build();
+        let mut commands = Vec::new();
+        every_command(&cli, "hermes", &mut commands);
+        assert!(commands.len() > 15, "{}", commands.len());
+        for (path, cmd) in &commands {
+            let headings = options_by_heading(cmd);
+            let names: Vec<&str> = headings.iter().map(|(h, _)| h.as_str()).collect();
+            assert_eq!(names, ["Options", GLOBAL], "{path}: {headings:?}");
+            let own = &headings[0].1;
+            let places: Vec<Place> = own.iter().map(|l| place(l)).collect();
+            assert!(
+                places.is_sorted(),
+                "{path}: the options {own:?} are out of order ({places:?}): what to act on, \
+                 common, rare, --output, then --help"
+            );
+            assert_eq!(
+                headings[1].1,
+                ["home", "profile", "log-format"],
+                "{path}: the global options"
+            );
+        }
+    }
+
+    #[test]
+    fn the_order_rule_catches_an_option_placed_wrongly() {
+        #[derive(Debug, Parser)]
+        struct Wrong {
+            /// How to print.
+            #[arg(long)]
+            output: bool,
+            /// A task.
+            #[arg(long)]
+            task: bool,
+        }
+        let headings = options_by_heading(&Wrong::command());
+        let places: Vec<Place> = headings[0].1.iter().map(|l| place(l)).collect();
+        assert!(!places.is_sorted(), "{headings:?}");
     }
 }

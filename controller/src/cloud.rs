@@ -326,8 +326,7 @@ async fn carry_out<C: CloudDriver>(
                     else {
                         return Err(e.into());
                     };
-                    tracing::warn!(target = %op.target, cause = %fallback.cause, "a snapshot failed to restore");
-                    eprintln!("warning: {}: {}", op.target, fallback.cause);
+                    crate::notices::warning(format_args!("{}: {}", op.target, fallback.cause));
                     book.forget(&desired.profile, task)?;
                     Ok(driver.create(&spec, None).await?)
                 }
@@ -429,32 +428,55 @@ fn seen(record: hermes_model::cloud::TaskRecord, found: Option<CloudSandbox>) ->
     }
 }
 
-/// A command in the task's sandbox on the service, which is created (from
-/// the task's snapshot), resumed or recreated first when needed.
-///
-/// The command gets the `<backend>_forward_env` values (then the request's
-/// own, which win), and nothing else of this host: a service without a
-/// sandbox-wide environment (Vercel) has them only this way, and on the
-/// others a value changed since the sandbox was made takes effect.
-pub async fn exec_cloud<C: CloudDriver>(
+/// The task's sandbox on the service as an executor, created (from the
+/// task's snapshot), resumed or recreated (a dead one) first when needed;
+/// and the `<backend>_forward_env` values every command there gets before
+/// its own (a service without a sandbox-wide environment, Vercel, has them
+/// only this way, and on the others a value changed since the sandbox was
+/// made takes effect).
+pub async fn executor(
+    home: &crate::home::Home,
+    desired: &Desired,
+    task: &str,
+) -> anyhow::Result<(
+    hermes_backends::cloud::InSandbox<Driver>,
+    Vec<(String, String)>,
+)> {
+    let Some(cloud) = &desired.cloud else {
+        anyhow::bail!("the {} backend has no cloud settings", desired.backend());
+    };
+    if let Err(missing) = &cloud.credentials {
+        anyhow::bail!(
+            "{missing}: the {} backend needs it, in the environment or in .env",
+            cloud.backend
+        );
+    }
+    let host = crate::commands::host_env(home)?;
+    let home_dir = home_dir(&host);
+    let driver = Driver::new(cloud.backend, &host, home_dir.as_deref())?;
+    let book = SnapshotBook::new(home.root(), cloud.backend);
+    let id = ready(&driver, desired, &book, task).await?;
+    Ok((
+        hermes_backends::cloud::InSandbox { driver, id },
+        cloud.env.clone(),
+    ))
+}
+
+/// The id of the task's running sandbox on the service, which is created
+/// (from the task's snapshot), resumed or recreated (a dead one) first when
+/// needed.
+pub async fn ready<C: CloudDriver>(
     driver: &C,
     desired: &Desired,
     book: &SnapshotBook,
     task: &str,
-    req: &ExecRequest,
-    io: ExecIo<'_>,
-) -> anyhow::Result<ExecOutcome> {
+) -> anyhow::Result<String> {
     let cloud = desired
         .cloud
         .as_ref()
         .ok_or_else(|| anyhow::anyhow!("the backend is not a cloud service"))?;
     cloud.credentials.clone()?;
-    let id = ensure(driver, desired, cloud, book, task).await?;
-    let mut env = cloud.env.clone();
-    env.retain(|(name, _)| !req.env.iter().any(|(n, _)| n == name));
-    env.extend(req.env.iter().cloned());
-    let req = ExecRequest { env, ..req.clone() };
-    Ok(driver.exec(&id, &req, io).await?)
+    ensure(driver, desired, cloud, book, task).await
 }
 
 /// The id of the task's running sandbox, made so through the planner.
@@ -918,6 +940,20 @@ mod tests {
         };
         let plan = Plan::new(hermes_reconcilers::cloud::end_session(d, &observed, "s1"));
         apply_cloud(driver, d, &plan, book, false).await
+    }
+
+    /// A command in the task's sandbox, as `hermes exec` runs it: made
+    /// ready, then the driver's exec.
+    async fn exec_cloud<C: CloudDriver>(
+        driver: &C,
+        desired: &Desired,
+        book: &SnapshotBook,
+        task: &str,
+        req: &ExecRequest,
+        io: ExecIo<'_>,
+    ) -> anyhow::Result<ExecOutcome> {
+        let id = ready(driver, desired, book, task).await?;
+        Ok(driver.exec(&id, req, io).await?)
     }
 
     fn exec_req() -> ExecRequest {

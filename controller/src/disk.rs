@@ -83,8 +83,9 @@ fn find_program(name: &str) -> Option<PathBuf> {
 
 fn warn_once(message: &str) {
     if !WARNED.swap(true, Ordering::Relaxed) {
-        tracing::warn!("terminal.container_disk is not enforced: {message}");
-        eprintln!("warning: terminal.container_disk is not enforced: {message}");
+        crate::notices::warning(format_args!(
+            "terminal.container_disk is not enforced: {message}"
+        ));
     }
 }
 

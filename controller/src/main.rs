@@ -30,10 +30,13 @@ mod commands;
 mod daemon;
 mod disk;
 mod egress;
+mod exec_target;
 mod failures;
 mod fsio;
 mod home;
+mod mcp;
 mod metrics;
+mod notices;
 mod pass;
 mod proxy_ops;
 mod redacting;
@@ -133,6 +136,7 @@ fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(commands::status::run(&home, &profile, output))
         }
         Command::Egress(command) => commands::egress::run(&home, command),
+        Command::Mcp(args) => runtime()?.block_on(mcp::run(&home, &profile, args)),
         Command::SshHolder(args) => runtime()?.block_on(ssh::run_holder(&home, args)),
     }
 }
@@ -165,7 +169,7 @@ fn init_tracing(format: LogFormat, default_level: &str, home: Option<&Home>) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(redacting::RedactingLogs::new(redactor));
+        .with_writer(redacting::RedactingLogs::new(redactor).one_line(format == LogFormat::Text));
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),

@@ -109,27 +109,61 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for RedactingWriter<W> {
 #[derive(Debug, Clone)]
 pub struct RedactingLogs {
     redactor: Option<Arc<Redactor>>,
+    one_line: bool,
 }
 
 impl RedactingLogs {
     /// `None`: logs go out as they are (`security.redact_secrets: false`).
     pub fn new(redactor: Option<Arc<Redactor>>) -> RedactingLogs {
-        RedactingLogs { redactor }
+        RedactingLogs {
+            redactor,
+            one_line: false,
+        }
     }
+
+    /// Each event on one line: a line break inside a message or a field
+    /// (a config error's two lines) is written `\n` (the text format; JSON
+    /// escapes its own).
+    pub fn one_line(mut self, on: bool) -> RedactingLogs {
+        self.one_line = on;
+        self
+    }
+}
+
+/// `event` with every line break but the final one written `\n`.
+fn on_one_line(event: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let body = event.strip_suffix(b"\n").unwrap_or(event);
+    if !body.contains(&b'\n') {
+        return std::borrow::Cow::Borrowed(event);
+    }
+    let mut out = Vec::with_capacity(event.len() + 8);
+    for &byte in body {
+        match byte {
+            b'\n' => out.extend_from_slice(b"\\n"),
+            byte => out.push(byte),
+        }
+    }
+    out.extend_from_slice(&event[body.len()..]);
+    std::borrow::Cow::Owned(out)
 }
 
 /// One log event's writer.
 #[derive(Debug)]
 pub struct LogLine {
     redactor: Option<Arc<Redactor>>,
+    one_line: bool,
 }
 
 impl io::Write for LogLine {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let mut err = io::stderr().lock();
+        let event = match self.one_line {
+            true => on_one_line(buf),
+            false => std::borrow::Cow::Borrowed(buf),
+        };
         match &self.redactor {
-            Some(r) => err.write_all(&r.redact(buf))?,
-            None => err.write_all(buf)?,
+            Some(r) => err.write_all(&r.redact(&event))?,
+            None => err.write_all(&event)?,
         }
         Ok(buf.len())
     }
@@ -145,6 +179,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RedactingLogs {
     fn make_writer(&'a self) -> LogLine {
         LogLine {
             redactor: self.redactor.clone(),
+            one_line: self.one_line,
         }
     }
 }
@@ -156,6 +191,16 @@ mod tests {
     use tokio::io::AsyncWriteExt;
 
     use super::*;
+
+    #[test]
+    fn a_log_event_stays_on_one_line() {
+        assert_eq!(
+            &*on_one_line(b"ERROR bad: file.yaml:4: x\nconfig.yaml is invalid\n"),
+            b"ERROR bad: file.yaml:4: x\\nconfig.yaml is invalid\n"
+        );
+        assert_eq!(&*on_one_line(b"INFO done\n"), b"INFO done\n");
+        assert_eq!(&*on_one_line(b"no end"), b"no end");
+    }
 
     #[tokio::test]
     async fn the_writer_masks_secrets_split_across_writes() {

@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest, Executor};
 use hermes_backends::singularity::{Instance, Runtime};
 use hermes_model::action::{Action, Families, InstanceAction};
 use hermes_model::config::Backend;
@@ -60,22 +59,23 @@ async fn carry_out(runtime: &Runtime, action: &InstanceAction) -> Result<(), App
     }
 }
 
-/// Runs a command in the instance of `task` (or the session's), starting
-/// or restarting it first when it is not as wanted.
-pub async fn exec(
+/// The instance of `task` (or the session's) as an executor, started
+/// first when it is not running (said on stderr in the plan's words). A
+/// running instance of a stale spec is used as it is, with one line on
+/// stderr: only `hermes reconcile` restarts it.
+pub async fn executor(
     desired: &Desired,
     task: &str,
     session: Option<&str>,
-    req: &ExecRequest,
-    io: ExecIo<'_>,
-) -> anyhow::Result<ExecOutcome> {
+) -> anyhow::Result<Instance> {
     let spec = desired.exec_instance(task, session);
     let runtime = Runtime::from_env()?;
     ensure(&runtime, desired, &spec).await?;
-    Ok(Instance::new(runtime, &spec).exec(req, io).await?)
+    Ok(Instance::new(runtime, &spec))
 }
 
-/// Makes the instance of `spec` run as wanted, through the planner.
+/// Starts the instance of `spec` when the planner says so; a restart it
+/// wants is left to `hermes reconcile`, said in one line.
 async fn ensure(runtime: &Runtime, desired: &Desired, spec: &InstanceSpec) -> anyhow::Result<()> {
     let seen = runtime.observe(std::slice::from_ref(spec)).await?;
     let mut only = desired.clone();
@@ -88,8 +88,16 @@ async fn ensure(runtime: &Runtime, desired: &Desired, spec: &InstanceSpec) -> an
         if op.action.kind() == Kind::Blocked {
             anyhow::bail!("{}: {}", op.target, op.cause);
         }
-        if let Action::Instance(action) = &op.action {
-            carry_out(runtime, action).await?;
+        match &op.action {
+            Action::Instance(action @ InstanceAction::Start(_)) => {
+                crate::exec_target::say(&op);
+                carry_out(runtime, action).await?;
+            }
+            Action::Instance(InstanceAction::Restart(_)) => eprintln!(
+                "hermes: {} runs a stale spec ({}); the command runs in it as it is: `hermes reconcile` restarts it (its overlay kept)",
+                op.target, op.cause
+            ),
+            _ => {}
         }
     }
     Ok(())

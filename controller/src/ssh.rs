@@ -13,16 +13,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
+use hermes_backends::exec::{ExecIo, ExecRequest};
 use hermes_backends::ssh::{
     ConnectOptions, Destination, Forward, HolderClient, HolderOptions, Identity, RemoteExec,
-    RemoteFile, SpawnHolder, SshError,
+    RemoteFile, SpawnHolder, SshError, SshHost,
 };
 use hermes_model::action::{Action, Families, SshAction};
 use hermes_model::desired::{DEFAULT_TASK, Desired, Egress};
 use hermes_model::plan::Plan;
 use hermes_model::ssh::{SshObserved, SshTarget, remote_ca, remote_workspace, ssh_egress};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::cli::SshHolderArgs;
 use crate::home::Home;
@@ -185,23 +184,19 @@ pub async fn run_holder(home: &Home, args: SshHolderArgs) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs `req` on the target through its holder, with this process's
-/// standard input, and its output to `stdout` and `stderr`. With the
-/// egress proxy wired (`Egress::On`), the proxy's tunnel and plain ports
-/// are forwarded from the remote's `127.0.0.1` to the proxy here, the CA is
-/// copied beside the task's workspace, and the command gets the proxy, CA
-/// and token variables (over any of the same name): no real key leaves
-/// this host.
-pub async fn exec(
+/// The target as an executor (through its holder), and the values every
+/// command there gets before its own `--env`. With the egress proxy wired
+/// (`Egress::On`), the proxy's tunnel and plain ports are forwarded from
+/// the remote's `127.0.0.1` to the proxy here, the CA is copied beside the
+/// task's workspace, and the command gets the proxy, CA and token
+/// variables (over any of the same name): no real key leaves this host.
+pub fn executor(
     home: &Home,
     desired: &Desired,
     task: &str,
-    req: &ExecRequest,
-    stdout: &mut (dyn AsyncWrite + Unpin + Send),
-    stderr: &mut (dyn AsyncWrite + Unpin + Send),
-) -> anyhow::Result<ExecOutcome> {
+) -> anyhow::Result<(SshHost, Vec<(String, String)>)> {
     let target = target(desired)?;
-    let mut req = req.clone();
+    let mut env = Vec::new();
     let mut remote = RemoteExec {
         default_cwd: remote_workspace(&desired.profile, task)?,
         learn: true,
@@ -223,18 +218,15 @@ pub async fn exec(
             .collect();
         remote.files.push(RemoteFile { path: ca, content });
         remote.home_env = wired.home_env;
-        req.env.retain(|(k, _)| {
-            !wired.env.iter().any(|(w, _)| w == k) && !remote.home_env.iter().any(|(w, _)| w == k)
-        });
-        req.env.extend(wired.env);
+        env = wired.env;
     }
-    let mut stdin = stdin_pipe();
-    let io = ExecIo {
-        stdin: Some(&mut stdin),
-        stdout,
-        stderr,
-    };
-    Ok(client(home, target).exec(&req, &remote, io).await?)
+    Ok((
+        SshHost {
+            holder: client(home, target),
+            remote,
+        },
+        env,
+    ))
 }
 
 /// Where the proxy listens here for the forwarded connections: its
@@ -252,31 +244,6 @@ fn proxy_address(desired: &Desired) -> IpAddr {
         .or(listen.first())
         .copied()
         .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
-}
-
-/// This process's standard input as an async reader. A thread of its own
-/// reads it: a read blocked on a terminal must not keep the process from
-/// exiting when the command is done.
-fn stdin_pipe() -> tokio::io::DuplexStream {
-    use std::io::Read;
-    let (mut writer, reader) = tokio::io::duplex(64 * 1024);
-    let runtime = tokio::runtime::Handle::current();
-    std::thread::spawn(move || {
-        let mut stdin = std::io::stdin().lock();
-        let mut buf = vec![0u8; 32 * 1024];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if runtime.block_on(writer.write_all(&buf[..n])).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-        let _ = runtime.block_on(writer.shutdown());
-    });
-    reader
 }
 
 /// What a pass sees of the target: connected over a trusted key (a new

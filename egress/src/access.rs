@@ -5,9 +5,10 @@
 //! never holds a request; and the counters the management endpoint shows.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use serde::Serialize;
 
@@ -37,11 +38,13 @@ pub enum Via {
     Transparent,
 }
 
-/// One line of the access log.
+/// One line of the access log. The time is formatted, and the line
+/// serialized, by the writer thread, off the request's path.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
-    pub time: String,
-    pub client: String,
+    #[serde(serialize_with = "rfc3339")]
+    pub time: SystemTime,
+    pub client: SocketAddr,
     pub host: String,
     pub method: String,
     pub path: String,
@@ -61,8 +64,8 @@ pub struct Record {
 #[derive(Debug)]
 pub struct Pending {
     pub started: Instant,
-    pub time: String,
-    pub client: String,
+    pub time: SystemTime,
+    pub client: SocketAddr,
     pub host: String,
     pub method: String,
     pub path: String,
@@ -72,11 +75,11 @@ pub struct Pending {
 impl Pending {
     /// Each field is cut to its bound ([`MAX_HOST`], [`MAX_METHOD`],
     /// [`MAX_PATH`]) and anything shaped like a proxy token is masked.
-    pub fn new(client: std::net::SocketAddr, host: String, method: &str, path: String) -> Pending {
+    pub fn new(client: SocketAddr, host: String, method: &str, path: String) -> Pending {
         Pending {
             started: Instant::now(),
-            time: now_rfc3339(),
-            client: client.to_string(),
+            time: SystemTime::now(),
+            client,
             host: field(host, MAX_HOST),
             method: field(method.to_string(), MAX_METHOD),
             path: field(path, MAX_PATH),
@@ -165,10 +168,12 @@ fn mask_tokens(text: &mut String) {
     }
 }
 
-fn now_rfc3339() -> String {
-    time::OffsetDateTime::now_utc()
+/// `time` as RFC 3339, in UTC.
+fn rfc3339<S: serde::Serializer>(time: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    let text = time::OffsetDateTime::from(*time)
         .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    s.serialize_str(&text)
 }
 
 /// What the management endpoint reports.
@@ -312,6 +317,17 @@ mod tests {
         assert!(!p.host.contains(&token) && p.host.starts_with("openai-…@"));
         assert_eq!(p.method.len(), MAX_METHOD - 3 + "…".len());
         assert!(p.path.len() <= MAX_PATH && p.path.starts_with("/v1/openai-…/x"));
+        // The line as written: the time in RFC 3339 (UTC), the client as
+        // address:port.
+        let line =
+            serde_json::to_value(p.finish(200, 0, Decision::Allow, "forwarded", None)).unwrap();
+        let time = line["time"].as_str().unwrap();
+        assert!(
+            time::OffsetDateTime::parse(time, &time::format_description::well_known::Rfc3339)
+                .is_ok_and(|t| t.offset().is_utc()),
+            "{line}"
+        );
+        assert_eq!(line["client"], "10.0.0.2:5000");
         // Hex runs of other lengths, or inside words, are kept.
         let mut other = format!("/sha-{} /x-{}y", "a".repeat(40), "b".repeat(32));
         let before = other.clone();

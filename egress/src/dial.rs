@@ -89,8 +89,12 @@ pub async fn resolve(
 }
 
 /// Connects to the first of `addrs` that answers, checking each address
-/// before dialling it and the connected peer after.
-pub async fn connect(addrs: &[SocketAddr], deny: &DenyList) -> Result<TcpStream, DialError> {
+/// before dialling it and the connected peer after; the stream and the
+/// peer's address.
+pub async fn connect(
+    addrs: &[SocketAddr],
+    deny: &DenyList,
+) -> Result<(TcpStream, SocketAddr), DialError> {
     let mut last = None;
     for addr in addrs {
         deny.check(addr.ip())?;
@@ -103,7 +107,7 @@ pub async fn connect(addrs: &[SocketAddr], deny: &DenyList) -> Result<TcpStream,
                 deny.check(peer.ip())?;
                 // Small request heads and SSE events go out at once.
                 let _ = stream.set_nodelay(true);
-                return Ok(stream);
+                return Ok((stream, peer));
             }
             Ok(Err(e)) => last = Some((addr, e)),
             Err(_) => last = Some((addr, std::io::ErrorKind::TimedOut.into())),

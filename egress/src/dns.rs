@@ -17,7 +17,8 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use hickory_server::authority::MessageResponseBuilder;
 use hickory_server::proto::op::{Header, MessageType, OpCode, ResponseCode};
@@ -39,6 +40,9 @@ pub struct DnsCounters {
     pub answered: AtomicU64,
     /// Names not on the allowlist.
     pub nxdomain: AtomicU64,
+    /// Whether [`serve`] is serving: false once it has stopped (its
+    /// socket failed), while the rest of the proxy may run on.
+    pub serving: AtomicBool,
 }
 
 impl DnsCounters {
@@ -164,13 +168,85 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::UdpSocket> {
     tokio::net::UdpSocket::bind(addr).await
 }
 
-/// Serves `socket` until the task is aborted.
+/// Serves `socket` until the task is aborted or the socket fails (for
+/// example, destroyed from outside): the counters say whether it serves,
+/// and `/health` with them, so that a responder that stopped makes the
+/// proxy unhealthy (sandboxes fail closed, the next pass restarts it).
 pub async fn serve(socket: tokio::net::UdpSocket, responder: Responder) {
+    let serving = Serving(responder.counters.clone());
+    serving.0.serving.store(true, Ordering::Relaxed);
     let mut server = hickory_server::ServerFuture::new(responder);
     server.register_socket(socket);
-    if let Err(e) = server.block_until_done().await {
-        tracing::error!(error = %e, "the DNS responder stopped");
+    match server.block_until_done().await {
+        Ok(()) => tracing::error!("the DNS responder stopped: its socket failed"),
+        Err(e) => tracing::error!(error = %e, "the DNS responder stopped"),
     }
+    drop(serving);
+}
+
+/// Marks the responder stopped when [`serve`] ends, however it ends.
+struct Serving(Arc<DnsCounters>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.serving.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The name [`probe`] asks for: under `.invalid`, never anyone's name.
+pub const PROBE_NAME: &str = "hermes-health-probe.invalid.";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("no answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("its answer is no DNS answer to the query: {0}")]
+    Answer(String),
+}
+
+/// Asks the responder at `addr` for [`PROBE_NAME`] and waits at most
+/// `within` for its answer (any answer code: it answers NXDOMAIN).
+pub async fn probe(addr: SocketAddr, within: Duration) -> Result<(), ProbeError> {
+    use hickory_proto::op::{Message, Query};
+    use hickory_proto::rr::Name;
+    let ask = async {
+        let local: SocketAddr = if addr.is_ipv4() {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let socket = tokio::net::UdpSocket::bind(local).await?;
+        socket.connect(addr).await?;
+        // Enough to tell this query's answer from a stray datagram.
+        let nanos = std::time::UNIX_EPOCH
+            .elapsed()
+            .map_or(0, |d| d.subsec_nanos());
+        let id = u16::try_from((nanos ^ std::process::id()) & 0xffff).unwrap_or(0x4242);
+        let name = Name::from_ascii(PROBE_NAME).map_err(|e| ProbeError::Answer(e.to_string()))?;
+        let mut query = Message::new();
+        query
+            .set_id(id)
+            .add_query(Query::query(name, RecordType::A));
+        let bytes = query
+            .to_vec()
+            .map_err(|e| ProbeError::Answer(e.to_string()))?;
+        socket.send(&bytes).await?;
+        let mut buf = [0u8; 1500];
+        loop {
+            let n = socket.recv(&mut buf).await?;
+            let Ok(answer) = Message::from_vec(&buf[..n]) else {
+                continue;
+            };
+            if answer.id() == id && answer.message_type() == MessageType::Response {
+                return Ok(());
+            }
+        }
+    };
+    tokio::time::timeout(within, ask)
+        .await
+        .map_err(|_| ProbeError::Timeout(within))?
 }
 
 #[cfg(test)]
@@ -251,6 +327,10 @@ mod tests {
         let r = responder();
         let counters = r.counters.clone();
         let task = tokio::spawn(serve(socket, r));
+        probe(addr, std::time::Duration::from_secs(2))
+            .await
+            .unwrap();
+        assert!(counters.serving.load(Ordering::Relaxed));
         let a = ask(addr, "api.openai.com.", RecordType::A).await;
         assert_eq!(a.id(), 4242);
         assert_eq!(a.response_code(), ResponseCode::NoError);
@@ -266,9 +346,19 @@ mod tests {
         assert_eq!(nx.response_code(), ResponseCode::NXDomain);
         assert!(nx.answers().is_empty());
         let snapshot = counters.snapshot();
-        assert_eq!(snapshot["queries"], 3);
+        assert_eq!(snapshot["queries"], 4);
         assert_eq!(snapshot["answered"], 2);
-        assert_eq!(snapshot["nxdomain"], 1);
+        assert_eq!(snapshot["nxdomain"], 2);
+        // Stopped: it says so, and a probe gets no answer.
         task.abort();
+        let _ = task.await;
+        assert!(!counters.serving.load(Ordering::Relaxed));
+        let err = probe(addr, std::time::Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ProbeError::Timeout(_) | ProbeError::Io(_)),
+            "{err}"
+        );
     }
 }

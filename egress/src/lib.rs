@@ -11,9 +11,11 @@
 //! - [`tokens`]: providers, proxy tokens, mappings and the real keys.
 //! - [`rewrite`]: the token-for-key swap in headers and query.
 //! - [`sigv4`]: AWS SigV4 requests checked and signed again.
+//! - [`google`]: Google OAuth access tokens minted from a service account.
 //! - [`settings`]: the proxy's config file and its run-time settings.
 //! - [`server`]: the listeners, CONNECT, the tunnels, forwarding.
 //! - [`upstream`]: verified TLS (h2 or HTTP/1.1) or plain connections out.
+//! - [`pool`]: upstream connections reused across tunnels.
 //! - [`body`]: streamed response bodies that write the access line.
 //! - [`access`]: the JSON access log and the counters.
 //! - [`logfile`]: `proxy.log`, rotated by size.
@@ -29,10 +31,12 @@ pub mod dial;
 pub mod dns;
 #[doc(hidden)]
 pub mod fuzz_targets;
+pub mod google;
 pub mod limits;
 pub mod logfile;
 mod mgmt;
 pub mod policy;
+pub mod pool;
 pub mod rewrite;
 pub mod server;
 pub mod settings;

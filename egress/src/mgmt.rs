@@ -1,7 +1,8 @@
 //! The management endpoint, on 127.0.0.1 behind a bearer token:
 //! `GET /health` answers the proxy's version, where it listens, its
 //! counters, its connection limits and, per provider, whether it holds a
-//! real key (and the variable it came from; never the key). `hermes egress status` reads it.
+//! real key (and the variable it came from; never the key), and whether
+//! the DNS responder serves. `hermes egress status` and every pass read it.
 //! It has a budget of its own ([`MGMT_CONNECTIONS`]), apart from the data
 //! plane's, so a flood of client connections never makes it look dead.
 
@@ -98,14 +99,21 @@ fn handle(shared: &Shared, req: &Request<Incoming>) -> Response<ProxyBody> {
             // The proxy-only network's DNS responder (transparent egress).
             "dns": shared.dns.as_ref().map(|counters| serde_json::json!({
                 "listen": bound.and_then(|b| b.dns).map(|a| a.to_string()),
+                // False once it stopped (its socket failed): the proxy is
+                // then unhealthy to hermes, which restarts it.
+                "serving": counters.serving.load(Ordering::Relaxed),
                 "counters": counters.snapshot(),
             })),
             // Per provider, whether a real key is loaded and the variable
             // it came from: never the key.
             "keys": shared.credentials().iter().map(|c| serde_json::json!({
                 "provider": c.provider,
-                "loaded": c.has_key(),
-                "from": c.key_env,
+                "loaded": c.has_key() || c.oauth.is_some(),
+                "from": if c.oauth.is_some() {
+                    Some(crate::google::KEY_FILE_VARIABLE.to_string())
+                } else {
+                    c.key_env.clone()
+                },
             })).collect::<Vec<_>>(),
             "limits": {
                 "connections_per_client": shared.limits.per_client(),

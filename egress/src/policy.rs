@@ -356,6 +356,10 @@ impl Allowlist {
         match pattern.strip_prefix("*.") {
             Some(domain) if !domain.is_empty() => self.suffixes.push(format!(".{domain}")),
             Some(_) => {}
+            // `*-rest.domain`: a first label ending in `-rest`.
+            None if pattern.len() > 2 && pattern.starts_with("*-") => {
+                self.suffixes.push(pattern[1..].to_string());
+            }
             None => match parse_host(pattern) {
                 Ok(host) => self.exact.push(host.to_string()),
                 Err(_) => self.exact.push(pattern.to_string()),
@@ -378,10 +382,12 @@ impl Allowlist {
             return true;
         }
         match host {
-            Host::Name(name) => self
-                .suffixes
-                .iter()
-                .any(|suffix| name.len() > suffix.len() && name.ends_with(suffix.as_str())),
+            Host::Name(name) => self.suffixes.iter().any(|suffix| {
+                name.strip_suffix(suffix.as_str()).is_some_and(|head| {
+                    // `*-rest` covers one label's head; `*.domain` any.
+                    !head.is_empty() && (suffix.starts_with('.') || !head.contains('.'))
+                })
+            }),
             Host::Ip(_) => false,
         }
     }

@@ -239,3 +239,14 @@ fn the_allowlist_matches_exact_names_and_wildcards_below_a_domain() {
     assert!(!allows("::1"));
     assert!(!Allowlist::with_defaults::<&str>(&[]).allows(&parse_host("example.com").unwrap()));
 }
+
+#[test]
+fn a_dash_wildcard_matches_one_first_label_ending_in_its_rest() {
+    let list = Allowlist::exactly(&["*-aiplatform.googleapis.com"]);
+    let allows = |text: &str| list.allows(&parse_host(text).unwrap());
+    assert!(allows("us-central1-aiplatform.googleapis.com"));
+    assert!(!allows("aiplatform.googleapis.com"));
+    assert!(!allows("a.b-aiplatform.googleapis.com"));
+    assert!(!allows("evil-aiplatform.googleapis.com.evil.test"));
+    assert_eq!(list.patterns(), ["*-aiplatform.googleapis.com"]);
+}

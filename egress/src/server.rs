@@ -23,7 +23,6 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Mutex;
 use tokio_rustls::LazyConfigAcceptor;
 
 use crate::access::{AccessLog, Counters, Decision, Pending, Via};
@@ -33,6 +32,7 @@ use crate::dial::{self, DialError};
 use crate::dns::{DnsCounters, Responder};
 use crate::limits::{Limits, Slot};
 use crate::policy::{Allowlist, DenyList, Host, parse_host};
+use crate::pool::Pool;
 use crate::rewrite::{inject, path_without_query_values};
 use crate::settings::Settings;
 use crate::target::{
@@ -43,8 +43,6 @@ use crate::upstream::{self, Sender, UpstreamError, UpstreamTls};
 
 /// How long the client's TLS handshake inside a tunnel may take.
 const CLIENT_TLS_TIMEOUT: Duration = Duration::from_secs(15);
-/// How many targets keep a shared HTTP/2 connection.
-const H2_POOL_TARGETS: usize = 256;
 /// The header that says why the proxy refused a request.
 pub const REFUSED_HEADER: &str = "x-hermes-egress-refused";
 /// The header that says why the proxy could not complete a request.
@@ -94,8 +92,8 @@ pub(crate) struct Shared {
     credentials: std::sync::RwLock<Arc<Credentials>>,
     leaves: LeafCache,
     upstream: UpstreamTls,
-    /// One HTTP/2 connection per target, shared by every tunnel to it.
-    h2_pool: std::sync::Mutex<std::collections::HashMap<Target, Sender>>,
+    /// Upstream connections, reused across tunnels.
+    pool: Arc<Pool>,
     header_timeout: Duration,
     /// hyper's header read timeout, which runs from the moment a
     /// connection waits for a request head: before the first request and
@@ -116,26 +114,6 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn counters(&self) -> &Arc<Counters> {
         self.log.counters()
-    }
-
-    /// The shared HTTP/2 connection to `target`, if one is open.
-    fn pooled(&self, target: &Target) -> Option<Sender> {
-        let pool = self.h2_pool.lock().ok()?;
-        pool.get(target)
-            .filter(|s| !s.is_closed())
-            .and_then(Sender::share)
-    }
-
-    /// Offers a new connection for sharing: HTTP/2 only, one per target,
-    /// a bounded number of targets.
-    fn offer(&self, target: &Target, sender: &Sender) {
-        let Some(shared) = sender.share() else { return };
-        if let Ok(mut pool) = self.h2_pool.lock() {
-            pool.retain(|_, s| !s.is_closed());
-            if pool.len() < H2_POOL_TARGETS || pool.contains_key(target) {
-                pool.insert(target.clone(), shared);
-            }
-        }
     }
 
     pub(crate) fn credentials(&self) -> Arc<Credentials> {
@@ -249,7 +227,7 @@ pub async fn bind(
         credentials: std::sync::RwLock::new(Arc::new(settings.credentials)),
         leaves: LeafCache::new(settings.ca, provider),
         upstream,
-        h2_pool: std::sync::Mutex::new(std::collections::HashMap::new()),
+        pool: Pool::new(),
         header_timeout: settings.upstream_header_timeout,
         client_idle: settings.client_idle_timeout,
         tunnel_idle: settings.tunnel_idle_timeout,
@@ -306,6 +284,7 @@ impl Server {
         }
         tasks.spawn(crate::mgmt::serve(self.mgmt, self.shared.clone()));
         tasks.spawn(dial::watch_host_addrs(self.shared.host_addrs.clone()));
+        tasks.spawn(self.shared.pool.clone().sweep_every());
         shutdown.await;
         tasks.abort_all();
     }
@@ -427,14 +406,13 @@ struct Refused {
     why: String,
 }
 
-/// The state of one tunnel: its target, the addresses checked for it, and
-/// the upstream connection its requests reuse.
+/// The state of one tunnel: its target and the addresses checked for it
+/// (its requests take upstream connections to those from the pool).
 #[derive(Debug)]
 struct Tunnel {
     peer: SocketAddr,
     target: Target,
     addrs: Vec<SocketAddr>,
-    upstream: Mutex<Option<Sender>>,
     /// The client connection's place in the limits.
     slot: Arc<Slot>,
     via: Via,
@@ -471,7 +449,6 @@ async fn tunnel(
         peer,
         target,
         addrs,
-        upstream: Mutex::new(None),
         slot,
         via: Via::Connect,
         refused: None,
@@ -545,7 +522,6 @@ async fn transparent_tls(
         peer,
         target,
         addrs,
-        upstream: Mutex::new(None),
         slot,
         via: Via::Transparent,
         refused,
@@ -654,38 +630,69 @@ async fn tunnel_request(
     }
     let upgrade = is_upgrade(req.headers());
     strip_hop_by_hop(req.headers_mut(), upgrade);
+    let host = &tunnel.target.host;
     let credentials = shared.credentials();
-    if let Some(aws) = credentials
-        .for_host(&tunnel.target.host)
-        .filter(|c| c.is_sigv4())
-    {
+    if let Some(aws) = credentials.for_host(host).filter(|c| c.is_sigv4()) {
         let req = match crate::sigv4::resign(aws, req, upgrade).await {
             Ok(req) => req,
             Err(r) => return refuse(&shared, pending, r.status, r.reason, &r.why),
         };
-        let sent = send_in_tunnel(&shared, &tunnel, req);
-        let sent = tokio::time::timeout(shared.header_timeout, sent).await;
+        let sent = tokio::time::timeout(
+            shared.header_timeout,
+            send_pooled(
+                &shared,
+                &tunnel.target,
+                &tunnel.addrs,
+                true,
+                req.map(Into::into),
+            ),
+        )
+        .await;
         return respond(&shared, pending, Some(aws.provider.clone()), sent);
     }
-    let (path, token) = match swap(&shared, &tunnel.target.host, req.headers_mut(), path) {
-        Ok(swapped) => swapped,
-        Err((reason, why)) => {
-            return refuse(&shared, pending, StatusCode::FORBIDDEN, reason, &why);
+    let swapped = match crate::google::minter_for(&credentials, host) {
+        Some(minter) => {
+            let exchange = crate::google::Upstream {
+                tls: &shared.upstream,
+                deny: &shared.deny,
+                resolve: &shared.resolve,
+            };
+            (minter.swap(&exchange, req.headers_mut(), path, host)).await
         }
+        None => swap(&shared, host, req.headers_mut(), path)
+            .map_err(|(reason, why)| (StatusCode::FORBIDDEN, reason, why)),
     };
-    if let Ok(uri) = path.parse() {
+    let (path, token) = match swapped {
+        Ok(swapped) => swapped,
+        Err((status, reason, why)) => return refuse(&shared, pending, status, reason, &why),
+    };
+    // Origin-form, and the path as the client sent it unless the swap
+    // changed it (a key in the query): parsed again only then.
+    let as_sent = req.uri().authority().is_none()
+        && req.uri().path_and_query().map_or("/", |pq| pq.as_str()) == path;
+    if !as_sent && let Ok(uri) = path.parse() {
         *req.uri_mut() = uri;
     }
     if upgrade {
         let sender = shared
             .upstream
             .connect(&tunnel.target, &tunnel.addrs, &shared.deny, true)
-            .await;
+            .await
+            .map(|(sender, _)| sender);
         let slot = tunnel.slot.clone();
         return forward_upgrade(&shared, pending, token, sender, req, &tunnel.target, slot).await;
     }
-    let sent =
-        tokio::time::timeout(shared.header_timeout, send_in_tunnel(&shared, &tunnel, req)).await;
+    let sent = tokio::time::timeout(
+        shared.header_timeout,
+        send_pooled(
+            &shared,
+            &tunnel.target,
+            &tunnel.addrs,
+            true,
+            req.map(Into::into),
+        ),
+    )
+    .await;
     respond(&shared, pending, token, sent)
 }
 
@@ -713,8 +720,14 @@ fn swap_with(
         Ok(new_path) => Ok((new_path.unwrap_or(path), Some(cred.provider.clone()))),
         Err(crate::rewrite::Refusal::NoKey) => {
             // The sandbox did its part: the host holds no key to swap in.
+            let what = match cred.provider.as_str() {
+                crate::google::PROVIDER => {
+                    "no Google service account (GOOGLE_APPLICATION_CREDENTIALS)"
+                }
+                _ => "no real key",
+            };
             let why = format!(
-                "the host has no real key for {}: set it in the environment of `hermes egress start` or in the hermes home's .env, then restart the proxy",
+                "the host has {what} for {}: set it in the environment of `hermes egress start` or in the hermes home's .env, then restart the proxy",
                 cred.provider
             );
             Err((crate::rewrite::Refusal::NoKey.reason(), why))
@@ -731,40 +744,63 @@ fn swap_with(
     }
 }
 
-/// Sends a request on the tunnel's upstream connection, dialling it first
-/// when there is none or it closed.
-async fn send_in_tunnel(
+/// Sends `req` to `target` at one of `addrs` (checked when they were
+/// resolved), over TLS or not: on a connection from the pool, or on a new
+/// one (dialled with the connect-time checks). A request that a pooled
+/// connection could not take at all (the upstream had just closed it) goes
+/// once more on a new connection.
+async fn send_pooled(
     shared: &Shared,
-    tunnel: &Tunnel,
-    req: Request<impl Into<crate::body::RequestBody>>,
+    target: &Target,
+    addrs: &[SocketAddr],
+    tls: bool,
+    mut req: Request<crate::body::RequestBody>,
 ) -> Result<Response<Incoming>, UpstreamError> {
-    if let Some(mut pooled) = shared.pooled(&tunnel.target)
-        && pooled.ready().await.is_ok()
-    {
-        return Ok(pooled.send(req, &tunnel.target).await?);
-    }
-    let mut slot = tunnel.upstream.lock().await;
-    let mut sender = match slot.take() {
-        Some(sender) if !sender.is_closed() => sender,
-        _ => {
-            shared
-                .upstream
-                .connect(&tunnel.target, &tunnel.addrs, &shared.deny, false)
-                .await?
+    let (mut addr, mut sender, mut pooled) =
+        match shared.pool.take(target, tls, addrs, &shared.deny) {
+            Some((addr, sender)) => (addr, sender, true),
+            None => {
+                let (sender, addr) = dial_new(shared, target, addrs, tls).await?;
+                (addr, sender, false)
+            }
+        };
+    loop {
+        match sender.try_send(req, target).await {
+            Ok(response) => {
+                if let Sender::H1(h1) = sender {
+                    shared.pool.release(target.clone(), addr, tls, h1);
+                }
+                return Ok(response);
+            }
+            Err(mut e) => match e.take_message() {
+                Some(unsent) if pooled => {
+                    req = unsent;
+                    pooled = false;
+                    (sender, addr) = dial_new(shared, target, addrs, tls).await?;
+                }
+                _ => return Err(e.into_error().into()),
+            },
         }
-    };
-    if sender.ready().await.is_err() {
-        sender = shared
-            .upstream
-            .connect(&tunnel.target, &tunnel.addrs, &shared.deny, false)
-            .await?;
-        sender.ready().await?;
     }
-    shared.offer(&tunnel.target, &sender);
-    let response = sender.send(req, &tunnel.target);
-    *slot = Some(sender);
-    drop(slot);
-    Ok(response.await?)
+}
+
+/// A new upstream connection; an HTTP/2 one is shared through the pool.
+async fn dial_new(
+    shared: &Shared,
+    target: &Target,
+    addrs: &[SocketAddr],
+    tls: bool,
+) -> Result<(Sender, SocketAddr), UpstreamError> {
+    let (sender, addr) = if tls {
+        shared
+            .upstream
+            .connect(target, addrs, &shared.deny, false)
+            .await?
+    } else {
+        upstream::connect_plain(addrs, &shared.deny).await?
+    };
+    shared.pool.offer(target, addr, tls, &sender);
+    Ok((sender, addr))
 }
 
 /// A request on a proxy port that is no CONNECT: absolute-form
@@ -843,14 +879,16 @@ async fn plain(
     if let Ok(uri) = path.parse() {
         *req.uri_mut() = uri;
     }
-    let sender = upstream::connect_plain(&addrs, &shared.deny).await;
     if upgrade {
+        let sender = upstream::connect_plain(&addrs, &shared.deny)
+            .await
+            .map(|(sender, _)| sender);
         return forward_upgrade(&shared, pending, None, sender, req, &target, slot).await;
     }
-    let sent = tokio::time::timeout(shared.header_timeout, async {
-        let mut sender = sender?;
-        Ok(sender.send(req, &target).await?)
-    })
+    let sent = tokio::time::timeout(
+        shared.header_timeout,
+        send_pooled(&shared, &target, &addrs, false, req.map(Into::into)),
+    )
     .await;
     respond(&shared, pending, None, sent)
 }
@@ -984,7 +1022,37 @@ fn refuse(
         HeaderValue::from_static("application/json"),
     );
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    // An HTTP/1 client that reads no body of a refused CONNECT (httpx,
+    // under the Python SDKs of OpenAI and Anthropic) shows the status line.
+    if let Some(phrase) = status_reason(decision, why) {
+        response.extensions_mut().insert(phrase);
+    }
     response
+}
+
+/// The reason phrase of a response the proxy makes itself: the message of
+/// its body ([`refusal_message`]), when that is one line of printable
+/// ASCII, cut at 200 bytes.
+fn status_reason(
+    decision: Decision,
+    why: &dyn std::fmt::Display,
+) -> Option<hyper::ext::ReasonPhrase> {
+    let mut text = refusal_message(decision, why);
+    if !text.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
+        return None;
+    }
+    text.truncate(200);
+    hyper::ext::ReasonPhrase::try_from(text).ok()
+}
+
+/// "hermes egress refused: WHY", or "hermes egress failed: WHY" for an
+/// error of the proxy's own.
+fn refusal_message(decision: Decision, why: &dyn std::fmt::Display) -> String {
+    let word = match decision {
+        Decision::Error => "failed",
+        _ => "refused",
+    };
+    format!("hermes egress {word}: {why}")
 }
 
 /// The body of a response the proxy makes itself, in the shape the
@@ -993,16 +1061,16 @@ fn refuse(
 /// "code":"<reason>","message":"hermes egress refused: <why>"}}`; an error
 /// of the proxy's own (5xx) says `hermes_egress_error`.
 pub fn refusal_body(decision: Decision, reason: &str, why: &dyn std::fmt::Display) -> String {
-    let (kind, word) = match decision {
-        Decision::Error => ("hermes_egress_error", "failed"),
-        _ => ("hermes_egress_refused", "refused"),
+    let kind = match decision {
+        Decision::Error => "hermes_egress_error",
+        _ => "hermes_egress_refused",
     };
     let mut body = serde_json::json!({
         "type": "error",
         "error": {
             "type": kind,
             "code": reason,
-            "message": format!("hermes egress {word}: {why}"),
+            "message": refusal_message(decision, why),
         },
     })
     .to_string();

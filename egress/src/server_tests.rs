@@ -55,7 +55,12 @@ async fn fixture() -> Fixture {
 }
 
 async fn fixture_with(limits: crate::settings::Limits) -> Fixture {
-    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), &["api.openai.com"]);
+    fixture_full(limits, true).await
+}
+
+/// A fixture whose upstream offers HTTP/2 or not (`h2`).
+async fn fixture_full(limits: crate::settings::Limits, h2: bool) -> Fixture {
+    let upstream = Upstream::start_with("127.0.0.1:0".parse().unwrap(), &["api.openai.com"], h2);
     let new = generate().unwrap();
     let ca = Ca::load(&new.cert_pem, &new.key_pem).unwrap();
     let tokens = TokensFile::updated(None, false).unwrap();
@@ -68,12 +73,14 @@ async fn fixture_with(limits: crate::settings::Limits) -> Fixture {
         listen: None,
         upstream_deny_cidrs: Some(vec!["169.254.0.0/16".parse().unwrap()]),
         extra_allowed_hosts: vec![],
+        google_oauth_hosts: vec![],
         resolve: [("api.openai.com".to_string(), "127.0.0.1".parse().unwrap())].into(),
         upstream_ca_file: None,
         upstream_header_timeout_seconds: 10,
         credential_source: "env".into(),
         aws_region: "us-east-1".into(),
         aws_hosts: vec![],
+        bitwarden_project_id: None,
         enforce_network: false,
         mgmt_token: "m".repeat(32),
         limits,
@@ -587,4 +594,80 @@ async fn tls_without_connect_takes_its_target_from_the_sni() {
         "{log}"
     );
     assert_eq!(f.upstream.accepted(), 0);
+}
+
+/// One tunnel, one request with the token: the upstream's echo.
+async fn one_tunnel(f: &Fixture, path: &str) -> serde_json::Value {
+    let authority = format!("api.openai.com:{}", f.upstream.addr.port());
+    let (tcp, head) = connect(f.proxy, &authority).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let auth = format!("Bearer {}", f.token);
+    let (status, _, body) = request(
+        tcp,
+        &f.ca_pem,
+        "api.openai.com",
+        get(&authority, path, Some(&auth)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let echo: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echo["headers"]["authorization"], format!("Bearer {KEY}"));
+    echo
+}
+
+#[tokio::test]
+async fn sequential_tunnels_share_one_upstream_connection() {
+    for h2 in [false, true] {
+        let f = fixture_full(crate::settings::Limits::default(), h2).await;
+        for _ in 0..5 {
+            let echo = one_tunnel(&f, "/echo").await;
+            assert_eq!(echo["connection"], 1, "h2 {h2}: {echo}");
+            // The response read, the HTTP/1.1 connection goes back to
+            // the pool a moment later.
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        assert_eq!(f.upstream.accepted(), 1, "h2 {h2}: one TLS handshake");
+    }
+}
+
+#[tokio::test]
+async fn an_http1_upstream_connection_carries_one_request_at_a_time() {
+    let f = fixture_full(crate::settings::Limits::default(), false).await;
+    let (a, b, c) = tokio::join!(
+        one_tunnel(&f, "/slow"),
+        one_tunnel(&f, "/slow"),
+        one_tunnel(&f, "/slow")
+    );
+    // Three at once: three connections.
+    let mut seen = [&a, &b, &c].map(|e| e["connection"].as_u64().unwrap());
+    seen.sort_unstable();
+    assert_eq!(seen, [1, 2, 3]);
+    assert_eq!(f.upstream.accepted(), 3);
+    // Then, one after another, they are reused.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for _ in 0..3 {
+        let echo = one_tunnel(&f, "/echo").await;
+        assert!(
+            (1..=3).contains(&echo["connection"].as_u64().unwrap()),
+            "{echo}"
+        );
+    }
+    assert_eq!(f.upstream.accepted(), 3);
+}
+
+#[tokio::test]
+async fn an_http2_upstream_connection_is_shared_by_concurrent_tunnels() {
+    let f = fixture_full(crate::settings::Limits::default(), true).await;
+    // The first request makes the connection; then three at once share it.
+    one_tunnel(&f, "/echo").await;
+    let (a, b, c) = tokio::join!(
+        one_tunnel(&f, "/slow"),
+        one_tunnel(&f, "/slow"),
+        one_tunnel(&f, "/slow")
+    );
+    for echo in [a, b, c] {
+        assert_eq!(echo["connection"], 1, "{echo}");
+    }
+    assert_eq!(f.upstream.accepted(), 1);
 }

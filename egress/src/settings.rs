@@ -28,6 +28,9 @@ pub struct ProxyConfigFile {
     /// `None`: the built-in deny list.
     pub upstream_deny_cidrs: Option<Vec<IpNet>>,
     pub extra_allowed_hosts: Vec<String>,
+    /// The hosts that get minted Google access tokens (allowed too).
+    #[serde(default = "default_google_oauth_hosts")]
+    pub google_oauth_hosts: Vec<String>,
     pub resolve: BTreeMap<String, IpAddr>,
     pub upstream_ca_file: Option<String>,
     pub upstream_header_timeout_seconds: u64,
@@ -40,6 +43,9 @@ pub struct ProxyConfigFile {
     /// allowed, like the default hosts.
     #[serde(default)]
     pub aws_hosts: Vec<String>,
+    /// With `credential_source: bitwarden`, the project listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bitwarden_project_id: Option<String>,
     /// Also listen on the gateway of the proxy-only network
     /// (`proxy.enforce_network`).
     #[serde(default)]
@@ -50,6 +56,13 @@ pub struct ProxyConfigFile {
     /// hand in this file (`egress setup` keeps them); absent, the defaults.
     #[serde(default, skip_serializing_if = "Limits::is_default")]
     pub limits: Limits,
+}
+
+fn default_google_oauth_hosts() -> Vec<String> {
+    hermes_model::providers::GOOGLE_OAUTH_HOSTS
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// The tunable limits of `config.json`'s `limits` object; every field is
@@ -131,12 +144,14 @@ impl ProxyConfigFile {
             listen: proxy.listen.clone(),
             upstream_deny_cidrs: proxy.upstream_deny_cidrs.clone(),
             extra_allowed_hosts: proxy.extra_allowed_hosts.clone(),
+            google_oauth_hosts: proxy.google_oauth_hosts.clone(),
             resolve: proxy.resolve.iter().cloned().collect(),
             upstream_ca_file: proxy.upstream_ca_file.clone(),
             upstream_header_timeout_seconds: proxy.upstream_header_timeout_seconds,
             credential_source: proxy.credential_source.clone(),
             aws_region: proxy.aws_region.clone(),
             aws_hosts: proxy.aws_hosts.clone(),
+            bitwarden_project_id: proxy.bitwarden_project_id.clone(),
             enforce_network: proxy.enforce_network,
             mgmt_token,
             limits: Limits::default(),
@@ -254,6 +269,7 @@ impl Settings {
                 &[
                     file.extra_allowed_hosts.as_slice(),
                     file.aws_hosts.as_slice(),
+                    file.google_oauth_hosts.as_slice(),
                 ]
                 .concat(),
             ),

@@ -1,8 +1,10 @@
 //! The unit tests' TLS upstream, standing in for a provider's API on
 //! loopback: its own CA (the proxy is told to trust it), HTTP/2 and
-//! HTTP/1.1, and one answer: what it received (method, path, headers,
-//! body) as JSON. It counts every TCP connection it accepts, so a test can
-//! show that a refused request never reached it.
+//! HTTP/1.1 (or HTTP/1.1 alone), and one answer: what it received (method,
+//! path, headers, body) and on which of its connections, as JSON; `/slow`
+//! answers after [`SLOW`]. It counts every TCP connection it accepts (each
+//! one TLS handshake), so a test can show that a refused request never
+//! reached it, or that connections were reused.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,6 +21,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+/// How long `/slow` waits before it answers.
+pub const SLOW: std::time::Duration = std::time::Duration::from_millis(400);
+
 /// A running upstream; stops when dropped.
 pub struct Upstream {
     pub addr: SocketAddr,
@@ -31,7 +36,8 @@ pub struct Upstream {
 impl Upstream {
     /// Serves on `bind` (port 0 picks one) with a certificate for `names`,
     /// on a runtime of its own (the tests' runtimes are single-threaded).
-    pub fn start(bind: SocketAddr, names: &[&str]) -> Upstream {
+    /// HTTP/2 is offered in ALPN, or not (`h2`).
+    pub fn start_with(bind: SocketAddr, names: &[&str], h2: bool) -> Upstream {
         let (ca_pem, chain, key) = certificates(names);
         let std_listener = std::net::TcpListener::bind(bind).unwrap();
         std_listener.set_nonblocking(true).unwrap();
@@ -53,21 +59,26 @@ impl Upstream {
                 .with_safe_default_protocol_versions()
                 .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
                 .unwrap();
-                config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+                config.alpn_protocols = if h2 {
+                    vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+                } else {
+                    vec![b"http/1.1".to_vec()]
+                };
                 let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
                 let serve = async {
                     loop {
                         let Ok((tcp, _)) = listener.accept().await else {
                             continue;
                         };
-                        count.fetch_add(1, Ordering::SeqCst);
+                        let connection = count.fetch_add(1, Ordering::SeqCst) + 1;
                         let acceptor = acceptor.clone();
                         tokio::spawn(async move {
                             let Ok(tls) = acceptor.accept(tcp).await else {
                                 return;
                             };
                             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-                            let service = hyper::service::service_fn(echo);
+                            let service =
+                                hyper::service::service_fn(move |req| echo(req, connection));
                             let io = TokioIo::new(tls);
                             if h2 {
                                 let _ =
@@ -126,8 +137,15 @@ fn certificates(names: &[&str]) -> (String, Vec<CertificateDer<'static>>, Privat
     )
 }
 
-/// Answers what it received as JSON.
-async fn echo(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+/// Answers what it received, and on which connection (counted from 1), as
+/// JSON.
+async fn echo(
+    req: Request<Incoming>,
+    connection: usize,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    if req.uri().path() == "/slow" {
+        tokio::time::sleep(SLOW).await;
+    }
     let method = req.method().to_string();
     let path = req
         .uri()
@@ -153,6 +171,7 @@ async fn echo(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallibl
         "path": path,
         "headers": headers,
         "body": body,
+        "connection": connection,
     });
     let mut response = Response::new(Full::new(Bytes::from(echo.to_string())));
     response.headers_mut().insert(

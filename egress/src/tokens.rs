@@ -288,6 +288,9 @@ pub struct Credential {
     pub places: Vec<Place>,
     /// With [`Place::SigV4`]: the placeholder secret and the real ones.
     pub sigv4: Option<SigV4Keys>,
+    /// Google OAuth: access tokens minted from a service account take the
+    /// place of the token (see [`crate::google`]).
+    pub oauth: Option<std::sync::Arc<crate::google::Minter>>,
     hosts: Allowlist,
 }
 
@@ -319,6 +322,7 @@ impl Credential {
             key,
             places,
             sigv4: None,
+            oauth: None,
             hosts: Allowlist::exactly(hosts),
         }
     }
@@ -400,10 +404,32 @@ impl Credentials {
                 key,
                 places: m.places.clone(),
                 sigv4,
+                oauth: None,
                 hosts: Allowlist::exactly(&m.hosts),
             });
         }
         Credentials { list }
+    }
+
+    /// Google OAuth: the `gcp` credential serves `hosts` (when given) and,
+    /// with a service account, mints its access tokens.
+    pub fn configure_google<S: AsRef<str>>(
+        &mut self,
+        hosts: Option<&[S]>,
+        account: Option<crate::google::ServiceAccount>,
+    ) {
+        let Some(cred) = self
+            .list
+            .iter_mut()
+            .find(|c| c.provider == crate::google::PROVIDER)
+        else {
+            return;
+        };
+        if let Some(hosts) = hosts {
+            cred.hosts = Allowlist::exactly(hosts);
+        }
+        cred.oauth = account
+            .map(|account| std::sync::Arc::new(crate::google::Minter::new(&cred.token, account)));
     }
 
     /// The credential whose hosts include `host`.

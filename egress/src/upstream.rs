@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::{TrySendError, http1, http2};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::ClientConfig;
@@ -70,6 +70,11 @@ pub enum Sender {
 pub type ResponseFuture =
     Pin<Box<dyn Future<Output = Result<Response<Incoming>, hyper::Error>> + Send>>;
 
+/// What [`Sender::try_send`] returns.
+pub type TryResponseFuture = Pin<
+    Box<dyn Future<Output = Result<Response<Incoming>, TrySendError<Request<RequestBody>>>> + Send>,
+>;
+
 impl Sender {
     pub fn is_closed(&self) -> bool {
         match self {
@@ -108,9 +113,20 @@ impl Sender {
         req: Request<impl Into<RequestBody>>,
         target: &Target,
     ) -> ResponseFuture {
-        let mut req = req.map(Into::into);
+        let sent = self.try_send(req.map(Into::into), target);
+        Box::pin(async move { sent.await.map_err(TrySendError::into_error) })
+    }
+
+    /// [`Sender::send`], giving the request back when it was not sent at
+    /// all (the connection had closed, or was not ready): it can go on
+    /// another connection.
+    pub fn try_send(
+        &mut self,
+        mut req: Request<RequestBody>,
+        target: &Target,
+    ) -> TryResponseFuture {
         match self {
-            Sender::H1(s) => Box::pin(s.send_request(req)),
+            Sender::H1(s) => Box::pin(s.try_send_request(req)),
             Sender::H2(s) => {
                 let path = req
                     .uri()
@@ -123,7 +139,7 @@ impl Sender {
                 }
                 req.headers_mut().remove(hyper::header::HOST);
                 *req.version_mut() = hyper::Version::HTTP_2;
-                Box::pin(s.send_request(req))
+                Box::pin(s.try_send_request(req))
             }
         }
     }
@@ -191,16 +207,17 @@ impl UpstreamTls {
         })
     }
 
-    /// A verified TLS connection to `target` at one of `addrs`; HTTP/2
-    /// unless `h1_only` or the upstream does not offer it.
+    /// A verified TLS connection to `target` at one of `addrs`, and the
+    /// address it reached; HTTP/2 unless `h1_only` or the upstream does
+    /// not offer it.
     pub async fn connect(
         &self,
         target: &Target,
         addrs: &[SocketAddr],
         deny: &DenyList,
         h1_only: bool,
-    ) -> Result<Sender, UpstreamError> {
-        let tcp = dial::connect(addrs, deny).await?;
+    ) -> Result<(Sender, SocketAddr), UpstreamError> {
+        let (tcp, addr) = dial::connect(addrs, deny).await?;
         let name = match &target.host {
             Host::Name(n) => {
                 ServerName::try_from(n.clone()).map_err(|_| UpstreamError::Name(n.clone()))?
@@ -236,17 +253,51 @@ impl UpstreamTls {
                     tracing::debug!(error = %e, "upstream h2 connection ended");
                 }
             });
-            Ok(Sender::H2(sender))
+            Ok((Sender::H2(sender), addr))
         } else {
-            handshake_h1(io).await
+            Ok((handshake_h1(io).await?, addr))
         }
     }
 }
 
-/// A plain TCP connection (the plain-HTTP port), HTTP/1.1.
-pub async fn connect_plain(addrs: &[SocketAddr], deny: &DenyList) -> Result<Sender, UpstreamError> {
-    let tcp = dial::connect(addrs, deny).await?;
-    handshake_h1(TokioIo::new(tcp)).await
+impl UpstreamTls {
+    /// A verified TLS stream (ALPN http/1.1) to `target` at one of
+    /// `addrs`, for the proxy's own requests (the Google token exchange).
+    pub async fn connect_stream(
+        &self,
+        target: &Target,
+        addrs: &[SocketAddr],
+        deny: &DenyList,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, UpstreamError> {
+        let (tcp, _) = dial::connect(addrs, deny).await?;
+        let name = match &target.host {
+            Host::Name(n) => {
+                ServerName::try_from(n.clone()).map_err(|_| UpstreamError::Name(n.clone()))?
+            }
+            Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
+        };
+        match tokio::time::timeout(TLS_TIMEOUT, self.h1.connect(name, tcp)).await {
+            Ok(Ok(tls)) => Ok(tls),
+            Ok(Err(source)) => Err(UpstreamError::Tls {
+                target: target.to_string(),
+                source,
+            }),
+            Err(_) => Err(UpstreamError::Tls {
+                target: target.to_string(),
+                source: std::io::ErrorKind::TimedOut.into(),
+            }),
+        }
+    }
+}
+
+/// A plain TCP connection (the plain-HTTP port), HTTP/1.1, and the
+/// address it reached.
+pub async fn connect_plain(
+    addrs: &[SocketAddr],
+    deny: &DenyList,
+) -> Result<(Sender, SocketAddr), UpstreamError> {
+    let (tcp, addr) = dial::connect(addrs, deny).await?;
+    Ok((handshake_h1(TokioIo::new(tcp)).await?, addr))
 }
 
 async fn handshake_h1<T>(io: T) -> Result<Sender, UpstreamError>

@@ -203,10 +203,17 @@ pub struct Proxy {
     pub enabled: bool,
     pub tunnel_port: u16,
     pub credential_source: String,
+    /// With `credential_source: bitwarden`: the Secrets Manager project
+    /// whose secrets are listed (`None`: every secret the machine account
+    /// reads).
+    pub bitwarden_project_id: Option<String>,
     pub enforce_on_docker: bool,
     /// `None`: the built-in deny list.
     pub upstream_deny_cidrs: Option<Vec<IpNet>>,
     pub extra_allowed_hosts: Vec<String>,
+    /// The hosts that get access tokens minted from the host's Google
+    /// service account (`null`: [`crate::providers::GOOGLE_OAUTH_HOSTS`]).
+    pub google_oauth_hosts: Vec<String>,
     pub enforce_on_ssh: bool,
     /// Sandboxes join an internal network whose only service is the proxy.
     pub enforce_network: bool,
@@ -838,7 +845,9 @@ pub fn check_host_pattern(text: &str) -> Result<(), String> {
             "`{text}` must be a host name only, without scheme, port or path"
         ));
     }
-    let (wildcard, name) = match text.strip_prefix("*.") {
+    // `*.domain`, or `*-rest.domain` (a first label ending in `-rest`:
+    // Vertex AI's regional `us-central1-aiplatform.googleapis.com`).
+    let (wildcard, name) = match text.strip_prefix("*.").or_else(|| text.strip_prefix("*-")) {
         Some(rest) => (true, rest),
         None => (false, text),
     };
@@ -854,7 +863,7 @@ pub fn check_host_pattern(text: &str) -> Result<(), String> {
             && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
         if !ok {
             let why = if label.contains('*') {
-                "a wildcard may only stand alone as the first label (`*.example.com`)"
+                "a wildcard may only open the first label (`*.example.com`, `*-api.example.com`)"
             } else {
                 "labels are letters, digits and inner hyphens"
             };

@@ -51,7 +51,9 @@ pub struct Desired {
     /// The warm sandboxes: those `reconcile` keeps running whether or not
     /// anything uses them.
     pub sandboxes: Vec<SandboxSpec>,
-    /// The `docker_forward_env` values that were found.
+    /// The `docker_forward_env` values that were found (host environment
+    /// first, then `.env`): every command gets them, no container holds
+    /// them.
     pub forward_env: Vec<(String, String)>,
     /// `docker_extra_args`, mapped.
     pub extra_args: ExtraArgs,
@@ -193,13 +195,7 @@ impl Desired {
     /// The sandbox of a key of the active profile, wired to the egress
     /// proxy when it is on.
     pub fn sandbox(&self, key: SandboxKey) -> SandboxSpec {
-        let mut spec = SandboxSpec::new(
-            &self.config,
-            key,
-            &self.home,
-            &self.forward_env,
-            &self.extra_args,
-        );
+        let mut spec = SandboxSpec::new(&self.config, key, &self.home, &self.extra_args);
         if let Some(id) = &self.home_id {
             // Not part of the spec hash: see `crate::homes`.
             spec.labels
@@ -420,9 +416,21 @@ mod tests {
             "terminal:\n  backend: docker\n  docker_forward_env: [A, B, C]\n",
             &env,
         );
-        let spec_env = &d.sandboxes[0].env;
-        assert!(spec_env.contains(&("A".to_string(), "from-env".to_string())));
-        assert!(spec_env.contains(&("B".to_string(), "b".to_string())));
+        assert_eq!(
+            d.forward_env,
+            [
+                ("A".to_string(), "from-env".to_string()),
+                ("B".to_string(), "b".to_string())
+            ]
+        );
+        // Per command, never in the container's spec: another value makes
+        // no other container.
+        assert!(d.sandboxes[0].env.is_empty());
+        let other = build(
+            "terminal:\n  backend: docker\n  docker_forward_env: [A, B, C]\n",
+            &HostEnv::default(),
+        );
+        assert_eq!(other.sandboxes[0].hash(), d.sandboxes[0].hash());
         assert_eq!(d.warnings.len(), 1);
         assert!(
             d.warnings[0].contains("C is set neither"),

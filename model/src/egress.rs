@@ -4,15 +4,22 @@
 //! `host.docker.internal`, mapped to the address the proxy listens on), the
 //! CA mounted read-only with the variables that make curl, Python and Node
 //! trust it, each provider variable set to its proxy token (AWS: the
-//! placeholder pair and the region, [`aws_env`]), and the label
+//! placeholder pair and the region, [`aws_env`]), placeholder Google
+//! credentials (the `gcp` token only) when there are some, and the label
 //! `hermes-egress=<fingerprint>`. No real key is part of any of it. With
 //! `proxy.enforce_network` the sandbox sits on an internal network whose
 //! only reachable service is the proxy, so the variables are not advice but
 //! the only way out.
 //!
-//! The fingerprint covers every egress setting that shapes a sandbox: a
-//! change of any of them changes the spec hash, and the plan recreates the
-//! sandbox (its data kept).
+//! The variables (proxy, CA trust, tokens) are not the container's: they
+//! reach each command through the exec path ([`EgressWiring::env`]), so a
+//! token rotation or a new proxy port needs no recreate. The one exception
+//! is `GOOGLE_APPLICATION_CREDENTIALS`, which names the placeholder file
+//! mounted with the container and changes only with that mount. The fingerprint
+//! covers every egress setting that `docker create` fixes (the proxy's
+//! address in `/etc/hosts`, the CA's mount, the network): a change of any
+//! of them changes the spec hash, and the plan recreates the sandbox (its
+//! data kept).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -22,6 +29,12 @@ use crate::sandbox::{Bind, LABEL_EGRESS, SandboxSpec};
 
 /// Where the CA certificate appears inside a sandbox.
 pub const CA_IN_SANDBOX: &str = "/etc/ssl/certs/hermes-egress-ca.crt";
+
+/// Where a Docker sandbox finds its Google application default
+/// credentials: an `authorized_user` file holding only the `gcp` proxy
+/// token (as the access token, expiring far ahead, so that google-auth
+/// sends it without refreshing), named by `GOOGLE_APPLICATION_CREDENTIALS`.
+pub const GCP_ADC_IN_SANDBOX: &str = "/etc/hermes-egress/gcp-credentials.json";
 
 /// What a sandbox needs to reach the proxy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,25 +53,31 @@ pub struct EgressWiring {
     /// The internal network the sandbox joins instead of the default bridge
     /// (`proxy.enforce_network`).
     pub network: Option<String>,
+    /// The placeholder Google credentials file on the host (holding the
+    /// `gcp` token only), mounted read-only at [`GCP_ADC_IN_SANDBOX`].
+    pub gcp_adc_host_path: Option<PathBuf>,
 }
 
 impl EgressWiring {
-    /// The label value: a short hash of every setting above.
+    /// The label value: a short hash of the settings above that the
+    /// container fixes when it is made (not the port or the tokens, which
+    /// each command gets).
     pub fn fingerprint(&self) -> String {
         let mut h = crate::fingerprint::Fingerprint::new();
         let mut field = |name: &str, value: &str| h.field(name, value);
         field("gateway", &self.gateway.to_string());
-        field("port", &self.tunnel_port.to_string());
         field("ca", &self.ca_sha256);
         field("ca_path", &self.ca_host_path.display().to_string());
-        for (k, v) in &self.tokens {
-            field("token", &format!("{k}={v}"));
-        }
         field("network", self.network.as_deref().unwrap_or(""));
+        // Only when there is one: wirings without it keep their fingerprint.
+        if let Some(path) = &self.gcp_adc_host_path {
+            field("gcp_adc", &path.display().to_string());
+        }
         h.finish()
     }
 
-    /// The environment the sandbox gets, in a fixed order.
+    /// The environment every command in the sandbox gets, in a fixed
+    /// order.
     pub fn env(&self) -> Vec<(String, String)> {
         let https = format!("http://{PROXY_HOST_NAME}:{}", self.tunnel_port);
         let http = format!(
@@ -88,19 +107,27 @@ impl EgressWiring {
 }
 
 impl SandboxSpec {
-    /// The spec wired to the proxy: its variables (over any of the same
-    /// name), the CA mount, the proxy's host name, the network, the label,
-    /// and a new hash.
+    /// The spec wired to the proxy: the CA mount, the proxy's host name,
+    /// the network, the label, and a new hash. The variables are not the
+    /// container's: each command gets them ([`EgressWiring::env`]).
     #[must_use]
     pub fn with_egress(mut self, wiring: &EgressWiring) -> SandboxSpec {
-        let wired = wiring.env();
-        self.env.retain(|(k, _)| !wired.iter().any(|(w, _)| w == k));
-        self.env.extend(wired);
         self.binds.push(Bind {
             host: wiring.ca_host_path.display().to_string(),
             container: CA_IN_SANDBOX.to_string(),
             options: Some("ro".to_string()),
         });
+        if let Some(adc) = &wiring.gcp_adc_host_path {
+            let name = crate::providers::GOOGLE_SERVICE_ACCOUNT_VARIABLE;
+            self.env.retain(|(k, _)| k != name);
+            self.env
+                .push((name.to_string(), GCP_ADC_IN_SANDBOX.to_string()));
+            self.binds.push(Bind {
+                host: adc.display().to_string(),
+                container: GCP_ADC_IN_SANDBOX.to_string(),
+                options: Some("ro".to_string()),
+            });
+        }
         self.add_hosts
             .retain(|h| h.split(':').next() != Some(PROXY_HOST_NAME));
         self.add_hosts
@@ -178,6 +205,7 @@ mod tests {
                 "openai-0123456789abcdef0123456789abcdef".to_string(),
             )],
             network: None,
+            gcp_adc_host_path: None,
         }
     }
 
@@ -186,18 +214,19 @@ mod tests {
             &load(config).unwrap().config,
             SandboxKey::persistent("p", "t"),
             Path::new("/h"),
-            &[],
             &ExtraArgs::default(),
         )
     }
 
     #[test]
-    fn a_wired_sandbox_gets_the_proxy_the_ca_and_tokens_and_a_new_hash() {
+    fn a_wired_sandbox_gets_the_ca_and_a_new_hash_and_each_command_the_proxy_and_tokens() {
         let plain = spec("");
         let wired = spec("").with_egress(&wiring());
+        // None of the variables is the container's.
+        assert_eq!(wired.env, plain.env);
+        let per_command = wiring().env();
         let env = |k: &str| {
-            wired
-                .env
+            per_command
                 .iter()
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| v.as_str())
@@ -222,20 +251,50 @@ mod tests {
     }
 
     #[test]
-    fn every_egress_setting_changes_the_fingerprint() {
-        let base = wiring().fingerprint();
+    fn the_placeholder_google_credentials_are_mounted_and_named_when_there_are_some() {
+        let plain = spec("").with_egress(&wiring());
+        assert!(
+            !plain
+                .env
+                .iter()
+                .any(|(k, _)| k == "GOOGLE_APPLICATION_CREDENTIALS")
+        );
         let mut w = wiring();
-        w.tunnel_port = 9190;
-        assert_ne!(w.fingerprint(), base);
+        w.gcp_adc_host_path = Some(PathBuf::from("/h/proxy/gcp-credentials.json"));
+        assert_ne!(w.fingerprint(), wiring().fingerprint());
+        let wired = spec("").with_egress(&w);
+        assert!(wired.env.contains(&(
+            "GOOGLE_APPLICATION_CREDENTIALS".to_string(),
+            GCP_ADC_IN_SANDBOX.to_string()
+        )));
+        assert!(wired.binds.iter().any(|b| b.to_engine()
+            == "/h/proxy/gcp-credentials.json:/etc/hermes-egress/gcp-credentials.json:ro"));
+        assert_ne!(wired.hash(), plain.hash());
+    }
+
+    #[test]
+    fn what_the_container_fixes_changes_the_fingerprint_and_what_each_command_gets_does_not() {
+        let base = wiring().fingerprint();
         let mut w = wiring();
         w.ca_sha256 = "cd".repeat(32);
         assert_ne!(w.fingerprint(), base);
         let mut w = wiring();
-        w.tokens[0].1 = "openai-ffffffffffffffffffffffffffffffff".into();
+        w.gateway = "172.18.0.1".parse().unwrap();
         assert_ne!(w.fingerprint(), base);
         let mut w = wiring();
         w.network = Some("hermes-egress".into());
         assert_ne!(w.fingerprint(), base);
+        // A token rotation or another port reaches the next command.
+        let mut w = wiring();
+        w.tokens[0].1 = "openai-ffffffffffffffffffffffffffffffff".into();
+        assert_eq!(w.fingerprint(), base);
+        assert_eq!(
+            spec("").with_egress(&w).hash(),
+            spec("").with_egress(&wiring()).hash()
+        );
+        let mut w = wiring();
+        w.tunnel_port = 9190;
+        assert_eq!(w.fingerprint(), base);
     }
 
     #[test]

@@ -100,6 +100,17 @@ pub const PROVIDERS: &[ProviderSpec] = &[
         hosts: &["bedrock-runtime.us-east-1.amazonaws.com"],
         places: &[AWS_SIGV4_PLACE],
     },
+    // Google OAuth (Vertex AI): the token stands in for an access token
+    // that the proxy mints from the host's service account
+    // (GOOGLE_APPLICATION_CREDENTIALS); a host's own access token in
+    // GOOGLE_OAUTH_ACCESS_TOKEN is swapped in like a key when there is
+    // no service account. The hosts: `proxy.google_oauth_hosts`.
+    ProviderSpec {
+        name: "gcp",
+        env: &["GOOGLE_OAUTH_ACCESS_TOKEN"],
+        hosts: GOOGLE_OAUTH_HOSTS,
+        places: &["authorization: Bearer"],
+    },
 ];
 
 /// The provider whose requests are signed (AWS Signature Version 4).
@@ -113,18 +124,25 @@ pub const AWS_SECRET_TOKEN: &str = "aws-secret";
 /// the second).
 pub const AWS_SECRET_VARIABLES: &[&str] = &["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"];
 
+/// The hosts the minted Google access tokens go to, without
+/// `proxy.google_oauth_hosts`: Vertex AI.
+pub const GOOGLE_OAUTH_HOSTS: &[&str] =
+    &["aiplatform.googleapis.com", "*-aiplatform.googleapis.com"];
+
+/// The host's variable naming a Google service-account key file: read by
+/// the proxy only, never handed to a sandbox.
+pub const GOOGLE_SERVICE_ACCOUNT_VARIABLE: &str = "GOOGLE_APPLICATION_CREDENTIALS";
+
 /// The Bedrock runtime endpoint of `region`: the default of
 /// `proxy.aws_hosts`.
 pub fn bedrock_runtime_host(region: &str) -> String {
     format!("bedrock-runtime.{region}.amazonaws.com")
 }
 
-/// Credentials the proxy cannot stand in for: service account files.
-/// `status` warns when they are set; they are not passed on.
-pub const UNCOVERED: &[(&str, &str)] = &[(
-    "GOOGLE_APPLICATION_CREDENTIALS",
-    "a GCP service account signs its own access tokens",
-)];
+/// Credentials the proxy cannot stand in for, with why: none left (AWS
+/// requests are signed again, Google access tokens minted). `status` warns
+/// of any listed here when set; they are not passed on.
+pub const UNCOVERED: &[(&str, &str)] = &[];
 
 /// Every variable that may hold a real provider key (the AWS secret and
 /// session token included).
@@ -138,7 +156,9 @@ pub fn key_variables() -> impl Iterator<Item = &'static str> {
 /// Whether `name` holds a provider key or a credential the proxy cannot
 /// cover: never handed to a sandbox behind the proxy.
 pub fn is_credential_variable(name: &str) -> bool {
-    key_variables().any(|v| v == name) || UNCOVERED.iter().any(|(v, _)| *v == name)
+    key_variables().any(|v| v == name)
+        || name == GOOGLE_SERVICE_ACCOUNT_VARIABLE
+        || UNCOVERED.iter().any(|(v, _)| *v == name)
 }
 
 #[cfg(test)]
@@ -157,6 +177,7 @@ mod tests {
         assert!(is_credential_variable("AWS_SESSION_TOKEN"));
         assert!(is_credential_variable("AWS_ACCESS_KEY_ID"));
         assert!(!UNCOVERED.iter().any(|(v, _)| v.starts_with("AWS_")));
+        assert!(is_credential_variable("GOOGLE_APPLICATION_CREDENTIALS"));
         assert!(!is_credential_variable("PATH"));
     }
 }

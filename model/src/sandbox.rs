@@ -2,8 +2,10 @@
 //! container spec and its spec hash.
 //!
 //! [`SandboxSpec::new`] is a pure function of the config, the
-//! profile and task, the home directory and the environment values that
-//! `docker_forward_env` names. Every setting that shapes the container goes
+//! profile and task and the home directory: only what `docker create`
+//! fixes. The values each command gets (`docker_forward_env`, the egress
+//! proxy's variables and tokens, `--env`) travel with the command, not the
+//! container. Every setting that shapes the container goes
 //! into the spec hash, stored in the `hermes-spec-hash` label, so drift is
 //! one string compare: Docker fills in defaults, so deep-diffing `inspect`
 //! output would always look drifted.
@@ -300,16 +302,8 @@ impl SandboxSpec {
     /// `/root` in bind mounts under [`data_dir`], so recreating the
     /// container loses no file; a session's (`key.session` set) are tmpfs
     /// mounts of 10 GiB and 1 GiB, so nothing is carried over from one
-    /// session to the next. `forward` holds the values of
-    /// `docker_forward_env` that were found (host environment first, then
-    /// `.env`).
-    pub fn new(
-        config: &Config,
-        key: SandboxKey,
-        home: &Path,
-        forward: &[(String, String)],
-        extra: &ExtraArgs,
-    ) -> SandboxSpec {
+    /// session to the next.
+    pub fn new(config: &Config, key: SandboxKey, home: &Path, extra: &ExtraArgs) -> SandboxSpec {
         let t = &config.terminal;
         let mut binds = Vec::new();
         let mut host_dirs = Vec::new();
@@ -354,9 +348,6 @@ impl SandboxSpec {
             env.retain(|(name, _)| name != k);
             env.push((k.to_string(), v.to_string()));
         };
-        for (k, v) in forward {
-            put(k, v);
-        }
         for (k, v) in &t.docker_env {
             put(k, v);
         }
@@ -528,7 +519,6 @@ mod tests {
             &config,
             SandboxKey::persistent("default", "default"),
             Path::new("/h"),
-            &[],
             &extra,
         )
     }
@@ -594,7 +584,6 @@ mod tests {
             &config,
             SandboxKey::session("default", "default", "s-1"),
             Path::new("/h"),
-            &[],
             &ExtraArgs::default(),
         );
         assert_eq!(s.name, "hermes-default-default-s-1");

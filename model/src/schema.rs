@@ -123,7 +123,7 @@ pub const BACKENDS: &[&str] = &[
     "singularity",
 ];
 pub const VERCEL_RUNTIMES: &[&str] = &["node24", "node22", "python3.13"];
-pub const CREDENTIAL_SOURCES: &[&str] = &["env"];
+pub const CREDENTIAL_SOURCES: &[&str] = &["env", "bitwarden"];
 
 /// The image the reference uses.
 pub const DEFAULT_DOCKER_IMAGE: &str = "nikolaik/python-nodejs:python3.11-nodejs20";
@@ -230,12 +230,18 @@ pub const KEYS: &[KeySpec] = &[
         Ty::Enum(CREDENTIAL_SOURCES),
         Default::Str("env"),
     ),
+    key("proxy.bitwarden_project_id", Ty::OptStr, Default::Null),
     key("proxy.enforce_on_docker", Ty::Bool, Default::Bool(true)),
     key("proxy.upstream_deny_cidrs", Ty::OptCidrList, Default::Null),
     key(
         "proxy.extra_allowed_hosts",
         Ty::HostPatternList,
         Default::EmptyList,
+    ),
+    key(
+        "proxy.google_oauth_hosts",
+        Ty::HostPatternList,
+        Default::Null,
     ),
     key("proxy.enforce_on_ssh", Ty::Bool, Default::Bool(true)),
     key("proxy.enforce_network", Ty::Bool, Default::Bool(false)),

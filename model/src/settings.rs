@@ -177,7 +177,6 @@ mod tests {
             &config,
             SandboxKey::persistent("default", "default"),
             std::path::Path::new("/h"),
-            &[],
             &ExtraArgs::default(),
         )
     }

@@ -283,6 +283,7 @@ mod tests {
                 "openai-0123456789abcdef0123456789abcdef".to_string(),
             )],
             network: None,
+            gcp_adc_host_path: None,
         }
     }
 

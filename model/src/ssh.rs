@@ -184,6 +184,7 @@ mod tests {
                 "openai-0123456789abcdef0123456789abcdef".into(),
             )],
             network: None,
+            gcp_adc_host_path: None,
         };
         let ca = remote_ca("p", "t").unwrap();
         assert_eq!(ca, ".hermes-sandbox/p/t/hermes-egress-ca.crt");

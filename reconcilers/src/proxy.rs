@@ -235,6 +235,7 @@ pub fn predict(
                         ca_sha256: AFTER_SETUP.to_string(),
                         tokens: Vec::new(),
                         network: proxy.enforce_network.then(|| AFTER_SETUP.to_string()),
+                        gcp_adc_host_path: None,
                     };
                     desired.set_egress(Egress::On {
                         wiring,

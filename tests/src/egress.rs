@@ -106,9 +106,19 @@ impl Proxy {
         Proxy::setup_in(proxy_yaml, None)
     }
 
+    /// Like [`Proxy::setup`], `egress setup` run with `env` added (where
+    /// a credential source is found).
+    pub fn setup_with(proxy_yaml: &str, env: &[(&str, &str)]) -> Proxy {
+        Proxy::setup_with_in(proxy_yaml, env, None)
+    }
+
     /// Like [`Proxy::setup`]; the proxy will run inside `netns`, where
     /// every port is free.
     pub fn setup_in(proxy_yaml: &str, netns: Option<&str>) -> Proxy {
+        Proxy::setup_with_in(proxy_yaml, &[], netns)
+    }
+
+    fn setup_with_in(proxy_yaml: &str, env: &[(&str, &str)], netns: Option<&str>) -> Proxy {
         let home = TestHome::new();
         let port = match netns {
             Some(_) => 19090,
@@ -121,7 +131,7 @@ impl Proxy {
             started: false,
             netns: netns.map(str::to_string),
         };
-        let run = proxy.hermes(&["egress", "setup"], &[]);
+        let run = proxy.hermes(&["egress", "setup"], env);
         assert_eq!(run.code, 0, "egress setup: {run:?}");
         proxy
     }
@@ -239,8 +249,8 @@ pub fn in_container(
     in_container_with(proxy, env, files, &[], script)
 }
 
-/// [`in_container`], with host directories mounted read-only: `(host
-/// path, path in the container)`.
+/// Like [`in_container`], with `mounts` (host path, container path)
+/// added read-only.
 pub fn in_container_with(
     proxy: &Proxy,
     env: &[(&str, String)],

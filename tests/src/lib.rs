@@ -15,6 +15,7 @@ pub mod cli;
 pub mod docker_cli;
 pub mod egress;
 pub mod fakes;
+pub mod python;
 pub mod sshd;
 pub mod upstream;
 

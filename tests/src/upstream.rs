@@ -112,8 +112,9 @@ impl Upstream {
     }
 }
 
-/// A CA, and a leaf for `names` signed by it.
-fn certificates(
+/// A CA (its PEM), and a leaf for `names` signed by it (the chain and
+/// the leaf's key), for the tests' own TLS servers.
+pub fn certificates(
     names: &[&str],
 ) -> (
     String,

@@ -361,3 +361,252 @@ fn a_local_only_host_converges_without_a_docker_engine() {
     assert_eq!(done, planned, "{status}");
     assert!(home.path().join("proxy").join("ca.crt").exists());
 }
+
+/// One log line: its level, message and `action` field (an operation's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Event {
+    level: String,
+    message: String,
+    action: Option<String>,
+}
+
+/// A text line of tracing's format: `TIME LEVEL [span{…}: ]module: message
+/// key=value …`.
+fn text_event(line: &str) -> Event {
+    let mut words = line.split_whitespace();
+    let _time = words.next();
+    let level = words.next().unwrap_or_default().to_string();
+    let unexpected = || panic!("not a log line of tracing's text format: {line:?}");
+    let rest = line
+        .split_once(&format!(" {level} "))
+        .unwrap_or_else(unexpected)
+        .1;
+    let rest = rest.split_once("hermes::").unwrap_or_else(unexpected).1;
+    let rest = rest.split_once(": ").unwrap_or_else(unexpected).1;
+    // The message ends where the first `key=` field starts.
+    let fields_at = rest
+        .match_indices(' ')
+        .map(|(i, _)| i)
+        .find(|&i| {
+            let word = &rest[i + 1..];
+            word.split_once('=').is_some_and(|(key, _)| {
+                !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            })
+        })
+        .unwrap_or(rest.len());
+    let action = rest[fields_at..].split_once(" action=").map(|(_, v)| {
+        let value = v.split_whitespace().next().unwrap_or_default();
+        value.trim_matches('"').to_string()
+    });
+    Event {
+        level,
+        message: rest[..fields_at].to_string(),
+        action,
+    }
+}
+
+fn json_event(line: &str) -> Event {
+    let json: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+    Event {
+        level: json["level"].as_str().unwrap().to_string(),
+        message: json["fields"]["message"].as_str().unwrap().to_string(),
+        action: json["fields"]["action"].as_str().map(str::to_string),
+    }
+}
+
+/// Runs a controller at the default log level, its stderr in a file, with
+/// `--log-format FORMAT`, through: the first pass (a create, with a
+/// warning about the config), idle passes (the warning still stands), an
+/// invalid edit, its repair (a recreate), idle again, SIGTERM. Checks the
+/// quiet times on the way; returns the lines, the home's path written
+/// `HOME`.
+fn controller_log(format: &str) -> String {
+    let profile = format!("cg{}{format}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    let name = format!("hermes-{profile}-default");
+    // A pass every second, so that idle passes happen while we watch.
+    let resync = "reconcile:\n  resync_seconds: 1\n";
+    write_by_rename(&home, &config(&format!("{resync}unknown_key: 1\n")));
+    let log_path = home.path().join("controller.log");
+    let log_file = std::fs::File::create(&log_path).unwrap();
+    // `command` clears RUST_LOG: the default level.
+    let child = home
+        .command(["--profile", &profile, "--log-format", format, "controller"])
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .spawn()
+        .unwrap();
+    let controller = Running { child };
+    let log = || std::fs::read_to_string(&log_path).unwrap();
+    let count = |what: &str| log().matches(what).count();
+
+    eventually(Duration::from_secs(60), "the first pass applied", || {
+        count("pass applied its plan") == 1
+            && containers_of(&profile) == [(name.clone(), "running".to_string())]
+    });
+    let quiet = |seconds: u64, when: &str| {
+        // The container's own events settle first.
+        std::thread::sleep(Duration::from_secs(1));
+        let (before, passes_before) = (log(), passes(&home));
+        std::thread::sleep(Duration::from_secs(seconds));
+        assert!(
+            passes(&home) >= passes_before + 2,
+            "{when}: no idle passes to be quiet in"
+        );
+        assert_eq!(log(), before, "{when}: lines while idle");
+    };
+    quiet(4, "after the create");
+
+    write_by_rename(
+        &home,
+        &config(&format!("  container_memory: lots\n{resync}")),
+    );
+    eventually(Duration::from_secs(15), "the error is logged", || {
+        count("config.yaml cannot be used") == 1
+    });
+    // Passes go on with the bad file: the error is said once.
+    let passes_before = passes(&home);
+    eventually(Duration::from_secs(15), "passes go on", || {
+        passes(&home) >= passes_before + 2
+    });
+    assert_eq!(count("config.yaml cannot be used"), 1, "{}", log());
+
+    write_by_rename(
+        &home,
+        &config(&format!("  container_memory: 1024\n{resync}")),
+    );
+    eventually(Duration::from_secs(60), "the repair is applied", || {
+        count("config.yaml is valid again") == 1 && count("pass applied its plan") == 2
+    });
+    quiet(3, "after the recreate");
+    assert_eq!(controller.terminate(), Some(0));
+    log().replace(&home.path().display().to_string(), "HOME")
+}
+
+/// At the default level the controller says what it does and nothing else:
+/// a line per operation done and one for its pass, a line for an error and
+/// one for its recovery, nothing while idle; `--log-format json` gives the
+/// same lines as JSON; no colour codes in a file.
+#[test]
+fn the_controller_logs_each_change_error_and_recovery_and_nothing_while_idle() {
+    let text = controller_log("text");
+    let json = controller_log("json");
+    for log in [&text, &json] {
+        assert!(!log.contains('\x1b'), "colour codes in a file:\n{log}");
+    }
+    let text_events: Vec<Event> = text.lines().map(text_event).collect();
+    let json_events: Vec<Event> = json.lines().map(json_event).collect();
+    let event = |level: &str, message: &str, action: Option<&str>| Event {
+        level: level.to_string(),
+        message: message.to_string(),
+        action: action.map(str::to_string),
+    };
+    assert_eq!(
+        text_events,
+        [
+            event(
+                "WARN",
+                "HOME/config.yaml:6:1: unknown_key: unknown key, ignored",
+                None
+            ),
+            event("INFO", "done", Some("create")),
+            event("INFO", "pass applied its plan", None),
+            event(
+                "ERROR",
+                "config.yaml cannot be used; the last good config stands",
+                None
+            ),
+            event("INFO", "config.yaml is valid again", None),
+            event("INFO", "done", Some("recreate")),
+            event("INFO", "pass applied its plan", None),
+            event(
+                "INFO",
+                "stopping after the operation in flight (a second signal exits at once)",
+                None
+            ),
+            event("INFO", "controller stopped", None),
+        ],
+        "{text}"
+    );
+    assert_eq!(json_events, text_events, "{json}");
+    // Each operation's line names its target and how it ended.
+    let done = text.lines().find(|l| l.contains(" done ")).unwrap();
+    assert!(done.contains("target=sandbox"), "{done}");
+    let pass = text
+        .lines()
+        .find(|l| l.contains("pass applied its plan"))
+        .unwrap();
+    assert!(pass.contains("done=1 failed=0"), "{pass}");
+    let error = text.lines().find(|l| l.contains("ERROR")).unwrap();
+    assert!(error.contains("terminal.container_memory"), "{error}");
+}
+
+/// An operation that fails is one log line per try (the error, the
+/// failure count and the retry), none on stderr beside the log, and its
+/// recovery is the operation's `done` line.
+#[test]
+fn a_failed_operation_is_one_line_per_try_and_its_recovery_one() {
+    let profile = format!("cf{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    let name = format!("hermes-{profile}-default");
+    // More CPUs than the host has: the engine refuses the create.
+    write_by_rename(&home, &config("  container_cpu: 4096\n"));
+    let log_path = home.path().join("controller.log");
+    let child = home
+        .command(["--profile", &profile, "controller"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let controller = Running { child };
+    let log = || std::fs::read_to_string(&log_path).unwrap();
+    eventually(Duration::from_secs(30), "the create fails", || {
+        log().contains("operation failed")
+    });
+    write_by_rename(&home, &config("  container_cpu: 1\n"));
+    eventually(Duration::from_secs(60), "the create is done", || {
+        containers_of(&profile) == [(name.clone(), "running".to_string())]
+            && log().contains(" done ")
+    });
+    assert_eq!(controller.terminate(), Some(0));
+    let log = log();
+    let events: Vec<Event> = log.lines().map(text_event).collect();
+    let failures: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.message == "operation failed")
+        .collect();
+    assert!(!failures.is_empty(), "{log}");
+    assert!(
+        failures.iter().all(|e| e.level == "WARN"),
+        "one line per failure, at WARN:\n{log}"
+    );
+    let tries = log
+        .lines()
+        .filter(|l| l.contains("pass applied its plan") && l.contains("failed=1"))
+        .count();
+    assert_eq!(failures.len(), tries, "one line per try:\n{log}");
+    let failure = log
+        .lines()
+        .find(|l| l.contains("operation failed"))
+        .unwrap();
+    for part in [
+        "target=sandbox",
+        "Range of CPUs",
+        "failures=1",
+        "retry_in_ms=",
+    ] {
+        assert!(failure.contains(part), "{part}: {failure}");
+    }
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.message == "done")
+            .map(|e| e.action.as_deref())
+            .collect::<Vec<_>>(),
+        [Some("create")],
+        "{log}"
+    );
+}

@@ -120,7 +120,6 @@ impl Fixture {
             &config,
             SandboxKey::persistent(&self.profile, task),
             self.home.path(),
-            &[],
             &extra,
         );
         self.cleanup.add(&spec.name);

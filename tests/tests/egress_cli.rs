@@ -191,6 +191,64 @@ fn status_reports_masked_tokens_keys_listening_and_uncovered_credentials() {
         "{}",
         shown.stdout
     );
+    // Per credential, how it is covered: text and JSON.
+    let credential = |name: &str, coverage: &str| {
+        json["credentials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["credential"] == name && r["coverage"] == coverage)
+            .unwrap_or_else(|| panic!("no {coverage} row for {name}: {json}"))
+            .clone()
+    };
+    assert_eq!(
+        credential("OPENAI_API_KEY", "header-swap")["detail"],
+        "authorization: Bearer"
+    );
+    assert_eq!(
+        credential("OPENAI_API_KEY", "header-swap")["provider"],
+        "openai"
+    );
+    assert!(
+        credential("AWS_ACCESS_KEY_ID", "uncovered")["detail"]
+            .as_str()
+            .unwrap()
+            .ends_with("(set on this host)"),
+        "{json}"
+    );
+    let line = |name: &str| -> Vec<String> {
+        shown
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{}", shown.stdout))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(
+        shown
+            .stdout
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["CREDENTIAL", "PROVIDER", "COVERAGE", "DETAIL"]),
+        "{}",
+        shown.stdout
+    );
+    assert_eq!(
+        line("ANTHROPIC_API_KEY")[..5],
+        [
+            "ANTHROPIC_API_KEY",
+            "anthropic",
+            "header",
+            "swap",
+            "x-api-key,"
+        ]
+    );
+    assert_eq!(
+        line("GOOGLE_APPLICATION_CREDENTIALS")[..3],
+        ["GOOGLE_APPLICATION_CREDENTIALS", "gcp", "OAuth"]
+    );
     // The text shows every counter the JSON has.
     for name in json["counters"].as_object().unwrap().keys() {
         assert!(
@@ -248,17 +306,37 @@ fn install_reports_the_binary_and_its_version() {
     );
 }
 
+/// The pid of the running proxy, if one runs.
+fn proxy_pid(proxy: &Proxy) -> Option<i32> {
+    std::fs::read_to_string(proxy.dir().join("proxy.pid"))
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .filter(|&pid| alive(pid))
+}
+
+/// `egress start` while `proxy.enabled` is false and `egress stop` while it
+/// is true say that the next pass undoes them, and the next pass does.
 #[test]
 fn start_stop_and_config_check_say_when_the_next_pass_undoes_them() {
-    // Proxy::setup leaves proxy.enabled at its default, false.
+    // Proxy::setup leaves proxy.enabled at its default, false; a local
+    // backend keeps the pass to the proxy.
     let mut proxy = Proxy::setup("");
+    let text = proxy.home.read_config();
+    proxy
+        .home
+        .write_config(format!("terminal:\n  backend: local\n{text}"));
+    let profile = format!("eu{}", std::process::id());
+    let reconcile = |proxy: &Proxy| {
+        let run = proxy.hermes(&["--profile", &profile, "reconcile"], &[]);
+        assert_eq!(run.code, 0, "{run:?}");
+    };
     let start = proxy.start_run(&[]);
     assert_eq!(start.code, 0, "{start:?}");
     assert!(
         start.stderr.contains("warning: proxy.enabled is false")
-            && start
-                .stderr
-                .contains("the next reconcile pass stops the proxy again"),
+            && start.stderr.contains(
+                "the next pass (`hermes reconcile` or a running controller) stops the proxy again"
+            ),
         "{start:?}"
     );
     let check = proxy.hermes(&["config", "check"], &[]);
@@ -268,12 +346,20 @@ fn start_stop_and_config_check_say_when_the_next_pass_undoes_them() {
             && check.stderr.contains("while proxy.enabled is false"),
         "{check:?}"
     );
+    // What the warning said: the next pass stops it.
+    let pid = proxy_pid(&proxy).expect("the proxy runs");
+    reconcile(&proxy);
+    assert!(!alive(pid), "the pass left the disabled proxy running");
+    let check = proxy.hermes(&["config", "check"], &[]);
+    assert!(!check.stderr.contains("the egress proxy runs"), "{check:?}");
+
     // Stopping a proxy the config disables: nothing to say.
+    let start = proxy.start_run(&[]);
+    assert_eq!(start.code, 0, "{start:?}");
     let stop = proxy.hermes(&["egress", "stop"], &[]);
     assert_eq!(stop.code, 0, "{stop:?}");
     assert!(!stop.stderr.contains("warning"), "{stop:?}");
-    let check = proxy.hermes(&["config", "check"], &[]);
-    assert!(!check.stderr.contains("the egress proxy runs"), "{check:?}");
+
     // Enabled: a start is what the config wants, a stop is undone.
     let text = proxy.home.read_config();
     proxy
@@ -285,9 +371,18 @@ fn start_stop_and_config_check_say_when_the_next_pass_undoes_them() {
     let stop = proxy.hermes(&["egress", "stop"], &[]);
     assert_eq!(stop.code, 0, "{stop:?}");
     assert!(
-        stop.stderr
-            .contains("the next reconcile pass starts the proxy again"),
+        stop.stderr.contains("warning: proxy.enabled is true")
+            && stop.stderr.contains(
+                "the next pass (`hermes reconcile` or a running controller) starts the proxy again"
+            ),
         "{stop:?}"
+    );
+    // What the warning said: the next pass starts it.
+    assert_eq!(proxy_pid(&proxy), None);
+    reconcile(&proxy);
+    assert!(
+        proxy_pid(&proxy).is_some(),
+        "the pass left the proxy stopped"
     );
 }
 

@@ -356,3 +356,334 @@ fn the_upstream_header_timeout_is_the_configured_one() {
         "{waited:?}"
     );
 }
+
+/// The real `openai` Python SDK (from PyPI, in a venv kept under the
+/// target directory), on the host through the proxy, calls a host not on
+/// the allowlist (over https and plain http) and a provider whose real key
+/// the host lacks: each error it raises carries the proxy's reason,
+/// "hermes egress refused: …". A refused tunnel is a connection error to
+/// the SDK, whatever the proxy says (its message is always "Connection
+/// error."): the reason is on its cause, the status line of the refused
+/// CONNECT, which a traceback prints.
+#[test]
+fn the_openai_sdk_shows_the_proxys_refusal() {
+    let Some(python) = hermes_tests::python::venv(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
+        "openai-sdk-venv",
+        &["openai"],
+    ) else {
+        return;
+    };
+    let upstream = upstream();
+    let mut proxy = proxy_for(&upstream);
+    // No OpenAI key on the host (the Anthropic one comes from .env).
+    proxy.start(&[]);
+    let port = upstream.addr.port();
+    let script = r#"
+import json, sys
+import openai
+port, token = sys.argv[1], sys.argv[2]
+def call(base):
+    client = openai.OpenAI(api_key=token, base_url=base, max_retries=0, timeout=20)
+    try:
+        client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "hi"}])
+        return {"error": None}
+    except openai.APIStatusError as e:
+        return {"error": type(e).__name__, "status": e.status_code, "message": str(e), "body": e.body}
+    except openai.APIConnectionError as e:
+        return {"error": type(e).__name__, "message": str(e), "cause": str(e.__cause__)}
+print(json.dumps({
+    "https_not_allowed": call("https://not-allowed.example.org:%s/v1" % port),
+    "http_not_allowed": call("http://not-allowed.example.org:%s/v1" % port),
+    "no_key": call("https://api.openai.com:%s/v1" % port),
+}))
+"#;
+    let out = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .arg(port.to_string())
+        .arg(proxy.token("openai"))
+        .env("HTTPS_PROXY", format!("http://127.0.0.1:{}", proxy.port))
+        .env("HTTP_PROXY", format!("http://127.0.0.1:{}", proxy.port + 1))
+        .env("SSL_CERT_FILE", proxy.ca_path())
+        .env_remove("https_proxy")
+        .env_remove("http_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let not_allowed = "hermes egress refused: not-allowed.example.org is not on the allowlist";
+    let tunnel = &result["https_not_allowed"];
+    assert_eq!(tunnel["error"], "APIConnectionError", "{tunnel}");
+    assert_eq!(tunnel["cause"], format!("403 {not_allowed}"), "{tunnel}");
+    let plain = &result["http_not_allowed"];
+    assert_eq!(plain["error"], "PermissionDeniedError", "{plain}");
+    assert_eq!(
+        plain["message"],
+        format!("Error code: 403 - {not_allowed}"),
+        "{plain}"
+    );
+    assert_eq!(plain["body"]["code"], "not-allowed", "{plain}");
+    let no_key = &result["no_key"];
+    assert_eq!(no_key["error"], "PermissionDeniedError", "{no_key}");
+    assert!(
+        no_key["message"].as_str().unwrap().starts_with(
+            "Error code: 403 - hermes egress refused: the host has no real key for openai"
+        ),
+        "{no_key}"
+    );
+    assert_eq!(no_key["body"]["code"], "no-key", "{no_key}");
+    assert_eq!(
+        upstream.accepted(),
+        0,
+        "a refused request reached the upstream"
+    );
+}
+
+/// The machine account's access token the stand-in `bws` accepts.
+const BWS_TOKEN: &str = "0.e2e-machine-account-token";
+const BWS_PROJECT: &str = "e325ea69-a3ab-4dff-836f-b02e013fe530";
+
+/// A stand-in for Bitwarden's `bws` in `dir`: `bws secret list PROJECT
+/// --output json` with the right access token prints `dir/secrets.json`;
+/// with a `dir/fail` file it fails as the service's errors do.
+fn stand_in_bws(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let script = format!(
+        r#"#!/bin/sh
+d=$(dirname "$0")
+[ "$BWS_ACCESS_TOKEN" = "{BWS_TOKEN}" ] || {{ echo "Error: [400 Bad Request] invalid_client" >&2; exit 1; }}
+[ -e "$d/fail" ] && {{ echo "Error: [503 Service Unavailable] try again later" >&2; exit 1; }}
+[ "$*" = "secret list {BWS_PROJECT} --output json" ] || {{ echo "unexpected arguments: $*" >&2; exit 2; }}
+cat "$d/secrets.json"
+"#
+    );
+    let path = dir.join("bws");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// `bws secret list`'s JSON as Bitwarden publishes it, holding `openai`.
+fn bws_list(openai: &str) -> String {
+    serde_json::json!([
+        {
+            "object": "secret",
+            "id": "be8e0ad8-d545-4017-a55a-b02f014d4158",
+            "organizationId": "10e8cbfa-7bd2-4361-bd6f-b02e013f9c41",
+            "projectId": BWS_PROJECT,
+            "key": "OPENAI_API_KEY",
+            "value": openai,
+            "note": "",
+            "creationDate": "2026-11-28T20:13:20.643567Z",
+            "revisionDate": "2026-11-28T20:13:20.643567Z"
+        },
+        {
+            "object": "secret",
+            "id": "0b8e0ad8-d545-4017-a55a-b02f014d4159",
+            "organizationId": "10e8cbfa-7bd2-4361-bd6f-b02e013f9c41",
+            "projectId": BWS_PROJECT,
+            "key": "SOME_OTHER_SETTING",
+            "value": "not a provider key",
+            "note": "",
+            "creationDate": "2026-11-28T20:13:20.643567Z",
+            "revisionDate": "2026-11-28T20:13:20.643567Z"
+        }
+    ])
+    .to_string()
+}
+
+/// The `Authorization` header the upstream's `/echo` received through
+/// the proxy on 127.0.0.1.
+fn upstream_saw(proxy: &Proxy, url: &str, token: &str) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "20", "-x"])
+        .arg(format!("http://127.0.0.1:{}", proxy.port))
+        .arg("--cacert")
+        .arg(proxy.ca_path())
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(url)
+        .env_remove("https_proxy")
+        .env_remove("HTTPS_PROXY")
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    json["headers"]["authorization"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `proxy.credential_source: bitwarden`: the real keys come from `bws
+/// secret list` (a stand-in printing the published JSON), at `egress
+/// setup`, at start and on each reload; a rotation in Bitwarden reaches
+/// the running proxy with `egress setup`; a failed or impossible read is a
+/// clear error and the proxy keeps the keys it holds; no key is written to
+/// disk.
+#[test]
+fn bitwarden_keys_reach_the_upstream_and_a_rotation_reaches_the_running_proxy() {
+    let upstream = upstream();
+    let bws = tempfile::tempdir().unwrap();
+    stand_in_bws(bws.path());
+    let (first, second, third) = (
+        "sk-bw-e2e-first-0001",
+        "sk-bw-e2e-second-0002",
+        "sk-bw-e2e-third-0003",
+    );
+    std::fs::write(bws.path().join("secrets.json"), bws_list(first)).unwrap();
+    let system_path = std::env::var("PATH").unwrap_or_default();
+    let path = format!("{}:{system_path}", bws.path().display());
+    let env = [("PATH", path.as_str()), ("BWS_ACCESS_TOKEN", BWS_TOKEN)];
+    let ca = bws.path().join("upstream-ca.pem");
+    std::fs::write(&ca, &upstream.ca_pem).unwrap();
+    let mut proxy = Proxy::setup_with(
+        &format!(
+            "  credential_source: bitwarden\n  bitwarden_project_id: {BWS_PROJECT}\n  upstream_deny_cidrs: [169.254.0.0/16]\n  upstream_ca_file: {}\n  resolve:\n    api.openai.com: 127.0.0.1\n",
+            ca.display()
+        ),
+        &env,
+    );
+    // An OpenAI key in .env is not the source any more.
+    std::fs::write(
+        proxy.home.path().join(".env"),
+        "OPENAI_API_KEY=sk-dotenv-not-used\n",
+    )
+    .unwrap();
+    proxy.start(&env);
+    let url = format!("https://api.openai.com:{}/echo", upstream.addr.port());
+    let token = proxy.token("openai");
+    assert_eq!(
+        upstream_saw(&proxy, &url, &token),
+        format!("Bearer {first}")
+    );
+
+    // Rotated in Bitwarden: `egress setup` reads it and the proxy reloads.
+    std::fs::write(bws.path().join("secrets.json"), bws_list(second)).unwrap();
+    let pid = std::fs::read_to_string(proxy.dir().join("proxy.pid")).unwrap();
+    let setup = proxy.hermes(&["egress", "setup"], &env);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    assert!(
+        setup
+            .stdout
+            .contains("Keys:     from Bitwarden Secrets Manager (OPENAI_API_KEY)"),
+        "{setup:?}"
+    );
+    assert!(setup.stdout.contains("reloaded"), "{setup:?}");
+    assert_eq!(
+        std::fs::read_to_string(proxy.dir().join("proxy.pid")).unwrap(),
+        pid
+    );
+    assert_eq!(
+        upstream_saw(&proxy, &url, &token),
+        format!("Bearer {second}")
+    );
+
+    // Bitwarden fails: setup says why and exits 1; a reload signalled
+    // anyway keeps the last good key.
+    std::fs::write(bws.path().join("secrets.json"), bws_list(third)).unwrap();
+    std::fs::write(bws.path().join("fail"), "").unwrap();
+    let failed = proxy.hermes(&["egress", "setup"], &env);
+    assert_eq!(failed.code, 1, "{failed:?}");
+    assert!(
+        failed.stderr.contains("bws secret list failed")
+            && failed
+                .stderr
+                .contains("[503 Service Unavailable] try again later"),
+        "{failed:?}"
+    );
+    let pid: i32 = pid.trim().parse().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !proxy
+        .log()
+        .contains("reload failed, keeping the old tokens")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failed reload in the log:\n{}",
+            proxy.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        proxy.log().contains("[503 Service Unavailable]"),
+        "{}",
+        proxy.log()
+    );
+    assert_eq!(
+        upstream_saw(&proxy, &url, &token),
+        format!("Bearer {second}")
+    );
+
+    // No bws on PATH, no access token: each a clear error.
+    let no_bws = proxy.hermes(
+        &["egress", "setup"],
+        &[
+            ("PATH", system_path.as_str()),
+            ("BWS_ACCESS_TOKEN", BWS_TOKEN),
+        ],
+    );
+    assert_eq!(no_bws.code, 1, "{no_bws:?}");
+    assert!(
+        no_bws.stderr.contains("the `bws` command") && no_bws.stderr.contains("not on PATH"),
+        "{no_bws:?}"
+    );
+    let no_token = proxy.hermes(&["egress", "setup"], &[("PATH", path.as_str())]);
+    assert_eq!(no_token.code, 1, "{no_token:?}");
+    assert!(
+        no_token.stderr.contains("BWS_ACCESS_TOKEN is not set"),
+        "{no_token:?}"
+    );
+    // `config check` says so too, without asking Bitwarden.
+    for (env, says) in [
+        (
+            &[
+                ("PATH", system_path.as_str()),
+                ("BWS_ACCESS_TOKEN", BWS_TOKEN),
+            ][..],
+            "not on PATH",
+        ),
+        (
+            &[("PATH", path.as_str())][..],
+            "BWS_ACCESS_TOKEN is not set",
+        ),
+    ] {
+        let check = proxy.hermes(&["config", "check"], env);
+        assert_eq!(check.code, 0, "{check:?}");
+        assert!(check.stderr.contains(says), "{says}: {check:?}");
+    }
+    let check = proxy.hermes(&["config", "check"], &env);
+    assert!(!check.stderr.contains("bws"), "{check:?}");
+
+    // The keys were never written to disk.
+    let mut stack = vec![proxy.home.path().to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                let text = String::from_utf8_lossy(&bytes);
+                for key in [first, second, third, BWS_TOKEN] {
+                    assert!(!text.contains(key), "{key} in {}", path.display());
+                }
+            }
+        }
+    }
+}

@@ -4,7 +4,8 @@
 //! allowlisted provider name through the proxy, and the upstream receives
 //! the real key; names resolve through the proxy's DNS responder, which
 //! forwards nothing; everything else is refused at once; with the proxy
-//! killed the sandbox reaches nothing until `hermes reconcile` restarts it.
+//! or its DNS responder killed the sandbox reaches nothing (commands in it
+//! are refused) until `hermes reconcile` restarts it.
 //!
 //! The provider names resolve (`proxy.resolve`) to a TLS upstream of the
 //! test's own on port 443 of a loopback address unique to this process.
@@ -352,7 +353,7 @@ except Exception as e:
 }
 
 #[test]
-fn names_are_answered_locally_and_a_dead_proxy_fails_closed_until_reconcile() {
+fn names_are_answered_locally_and_a_dead_proxy_or_responder_fails_closed_until_reconcile() {
     let upstream = Upstream::start(format!("{}:443", loopback(2)).parse().unwrap(), NAMES);
     let host = Enforced::new("trd", &upstream);
     let apply = host.hermes(&["reconcile"]);
@@ -415,6 +416,47 @@ fn names_are_answered_locally_and_a_dead_proxy_fails_closed_until_reconcile() {
             .as_str()
             .is_some_and(|d| d.starts_with(&gateway)),
         "{status}"
+    );
+
+    // The DNS responder killed while the rest of the proxy runs on (its
+    // UDP socket destroyed from outside, `ss -K`): the proxy is unhealthy,
+    // commands in the sandbox are refused (fail closed, exit 3) until
+    // `hermes reconcile` restarts it, and then names resolve again.
+    // `transparent` is where the responder listens: gateway:port.
+    let port = status["transparent"]
+        .as_str()
+        .and_then(|a| a.rsplit(':').next())
+        .unwrap_or_else(|| panic!("{status}"))
+        .to_string();
+    let killed = std::process::Command::new("ss")
+        .args(["-K", "-u", "-a", "src", &format!("{gateway}:{port}")])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&killed.stdout).contains(&format!("{gateway}:{port}")),
+        "{killed:?}"
+    );
+    let refused = host.hermes(&["exec", "--", "true"]);
+    assert_eq!(refused.code, 3, "{refused:?}");
+    assert!(
+        refused.stderr.contains("DNS responder"),
+        "{}",
+        refused.stderr
+    );
+    let back = host.hermes(&["reconcile"]);
+    assert_eq!(back.code, 0, "{back:?}");
+    let run = host.hermes(&[
+        "exec",
+        "--",
+        "python3",
+        "-c",
+        &dns_probe(&gateway, "openrouter.ai", 1),
+    ]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout.starts_with("RCODE 0 ANSWERS 1 "),
+        "{}",
+        run.stdout
     );
 
     // The proxy killed: its DNS and ports go with it, the sandbox reaches

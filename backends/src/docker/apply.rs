@@ -435,7 +435,6 @@ mod tests {
             &config,
             SandboxKey::persistent("p", "t"),
             Path::new("/h"),
-            &[],
             &extra,
         );
         let body = create_body(&spec).unwrap();
@@ -484,7 +483,6 @@ mod tests {
             &config,
             SandboxKey::persistent("p", "t"),
             Path::new("/h"),
-            &[],
             &Default::default(),
         );
         spec.devices = vec!["/dev/x:/y:bad".to_string()];

@@ -27,7 +27,7 @@ use std::time::Duration;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures_util::{Stream, StreamExt};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::Engine;
@@ -57,6 +57,19 @@ impl Engine {
         &self,
         container: &str,
         req: &ExecRequest,
+        stdout: impl AsyncWrite + Unpin,
+        stderr: impl AsyncWrite + Unpin,
+    ) -> Result<ExecOutcome, DockerError> {
+        self.exec_io(container, req, None, stdout, stderr).await
+    }
+
+    /// [`Engine::exec`], the command reading `stdin` (attached to the
+    /// engine's exec, closed at its end) when given, else nothing.
+    pub async fn exec_io(
+        &self,
+        container: &str,
+        req: &ExecRequest,
+        stdin: Option<&mut (dyn AsyncRead + Unpin + Send)>,
         mut stdout: impl AsyncWrite + Unpin,
         mut stderr: impl AsyncWrite + Unpin,
     ) -> Result<ExecOutcome, DockerError> {
@@ -65,8 +78,13 @@ impl Engine {
         // The watch is up before the command starts: a hermes killed from
         // here on leaves nothing running. Dropped (not released), it kills
         // the command.
+        let attach = if stdin.is_some() {
+            Attach::All
+        } else {
+            Attach::Output
+        };
         let (exec_id, watch) = tokio::join!(
-            self.create_marked_exec(container, req, true, &marker),
+            self.create_marked_exec(container, req, attach, &marker),
             self.watch(container, &marker)
         );
         let exec_id = exec_id?;
@@ -86,28 +104,52 @@ impl Engine {
                 reason: "the engine started the exec detached".to_string(),
             });
         };
-        // Kept open until the end: closing our half early is not needed and
-        // some engines read it as a hang-up.
-        let _input = input;
+        // Without a standard input to give, kept open until the end:
+        // closing our half early is not needed and some engines read it as
+        // a hang-up. With one, closed at its end: the command reads end of
+        // file.
+        let mut input = input;
+        let feed = async {
+            if let Some(from) = stdin {
+                let _ = tokio::io::copy(from, &mut input).await;
+                let _ = input.shutdown().await;
+            }
+        };
 
         let run = async {
             while let Some(item) = output.next().await {
-                let (writer, message): (&mut (dyn AsyncWrite + Unpin), _) = match item {
+                // Each stream written in its own arm: no `dyn` writer held
+                // across an await, so the future stays `Send` when the
+                // writers are.
+                match item {
                     Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
-                        (&mut stdout, message)
+                        stdout.write_all(&message).await.map_err(RunError::Output)?;
+                        stdout.flush().await.map_err(RunError::Output)?;
                     }
-                    Ok(LogOutput::StdErr { message }) => (&mut stderr, message),
+                    Ok(LogOutput::StdErr { message }) => {
+                        stderr.write_all(&message).await.map_err(RunError::Output)?;
+                        stderr.flush().await.map_err(RunError::Output)?;
+                    }
                     Ok(LogOutput::StdIn { .. }) => continue,
                     Err(e) => {
                         return Err(RunError::Stream(e.to_string()));
                     }
-                };
-                writer.write_all(&message).await.map_err(RunError::Output)?;
-                writer.flush().await.map_err(RunError::Output)?;
+                }
             }
             // The output is closed; the process may outlive it (it can
             // close its stdout), so wait for its exit code.
             self.wait_exit(&exec_id).await
+        };
+        let run = async {
+            tokio::pin!(feed);
+            tokio::pin!(run);
+            let mut fed = false;
+            loop {
+                tokio::select! {
+                    r = &mut run => break r,
+                    () = &mut feed, if !fed => fed = true,
+                }
+            }
         };
         let result = tokio::time::timeout_at(deadline, run).await;
         let error = match result {
@@ -161,7 +203,7 @@ impl Engine {
         &self,
         container: &str,
         req: &ExecRequest,
-        attach: bool,
+        attach: Attach,
         marker: &str,
     ) -> Result<String, DockerError> {
         let mut env: Vec<String> = req
@@ -175,9 +217,9 @@ impl Engine {
             cmd: Some(req.cmd.clone()),
             env: Some(env),
             working_dir: req.cwd.clone(),
-            attach_stdin: Some(false),
-            attach_stdout: Some(attach),
-            attach_stderr: Some(attach),
+            attach_stdin: Some(attach == Attach::All),
+            attach_stdout: Some(attach != Attach::Nothing),
+            attach_stderr: Some(attach != Attach::Nothing),
             tty: Some(false),
             ..Default::default()
         };
@@ -201,7 +243,7 @@ impl Engine {
     ) -> Result<String, DockerError> {
         let marker = new_exec_id();
         let exec_id = self
-            .create_marked_exec(container, req, false, &marker)
+            .create_marked_exec(container, req, Attach::Nothing, &marker)
             .await?;
         let start = StartExecOptions {
             detach: true,
@@ -399,6 +441,17 @@ impl Watch {
     }
 }
 
+/// Which streams of an engine exec hermes attaches to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attach {
+    /// None (a detached background command).
+    Nothing,
+    /// stdout and stderr.
+    Output,
+    /// stdin too.
+    All,
+}
+
 /// Why the streaming part of an exec stopped early.
 enum RunError {
     Output(std::io::Error),
@@ -409,8 +462,7 @@ enum RunError {
 
 /// One container as an [`Executor`]: commands run in it through its
 /// runner when `runner` is given ([`Engine::exec_with_runner`]), through
-/// [`Engine::exec`] otherwise. The command's standard input is not
-/// attached.
+/// [`Engine::exec_io`] otherwise, with the standard input given.
 #[derive(Debug, Clone)]
 pub struct Container {
     pub engine: Engine,
@@ -425,7 +477,14 @@ impl Executor for Container {
 
     async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, DockerError> {
         self.engine
-            .exec_with_runner(&self.id, self.runner.as_deref(), req, io.stdout, io.stderr)
+            .exec_with_runner(
+                &self.id,
+                self.runner.as_deref(),
+                req,
+                io.stdin,
+                io.stdout,
+                io.stderr,
+            )
             .await
     }
 }

@@ -243,6 +243,7 @@ mod tests {
             ca_sha256: "ab".repeat(32),
             tokens: vec![("OPENAI_API_KEY".to_string(), "openai-tok".to_string())],
             network: None,
+            gcp_adc_host_path: None,
         }
     }
 

@@ -284,8 +284,14 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
             {
                 eprintln!(
                     "warning: the egress proxy runs (pid {pid}) while proxy.enabled is false: \
-                     the next reconcile pass stops it"
+                     the next pass (`hermes reconcile` or a running controller) stops it"
                 );
+                count += 1;
+            }
+            if loaded.config.proxy.credential_source == crate::egress::bitwarden::SOURCE
+                && let Some(why) = crate::egress::bitwarden::not_ready(&env)
+            {
+                eprintln!("warning: {why}");
                 count += 1;
             }
             if loaded.config.terminal.backend == hermes_model::config::Backend::Docker

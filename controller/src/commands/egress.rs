@@ -43,8 +43,8 @@ pub enum Verb {
     Stop,
 }
 
-/// Says on stderr when the next reconcile pass (`hermes reconcile`, a
-/// running controller) will undo what `egress start`/`stop` does: a start
+/// Says on stderr when the next pass (`hermes reconcile`, a running
+/// controller) will undo what `egress start`/`stop` does: a start
 /// while `proxy.enabled` is false, a stop while it is true. Silent when
 /// the file cannot be read (start and stop report their own errors).
 fn warn_if_undone(home: &Home, verb: Verb) {
@@ -63,12 +63,12 @@ pub fn undone_warning(home: &Home, verb: Verb, enabled: bool) -> Option<String> 
     let file = home.config().display().to_string();
     match (verb, enabled) {
         (Verb::Start, false) => Some(format!(
-            "proxy.enabled is false in {file}: the next reconcile pass stops the proxy again; \
-             set proxy.enabled: true to keep it running"
+            "proxy.enabled is false in {file}: the next pass (`hermes reconcile` or a running \
+             controller) stops the proxy again; set proxy.enabled: true to keep it running"
         )),
         (Verb::Stop, true) => Some(format!(
-            "proxy.enabled is true in {file}: the next reconcile pass starts the proxy again; \
-             set proxy.enabled: false to keep it stopped"
+            "proxy.enabled is true in {file}: the next pass (`hermes reconcile` or a running \
+             controller) starts the proxy again; set proxy.enabled: false to keep it stopped"
         )),
         _ => None,
     }
@@ -109,13 +109,30 @@ fn setup(home: &Home, paths: &Paths, rotate: bool) -> anyhow::Result<ExitCode> {
     if !shown.is_empty() {
         println!("{shown}");
     }
+    // Bitwarden is read now: a missing bws or a failed read stops here,
+    // before a running proxy is told to read it (it keeps its keys).
+    let bitwarden = daemon::check_source(home, paths)?;
+    if let Some(names) = &bitwarden {
+        let names = if names.is_empty() {
+            "no provider key".to_string()
+        } else {
+            names.join(", ")
+        };
+        println!("Keys:     from Bitwarden Secrets Manager ({names})");
+    }
     if let Some(pid) = daemon::running_pid(paths)? {
         if written.config_changed || network.changed() || written.ca == CaChange::Created {
             println!("The running proxy is restarted to load the new configuration.");
             daemon::stop(paths)?;
             return daemon::start(home, paths);
         }
-        if written.tokens_changed {
+        if bitwarden.is_some() {
+            // Keys rotated in Bitwarden reach the proxy.
+            daemon::reload(paths, pid)?;
+            println!(
+                "The running proxy reloaded its tokens and its keys from Bitwarden (pid {pid})."
+            );
+        } else if written.tokens_changed {
             daemon::reload(paths, pid)?;
             println!("The running proxy reloaded its tokens (pid {pid}).");
         }

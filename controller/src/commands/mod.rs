@@ -107,7 +107,7 @@ pub fn load_config(home: &Home) -> anyhow::Result<hermes_model::config::Config> 
     let text = config::read_config_text(home)?.unwrap_or_default();
     let loaded = load_text(home, &text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
     for w in &loaded.warnings {
-        eprintln!("warning: {}", w.render(&file));
+        crate::notices::warning(w.render(&file));
     }
     Ok(loaded.config)
 }
@@ -189,15 +189,15 @@ fn desired_from(
     file: &str,
 ) -> anyhow::Result<Desired> {
     for w in &loaded.warnings {
-        eprintln!("warning: {}", w.render(file));
+        crate::notices::warning(w.render(file));
     }
     if let Some(w) = home.exposure_warning() {
-        eprintln!("warning: {w}");
+        crate::notices::warning(w);
     }
     let mut desired = Desired::build(loaded.config, profile, home.root(), &host_env(home)?)?;
     wire_egress(home, &mut desired);
     for w in &desired.warnings {
-        eprintln!("warning: {w}");
+        crate::notices::warning(w);
     }
     Ok(desired)
 }

@@ -98,6 +98,7 @@ impl Wake {
 
 pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result<ExitCode> {
     hermes_model::desired::check_profile(profile)?;
+    crate::notices::to_log();
     crate::fsio::ensure_dir(&status::run_dir(home), 0o700)?;
     let _lock = ControllerLock::acquire(&status::run_dir(home).join("controller.lock"))?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -314,6 +315,7 @@ impl Controller {
         let started = Instant::now();
         let span = tracing::info_span!("pass", trigger = wake.as_str(), n = self.status.passes + 1);
         let _guard = span.enter();
+        crate::notices::begin_pass();
         let now = hermes_reconcilers::unix_seconds(SystemTime::now());
         let mut errors = Vec::new();
 

@@ -17,6 +17,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use hermes_egress::google;
 use hermes_egress::logfile::{RotatingLog, SharedLog, own_stdio};
 use hermes_egress::settings::{DnsSettings, ProxyConfigFile, Settings};
 use hermes_egress::tokens::{Credentials, MappingsFile, TokensFile};
@@ -113,18 +114,65 @@ fn remove_own_files(paths: &Paths) {
     }
 }
 
-/// The tokens and mappings joined with the real keys of this process's
-/// environment and `.env`.
+/// The tokens and mappings joined with the real keys: those of this
+/// process's environment and `.env`, or with `credential_source:
+/// bitwarden` those Bitwarden Secrets Manager lists (read now, in memory
+/// only).
 fn load_credentials(home: &Home, paths: &Paths) -> anyhow::Result<Credentials> {
     let tokens =
         TokensFile::parse(&read_file(&paths.tokens())?.ok_or_else(|| missing(paths.tokens()))?)?;
     let mappings = MappingsFile::parse(
         &read_file(&paths.mappings())?.ok_or_else(|| missing(paths.mappings()))?,
     )?;
+    let file = ProxyConfigFile::parse(
+        &read_file(&paths.config())?.ok_or_else(|| missing(paths.config()))?,
+    )?;
     let env = crate::commands::host_env(home)?;
-    Ok(Credentials::build(&mappings, &tokens, |name| {
-        env.lookup(name).map(str::to_string)
-    }))
+    let (mut credentials, service_account) = if file.credential_source == super::bitwarden::SOURCE {
+        let keys = super::bitwarden::fetch(&env, file.bitwarden_project_id.as_deref())?;
+        let lookup = |name: &str| keys.get(name).map(|k| k.to_string());
+        (
+            Credentials::build(&mappings, &tokens, lookup),
+            lookup(google::KEY_FILE_VARIABLE).map(zeroize::Zeroizing::new),
+        )
+    } else {
+        let lookup = |name: &str| env.lookup(name).map(str::to_string);
+        (
+            Credentials::build(&mappings, &tokens, lookup),
+            lookup(google::KEY_FILE_VARIABLE).map(zeroize::Zeroizing::new),
+        )
+    };
+    // The service account's key is read here, into memory only; a key
+    // file that cannot be used stops the proxy with the reason.
+    let account = match service_account.filter(|v| !v.trim().is_empty()) {
+        Some(value) => Some(
+            google::ServiceAccount::from_variable(&value)
+                .with_context(|| format!("{} (Google OAuth minting)", google::KEY_FILE_VARIABLE))?,
+        ),
+        None => None,
+    };
+    credentials.configure_google(Some(&file.google_oauth_hosts), account);
+    Ok(credentials)
+}
+
+/// With `credential_source: bitwarden`, the key variables Bitwarden holds
+/// now (read and dropped: `egress setup`'s check before the proxy reads
+/// them); `None` for another source.
+pub(crate) fn check_source(home: &Home, paths: &Paths) -> anyhow::Result<Option<Vec<String>>> {
+    let file = ProxyConfigFile::parse(
+        &read_file(&paths.config())?.ok_or_else(|| missing(paths.config()))?,
+    )?;
+    if file.credential_source != super::bitwarden::SOURCE {
+        return Ok(None);
+    }
+    let env = crate::commands::host_env(home)?;
+    let keys = super::bitwarden::fetch(&env, file.bitwarden_project_id.as_deref())?;
+    Ok(Some(
+        hermes_model::providers::key_variables()
+            .filter(|name| keys.get(*name).is_some_and(|k| !k.is_empty()))
+            .map(str::to_string)
+            .collect(),
+    ))
 }
 
 /// Everything `serve` needs from the files, the environment and `.env`.

@@ -1,5 +1,6 @@
-//! The proxy's files under `$HERMES_HOME/proxy/` (0700): `ca.crt` (0644),
-//! `ca.key`, `tokens.json`, `mappings.json` and `config.json` (0600), and
+//! The proxy's files under `$HERMES_HOME/proxy/` (0700): `ca.crt` and
+//! `gcp-credentials.json` (the Docker sandboxes' placeholder Google
+//! credentials, holding the `gcp` token only) (0644), `ca.key`, `tokens.json`, `mappings.json` and `config.json` (0600), and
 //! what `hermes egress setup` writes there, keeping the CA, the tokens and
 //! the management token unless told to rotate. The daemon's own files
 //! (`proxy.pid`, `state.json`, `proxy.log`) are named here too and
@@ -42,6 +43,10 @@ impl Paths {
     }
     pub(crate) fn ca_key(&self) -> PathBuf {
         self.dir.join("ca.key")
+    }
+    /// The sandboxes' placeholder Google credentials (the `gcp` token only).
+    pub(crate) fn gcp_adc(&self) -> PathBuf {
+        self.dir.join("gcp-credentials.json")
     }
     pub(crate) fn config(&self) -> PathBuf {
         self.dir.join(CONFIG_FILE)
@@ -115,6 +120,23 @@ pub(crate) fn load_ca(paths: &Paths) -> anyhow::Result<Option<Ca>> {
     let cert = String::from_utf8(cert).context("ca.crt is not text")?;
     let key = zeroize::Zeroizing::new(String::from_utf8(key).context("ca.key is not text")?);
     Ok(Some(Ca::load(&cert, &key)?))
+}
+
+/// Application default credentials for google-auth that hold only the
+/// `gcp` proxy token: an `authorized_user` file whose access token is the
+/// token, expiring far ahead, so that the client sends it as it is.
+fn gcp_adc(token: &str) -> String {
+    let mut text = serde_json::to_string_pretty(&serde_json::json!({
+        "type": "authorized_user",
+        "client_id": "hermes-egress-placeholder",
+        "client_secret": "hermes-egress-placeholder",
+        "refresh_token": token,
+        "token": token,
+        "expiry": "2999-12-31T00:00:00Z",
+    }))
+    .unwrap_or_default();
+    text.push('\n');
+    text
 }
 
 fn random_hex(bytes: usize) -> anyhow::Result<String> {
@@ -220,6 +242,11 @@ pub(crate) fn write_setup(
             .as_bytes(),
         SECRET_MODE,
     )?;
+    if let Some(token) = tokens.tokens.get(hermes_egress::google::PROVIDER) {
+        // Mounted into Docker sandboxes (readable there, like the CA): it
+        // holds the proxy token only, never a key.
+        write_file(&paths.gcp_adc(), gcp_adc(token).as_bytes(), CERT_MODE)?;
+    }
 
     let old_config = read_config(paths)?;
     let mgmt_token = match &old_config {

@@ -48,6 +48,37 @@ pub struct DnsHealth {
     /// Where it listens (UDP).
     #[serde(rename = "listen", default)]
     pub listen: Option<String>,
+    /// False once it has stopped while the proxy runs on.
+    #[serde(rename = "serving", default)]
+    pub serving: Option<bool>,
+}
+
+/// How long the DNS responder may take to answer [`dns_problem`]'s query.
+pub const DNS_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// With transparent egress (`proxy.enforce_network`), what is wrong with
+/// the proxy's DNS responder, as `/health` reports it and as one query to
+/// it shows; `None` when it answers. A responder that does not answer
+/// leaves the sandboxes unable to resolve their providers: the proxy is
+/// then unhealthy like one whose endpoint is silent (fail closed; the
+/// next pass restarts it).
+pub async fn dns_problem(health: &Health) -> Option<String> {
+    let Some(dns) = &health.dns else {
+        return Some("its DNS responder (proxy.enforce_network) is not running".to_string());
+    };
+    let listen = dns.listen.as_deref().unwrap_or("no address");
+    if dns.serving == Some(false) {
+        return Some(format!("its DNS responder on {listen} has stopped"));
+    }
+    let Some(addr) = dns.listen.as_deref().and_then(|l| l.parse().ok()) else {
+        return Some(format!("its DNS responder listens on {listen}"));
+    };
+    match hermes_egress::dns::probe(addr, DNS_PROBE_TIMEOUT).await {
+        Ok(()) => None,
+        Err(e) => Some(format!(
+            "its DNS responder on {listen} does not answer: {e}"
+        )),
+    }
 }
 
 /// Whether the running proxy holds a real key for one provider (never

@@ -4,6 +4,8 @@
 //! `hermes egress` commands ([`crate::commands::egress`]) only parse and
 //! print; the proxy itself is the `hermes-egress` crate.
 //!
+//! - [`bitwarden`]: the real keys from Bitwarden Secrets Manager
+//!   (`proxy.credential_source: bitwarden`), through `bws`.
 //! - [`files`]: the proxy's files (`Paths`, the CA, tokens, mappings,
 //!   `config.json`) and what `hermes egress setup` writes.
 //! - [`state`]: `state.json`, the typed and versioned record of where the
@@ -17,6 +19,7 @@
 //!   plans with them.
 //! - [`status`]: the `hermes egress status` report.
 
+pub mod bitwarden;
 pub mod daemon;
 pub mod files;
 pub mod health;

@@ -133,6 +133,7 @@ pub fn desired(home: &Home, config: &Config) -> Egress {
             ca_sha256: hex(&Sha256::digest(&ca)),
             tokens: token_env,
             network: network.map(|(name, _)| name),
+            gcp_adc_host_path: Some(paths.gcp_adc()).filter(|p| p.is_file()),
         },
         settings,
     }
@@ -171,7 +172,8 @@ fn enforced_network(
 
 /// What the daemon is doing: whether it runs (pid file), the settings it
 /// loaded (state file), and whether its health endpoint answers (asked
-/// asynchronously, within [`super::health::PROBE_TIMEOUT`]).
+/// asynchronously, within [`super::health::PROBE_TIMEOUT`]) and, with
+/// `proxy.enforce_network`, its DNS responder too.
 pub async fn observe(home: &Home) -> ProxyObserved {
     let paths = Paths::new(home);
     let running = matches!(running_pid(&paths), Ok(Some(_)));
@@ -194,6 +196,13 @@ pub async fn observe(home: &Home) -> ProxyObserved {
     let settings = state.as_ref().and_then(|s| s.settings.clone());
     let (healthy, problem) = match (state.map(|s| s.mgmt), mgmt_token(&paths)) {
         (Some(addr), Some(token)) => match super::health::probe(addr, &token).await {
+            // With transparent egress, its DNS responder is part of it.
+            Ok(health) if enforces_network(&paths) => {
+                match super::health::dns_problem(&health).await {
+                    Some(problem) => (false, Some(problem)),
+                    None => (true, None),
+                }
+            }
             Ok(_) => (true, None),
             Err(e) => {
                 tracing::debug!(%addr, error = %e, "the proxy's health endpoint");
@@ -215,6 +224,16 @@ pub async fn observe(home: &Home) -> ProxyObserved {
         problem,
         network: None,
     }
+}
+
+/// Whether the proxy's config file says `enforce_network` (transparent
+/// egress, with its DNS responder).
+fn enforces_network(paths: &Paths) -> bool {
+    read_file(&paths.config())
+        .ok()
+        .flatten()
+        .and_then(|b| ProxyConfigFile::parse(&b).ok())
+        .is_some_and(|f| f.enforce_network)
 }
 
 /// This home's proxy-only network and its firewall chain, when either is

@@ -1,8 +1,9 @@
 //! The `hermes egress status` report: whether the proxy is set up and
 //! running, where it listens, its counters, each provider's token (masked
 //! unless asked) and whether the running proxy holds its real key (asked
-//! of the proxy, not read from this process's environment), and the credentials
-//! the proxy cannot cover. [`EgressStatus`] is built once; its JSON form
+//! of the proxy, not read from this process's environment), how each
+//! credential is kept out of the sandboxes (the proxy's header swap) or
+//! why it is not (uncovered). [`EgressStatus`] is built once; its JSON form
 //! is its `Serialize`, its text form its `Display`.
 
 use std::fmt;
@@ -57,6 +58,9 @@ pub struct EgressStatus {
     pub counters: Option<Counters>,
     #[serde(rename = "tokens")]
     pub tokens: Vec<TokenRow>,
+    /// Per credential, how it is covered.
+    #[serde(rename = "credentials")]
+    pub credentials: Vec<CredentialRow>,
     #[serde(rename = "warnings")]
     pub warnings: Vec<String>,
 }
@@ -121,6 +125,151 @@ pub struct TokenRow {
     /// environment.
     #[serde(rename = "key_loaded")]
     pub key_loaded: Option<bool>,
+}
+
+/// How a credential is kept out of the sandboxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Coverage {
+    /// The sandbox holds a token; the proxy puts the real key in its
+    /// place (a header or the query), towards the provider's hosts only.
+    HeaderSwap,
+    /// The sandbox signs with a placeholder AWS key pair; the proxy
+    /// checks that signature and signs the request again with the real
+    /// pair, towards the AWS hosts only.
+    #[serde(rename = "sigv4-resign")]
+    SigV4Resign,
+    /// The sandbox holds a token; the proxy puts an access token it
+    /// minted from the host's Google service account in its place.
+    OauthMinting,
+    /// Nothing stands in for it: it is not passed to sandboxes behind
+    /// the proxy, or it goes into a sandbox that reaches the internet
+    /// directly.
+    Uncovered,
+}
+
+impl fmt::Display for Coverage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Coverage::HeaderSwap => "header swap",
+            Coverage::SigV4Resign => "SigV4 re-sign",
+            Coverage::OauthMinting => "OAuth minting",
+            Coverage::Uncovered => "uncovered",
+        })
+    }
+}
+
+/// One credential variable and its coverage.
+#[derive(Debug, Clone, Serialize)]
+pub struct CredentialRow {
+    /// The variable holding it on the host.
+    #[serde(rename = "credential")]
+    pub credential: String,
+    /// The provider whose key it is, for a provider key.
+    #[serde(rename = "provider")]
+    pub provider: Option<String>,
+    #[serde(rename = "coverage")]
+    pub coverage: Coverage,
+    /// Where the key is put, or why it is uncovered.
+    #[serde(rename = "detail")]
+    pub detail: String,
+}
+
+/// The coverage of every credential: each provider key variable (swapped
+/// where its clients carry it; uncovered where config.yaml forwards it to
+/// a cloud backend), then the credentials no swap can stand in for.
+fn credential_rows(
+    mappings: &MappingsFile,
+    uncovered_backends: &[(hermes_model::config::Backend, Vec<String>)],
+    env: &HostEnv,
+) -> Vec<CredentialRow> {
+    let mut rows = Vec::new();
+    for m in &mappings.mappings {
+        let places: Vec<String> = m
+            .places
+            .iter()
+            .map(|p| match p {
+                tokens::Place::Query(name) => format!("?{name}= query"),
+                other => other.to_string(),
+            })
+            .collect();
+        let sigv4 = m.places.contains(&tokens::Place::SigV4);
+        let secrets: &[&str] = if sigv4 {
+            hermes_model::providers::AWS_SECRET_VARIABLES
+        } else {
+            &[]
+        };
+        let variables = m
+            .env
+            .iter()
+            .map(String::as_str)
+            .chain(secrets.iter().copied());
+        for variable in variables {
+            let variable = &variable.to_string();
+            rows.push(CredentialRow {
+                credential: variable.clone(),
+                provider: Some(m.provider.clone()),
+                coverage: if sigv4 {
+                    Coverage::SigV4Resign
+                } else {
+                    Coverage::HeaderSwap
+                },
+                detail: if sigv4 {
+                    format!(
+                        "sandboxes sign with the placeholder pair; the proxy checks the signature and signs again with the real key id, secret and session token for {}",
+                        m.hosts.join(", ")
+                    )
+                } else {
+                    places.join(", ")
+                },
+            });
+            for (backend, keys) in uncovered_backends {
+                if keys.contains(variable) {
+                    rows.push(CredentialRow {
+                        credential: variable.clone(),
+                        provider: Some(m.provider.clone()),
+                        coverage: Coverage::Uncovered,
+                        detail: format!(
+                            "forwarded into {backend} sandboxes (terminal.{}_forward_env), which reach the provider directly",
+                            backend.as_str().trim_end_matches("_sandbox")
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    if let Some(gcp) = mappings
+        .mappings
+        .iter()
+        .find(|m| m.provider == hermes_egress::google::PROVIDER)
+    {
+        let name = hermes_egress::google::KEY_FILE_VARIABLE;
+        let set = env.lookup(name).is_some_and(|v| !v.is_empty());
+        rows.push(CredentialRow {
+            credential: name.to_string(),
+            provider: Some(gcp.provider.clone()),
+            coverage: Coverage::OauthMinting,
+            detail: format!(
+                "the proxy mints access tokens from the service account for proxy.google_oauth_hosts; sandboxes send the {} token ({}) as their bearer token; never passed to sandboxes ({})",
+                gcp.provider,
+                gcp.env.join(", "),
+                if set { "set on this host" } else { "not set" }
+            ),
+        });
+    }
+    for (name, why) in tokens::UNCOVERED {
+        let set = env.lookup(name).is_some_and(|v| !v.is_empty());
+        rows.push(CredentialRow {
+            credential: (*name).to_string(),
+            provider: None,
+            coverage: Coverage::Uncovered,
+            detail: format!(
+                "{why}: no token can stand in for it; never passed to sandboxes ({})",
+                if set { "set on this host" } else { "not set" }
+            ),
+        });
+    }
+    rows
 }
 
 impl EgressStatus {
@@ -234,6 +383,7 @@ impl EgressStatus {
                 .collect(),
             counters: health.map(|h| h.counters),
             tokens: rows,
+            credentials: credential_rows(&mappings, &uncovered, env),
             warnings,
         })
     }
@@ -331,6 +481,35 @@ impl fmt::Display for EgressStatus {
                 row.provider
             )?;
         }
+        writeln!(f)?;
+        let providers: Vec<&str> = self
+            .credentials
+            .iter()
+            .map(|c| c.provider.as_deref().unwrap_or("-"))
+            .collect();
+        let coverages: Vec<String> = self
+            .credentials
+            .iter()
+            .map(|c| c.coverage.to_string())
+            .collect();
+        let w_name = width(
+            "CREDENTIAL",
+            self.credentials.iter().map(|c| c.credential.as_str()),
+        );
+        let w_provider = width("PROVIDER", providers.iter().copied());
+        let w_coverage = width("COVERAGE", coverages.iter().map(String::as_str));
+        writeln!(
+            f,
+            "{:<w_name$} {:<w_provider$} {:<w_coverage$} DETAIL",
+            "CREDENTIAL", "PROVIDER", "COVERAGE"
+        )?;
+        for ((row, provider), coverage) in self.credentials.iter().zip(&providers).zip(&coverages) {
+            writeln!(
+                f,
+                "{:<w_name$} {provider:<w_provider$} {coverage:<w_coverage$} {}",
+                row.credential, row.detail
+            )?;
+        }
         for w in &self.warnings {
             writeln!(f, "warning: {w}")?;
         }
@@ -382,7 +561,78 @@ mod tests {
                     key_loaded: Some(false),
                 },
             ],
+            credentials: vec![
+                CredentialRow {
+                    credential: "OPENAI_API_KEY".into(),
+                    provider: Some("openai".into()),
+                    coverage: Coverage::HeaderSwap,
+                    detail: "authorization: Bearer".into(),
+                },
+                CredentialRow {
+                    credential: "GOOGLE_APPLICATION_CREDENTIALS".into(),
+                    provider: None,
+                    coverage: Coverage::Uncovered,
+                    detail: "why".into(),
+                },
+            ],
             warnings: vec!["w".into()],
+        }
+    }
+
+    #[test]
+    fn each_credential_says_how_it_is_covered_or_why_not() {
+        let env = HostEnv {
+            process: [("AWS_ACCESS_KEY_ID".to_string(), "AKIA0000".to_string())].into(),
+            ..HostEnv::default()
+        };
+        let rows = credential_rows(
+            &MappingsFile::builtin(),
+            &[(
+                hermes_model::config::Backend::Modal,
+                vec!["OPENAI_API_KEY".to_string()],
+            )],
+            &env,
+        );
+        let find = |name: &str, coverage: Coverage| {
+            rows.iter()
+                .find(|r| r.credential == name && r.coverage == coverage)
+                .unwrap_or_else(|| panic!("no {coverage} row for {name}: {rows:?}"))
+        };
+        assert_eq!(
+            find("OPENAI_API_KEY", Coverage::HeaderSwap).detail,
+            "authorization: Bearer"
+        );
+        assert_eq!(
+            find("GEMINI_API_KEY", Coverage::HeaderSwap).detail,
+            "x-goog-api-key, ?key= query"
+        );
+        assert!(
+            find("OPENAI_API_KEY", Coverage::Uncovered)
+                .detail
+                .contains("forwarded into modal sandboxes (terminal.modal_forward_env)")
+        );
+        // Not forwarded anywhere: swapped only.
+        assert!(
+            !rows
+                .iter()
+                .any(|r| r.credential == "ANTHROPIC_API_KEY" && r.coverage == Coverage::Uncovered)
+        );
+        for variable in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+        ] {
+            let aws = find(variable, Coverage::SigV4Resign);
+            assert_eq!(aws.provider.as_deref(), Some("aws"));
+            assert!(aws.detail.contains("bedrock-runtime"), "{}", aws.detail);
+        }
+        let gcp = find("GOOGLE_APPLICATION_CREDENTIALS", Coverage::OauthMinting);
+        assert_eq!(gcp.provider.as_deref(), Some("gcp"));
+        assert!(gcp.detail.ends_with("(not set)"), "{}", gcp.detail);
+        assert!(gcp.detail.contains("GOOGLE_OAUTH_ACCESS_TOKEN"));
+        // Every provider key variable has its row.
+        for variable in hermes_model::providers::key_variables() {
+            assert!(rows.iter().any(|r| r.credential == variable), "{variable}");
         }
     }
 
@@ -408,9 +658,13 @@ mod tests {
                 "uncovered_backends",
                 "counters",
                 "tokens",
+                "credentials",
                 "warnings"
             ]
         );
+        assert_eq!(json["credentials"][0]["coverage"], "header-swap");
+        assert_eq!(json["credentials"][1]["coverage"], "uncovered");
+        assert_eq!(json["credentials"][1]["provider"], serde_json::Value::Null);
         assert_eq!(json["process"], "running (pid 7)");
         assert_eq!(json["config"], serde_json::Value::Null);
         assert_eq!(json["counters"]["requests"], 12);

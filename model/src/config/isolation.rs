@@ -243,7 +243,8 @@ fn secret_message(name: &str) -> String {
 
 /// Whether a variable name looks like a secret the proxy does not stand
 /// in for: `*_TOKEN`, `*_PASSWORD`, `*_API_KEY`, `*_PRIVATE_KEY`,
-/// `*SECRET*`, the credentials listed in [`crate::providers::UNCOVERED`]
+/// `*SECRET*`, the credentials listed in [`crate::providers::UNCOVERED`],
+/// the Google service-account key file's variable
 /// and the cloud backends' own ([`crate::cloud::CREDENTIALS`]). Provider keys are the proxy's business
 /// (see `check_egress_overrides`), and so are the proxy's own variables.
 pub fn is_secret_name(name: &str) -> bool {
@@ -251,6 +252,7 @@ pub fn is_secret_name(name: &str) -> bool {
         return false;
     }
     if crate::providers::UNCOVERED.iter().any(|(v, _)| *v == name)
+        || name == crate::providers::GOOGLE_SERVICE_ACCOUNT_VARIABLE
         || crate::cloud::CREDENTIALS.contains(&name)
     {
         return true;

@@ -85,6 +85,7 @@ impl Config {
                 tunnel_port: u16::try_from(r.uint(schema_key!("proxy.tunnel_port")))
                     .unwrap_or(9090),
                 credential_source: r.string(schema_key!("proxy.credential_source")),
+                bitwarden_project_id: r.opt_string(schema_key!("proxy.bitwarden_project_id")),
                 enforce_on_docker: r.bool(schema_key!("proxy.enforce_on_docker")),
                 upstream_deny_cidrs: match r.get(schema_key!("proxy.upstream_deny_cidrs")) {
                     Value::Null => None,
@@ -100,6 +101,17 @@ impl Config {
                     .into_iter()
                     .map(|h| h.to_ascii_lowercase())
                     .collect(),
+                google_oauth_hosts: match r.get(schema_key!("proxy.google_oauth_hosts")) {
+                    Value::Null => crate::providers::GOOGLE_OAUTH_HOSTS
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect(),
+                    _ => r
+                        .strings(schema_key!("proxy.google_oauth_hosts"))
+                        .into_iter()
+                        .map(|h| h.to_ascii_lowercase())
+                        .collect(),
+                },
                 enforce_on_ssh: r.bool(schema_key!("proxy.enforce_on_ssh")),
                 enforce_network: r.bool(schema_key!("proxy.enforce_network")),
                 listen: match r.get(schema_key!("proxy.listen")) {

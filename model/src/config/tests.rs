@@ -109,6 +109,9 @@ fn host_patterns_refuse_a_bare_star_and_schemes() {
     assert!(check_host_pattern("a.*.com").is_err());
     assert!(check_host_pattern("*.openrouter.ai").is_ok());
     assert!(check_host_pattern("api.x.ai").is_ok());
+    assert!(check_host_pattern("*-aiplatform.googleapis.com").is_ok());
+    assert!(check_host_pattern("*-com").is_err());
+    assert!(check_host_pattern("a*-b.example.com").is_err());
 }
 
 #[test]

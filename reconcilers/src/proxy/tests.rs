@@ -33,6 +33,7 @@ fn on() -> Egress {
             ca_sha256: "ab".repeat(32),
             tokens: Vec::new(),
             network: None,
+            gcp_adc_host_path: None,
         },
         settings: "5e771265abcd".to_string(),
     }

@@ -128,13 +128,25 @@ fn trace_logs_never_show_a_proxy_token() {
     assert!(!tokens.is_empty());
     // The create body was logged: the test looks where a token would be.
     assert!(
-        run.stderr.contains("HTTPS_PROXY"),
+        run.stderr.contains("hermes-egress"),
         "no create body in the trace output"
     );
     for token in &tokens {
         assert!(!run.stderr.contains(token.as_str()), "{token} in the logs");
     }
     assert!(!run.stderr.contains("sk-attacks-REAL-openai-0001"));
+    // The tokens travel with each command (the container's spec holds
+    // none): the command has one, the logs of its exec none.
+    let exec = host.hermes(
+        &["exec", "--", "printenv", "OPENAI_API_KEY"],
+        &[("RUST_LOG", "trace")],
+    );
+    assert_eq!(exec.code, 0, "{exec:?}");
+    assert!(tokens.contains(&exec.stdout.trim().to_string()), "{exec:?}");
+    for token in &tokens {
+        assert!(!exec.stderr.contains(token.as_str()), "{token} in the logs");
+    }
+    assert!(!exec.stderr.contains("sk-attacks-REAL-openai-0001"));
 }
 
 /// Finding 12: `--metrics-addr 0.0.0.0:…` bound every interface although

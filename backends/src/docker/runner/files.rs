@@ -35,7 +35,9 @@
 //! - `x.<hex>/`: one request: `cmd` and `env` (0600; the runner empties
 //!   both once read, hermes then removes them), the pipes `out`, `err` and
 //!   `status`, the pipe `life` (hermes holds it open, never writes it: its
-//!   end of file tells the runner that hermes is gone), and `claim`,
+//!   end of file tells the runner that hermes is gone), the pipe `in`
+//!   when the command gets hermes's standard input (hermes holds its only
+//!   write end), and `claim`,
 //!   created by whichever side has the request;
 //! - `unsupported.<container id>`: the runner cannot run in that container.
 //!
@@ -121,6 +123,10 @@ pub(crate) struct Readers {
     /// never written: the runner reads end of file once every hermes
     /// descriptor of it is closed, however hermes ended.
     pub life: OwnedFd,
+    /// The write end of `in`, the command's standard input, when asked
+    /// for: hermes's is the only writer, so the command reads end of file
+    /// once it is closed.
+    pub input: Option<pipe::Sender>,
 }
 
 /// The host-only directory of the runner directory `dir`
@@ -339,6 +345,7 @@ impl RunnerDir {
         &self,
         cmd: &str,
         env: &str,
+        input: bool,
     ) -> Result<(Request<'_>, Readers), Refused> {
         let name = format!("x.{}", random_hex()?);
         let lock_name = format!("{name}{LOCK_SUFFIX}");
@@ -353,7 +360,7 @@ impl RunnerDir {
             let _ = unlinkat(&self.host, lock_name.as_str(), UnlinkatFlags::NoRemoveDir);
             refused(&format!("cannot lock {lock_name}"), e)
         })?;
-        let built = self.build_request(&name, cmd, env);
+        let built = self.build_request(&name, cmd, env, input);
         let (fd, readers) = match built {
             Ok(built) => built,
             Err(e) => {
@@ -391,6 +398,7 @@ impl RunnerDir {
         name: &str,
         cmd: &str,
         env: &str,
+        input: bool,
     ) -> Result<(OwnedFd, Readers), Refused> {
         mkdirat(&self.host, name, Mode::from_bits_truncate(0o700))
             .map_err(|e| refused(&format!("cannot make {name}"), e))?;
@@ -408,6 +416,11 @@ impl RunnerDir {
             err: reader(&fd, "err")?,
             status: reader(&fd, "status")?,
             life: holder(&fd, "life")?,
+            input: if input {
+                Some(writer(&fd, "in")?)
+            } else {
+                None
+            },
         };
         Ok((fd, readers))
     }
@@ -617,6 +630,28 @@ fn holder(dir: &OwnedFd, name: &str) -> Result<OwnedFd, Refused> {
     make_pipe(dir, name, OFlag::O_RDWR)
 }
 
+/// Makes the pipe `name` in `dir` (a directory the container cannot reach
+/// yet) and opens its write end, without blocking: through a read-write
+/// descriptor held only for the open (a write end opens without blocking
+/// only where a reader is), checked as [`make_pipe`] checks.
+fn writer(dir: &OwnedFd, name: &str) -> Result<pipe::Sender, Refused> {
+    let both = make_pipe(dir, name, OFlag::O_RDWR)?;
+    let made = fstat(&both).map_err(|e| refused("fstat", e))?;
+    let fd = openat(
+        dir,
+        name,
+        OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| refused(&format!("cannot open {name}"), e))?;
+    let st = fstat(&fd).map_err(|e| refused("fstat", e))?;
+    if !is(&st, SFlag::S_IFIFO) || (st.st_dev, st.st_ino) != (made.st_dev, made.st_ino) {
+        return Err(Refused(format!("{name} is not the pipe hermes made")));
+    }
+    drop(both);
+    pipe::Sender::from_owned_fd(fd).map_err(|e| refused(&format!("cannot write {name}"), e))
+}
+
 /// Makes the pipe `name` in `dir` and opens it with `access`, without
 /// blocking or following a link, checking that what is opened is the pipe
 /// just made.
@@ -791,7 +826,7 @@ pub(crate) mod tests {
     async fn a_reader_opened_before_its_writer_waits_for_it() {
         let (_base, dir) = runner_dir();
         let root = RunnerDir::open(&dir).unwrap();
-        let (request, mut readers) = root.new_request("", "").unwrap();
+        let (request, mut readers) = root.new_request("", "", false).unwrap();
         let path = dir.join(request.name()).join("out");
         let writer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
@@ -807,7 +842,7 @@ pub(crate) mod tests {
     async fn a_request_is_private_and_gone_when_dropped() {
         let (_base, dir) = runner_dir();
         let root = RunnerDir::open(&dir).unwrap();
-        let (request, _readers) = root.new_request("cmd text", "env text").unwrap();
+        let (request, _readers) = root.new_request("cmd text", "env text", false).unwrap();
         // Named after nothing of the host: random hex only.
         let hex = request.name().strip_prefix("x.").unwrap();
         assert!(hex.len() == 32 && is_hex(hex), "{}", request.name());
@@ -952,7 +987,7 @@ pub(crate) mod tests {
         std::fs::create_dir(&half).unwrap();
         std::fs::write(half.join("env"), "export K='secret'").unwrap();
         // A request that lives (its lock is held), however old.
-        let (request, _readers) = root.new_request("", "").unwrap();
+        let (request, _readers) = root.new_request("", "", false).unwrap();
         let alive = dir.join(request.name());
         let old = std::time::SystemTime::now() - Duration::from_secs(3600);
         for p in [

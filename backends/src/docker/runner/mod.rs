@@ -195,15 +195,26 @@ impl Engine {
         container: &str,
         runner: Option<&Path>,
         req: &ExecRequest,
+        mut stdin: Option<&mut (dyn AsyncRead + Unpin + Send)>,
         mut stdout: impl AsyncWrite + Unpin,
         mut stderr: impl AsyncWrite + Unpin,
     ) -> Result<ExecOutcome, DockerError> {
         let Some(dir) = runner else {
-            return self.exec(container, req, stdout, stderr).await;
+            return self.exec_io(container, req, stdin, stdout, stderr).await;
         };
         let started = Instant::now();
         match self
-            .run_through(container, dir, req, &mut stdout, &mut stderr)
+            .run_through(
+                container,
+                dir,
+                req,
+                match stdin {
+                    Some(ref mut s) => Some(&mut **s as &mut (dyn AsyncRead + Unpin + Send)),
+                    None => None,
+                },
+                &mut stdout,
+                &mut stderr,
+            )
             .await
         {
             Ok(outcome) => return Ok(outcome),
@@ -223,7 +234,7 @@ impl Engine {
             timeout: left,
             ..req.clone()
         };
-        self.exec(container, &req, stdout, stderr).await
+        self.exec_io(container, &req, stdin, stdout, stderr).await
     }
 
     /// Starts `req` in `container` detached, as [`Engine::exec_background`]
@@ -252,6 +263,7 @@ impl Engine {
         container: &str,
         dir: &Path,
         req: &ExecRequest,
+        stdin: Option<&mut (dyn AsyncRead + Unpin + Send)>,
         stdout: &mut (impl AsyncWrite + Unpin),
         stderr: &mut (impl AsyncWrite + Unpin),
     ) -> Result<ExecOutcome, Failure> {
@@ -269,7 +281,7 @@ impl Engine {
             &root,
             pipe,
             (&cmd, &env),
-            (stdout, stderr),
+            (stdin, stdout, stderr),
             deadline,
             ACK_TIMEOUT,
         )
@@ -449,14 +461,15 @@ async fn run(
     root: &RunnerDir,
     pipe: Pipe,
     (cmd, env): (&str, &str),
-    (stdout, stderr): (
+    (stdin, stdout, stderr): (
+        Option<&mut (dyn AsyncRead + Unpin + Send)>,
         &mut (impl AsyncWrite + Unpin),
         &mut (impl AsyncWrite + Unpin),
     ),
     deadline: Instant,
     ack: Duration,
 ) -> Result<Ended, Failure> {
-    let (request, readers) = root.new_request(cmd, env)?;
+    let (request, readers) = root.new_request(cmd, env, stdin.is_some())?;
     // `_life` is held until this returns: the runner's watch kills the
     // command when it closes before the command ended (hermes killed).
     let Readers {
@@ -464,6 +477,7 @@ async fn run(
         mut err,
         status,
         life: _life,
+        input,
     } = readers;
     let mut status = StatusReader::new(status);
     match claimed(container, root, pipe, &request, &mut status, deadline, ack).await? {
@@ -486,6 +500,20 @@ async fn run(
         Ok(code)
     };
     let all = async { tokio::try_join!(pump(&mut out, stdout), pump(&mut err, stderr), finish) };
+    // The input is fed while the command runs, and dropped (closed) when
+    // it ends or hermes's own input does.
+    let feed = feed(stdin, input);
+    let all = async {
+        tokio::pin!(feed);
+        tokio::pin!(all);
+        let mut fed = false;
+        loop {
+            tokio::select! {
+                r = &mut all => break r,
+                () = &mut feed, if !fed => fed = true,
+            }
+        }
+    };
     let result = tokio::time::timeout_at(deadline, all).await;
     match result {
         Ok(Ok((_, _, Some(code)))) => Ok(Ended::Exit(code)),
@@ -508,12 +536,13 @@ async fn start(
     deadline: Instant,
     ack: Duration,
 ) -> Result<(), Failure> {
-    let (request, readers) = root.new_request(cmd, env)?;
+    let (request, readers) = root.new_request(cmd, env, false)?;
     let Readers {
         mut out,
         mut err,
         status,
         life: _,
+        input: _,
     } = readers;
     let mut status = StatusReader::new(status);
     let interrupted = |reason: &str| {
@@ -659,6 +688,15 @@ fn timed_out() -> ExecOutcome {
     ExecOutcome {
         exit_code: TIMEOUT_EXIT_CODE,
         timed_out: true,
+    }
+}
+
+/// Copies hermes's standard input to the command's pipe `in`, and closes
+/// it at the end: the command reads end of file. A command that does not
+/// read it all is no error.
+async fn feed(from: Option<&mut (dyn AsyncRead + Unpin + Send)>, to: Option<pipe::Sender>) {
+    if let (Some(from), Some(mut to)) = (from, to) {
+        let _ = tokio::io::copy(from, &mut to).await;
     }
 }
 
@@ -829,7 +867,7 @@ mod tests {
                 &self.root,
                 self.pipe(),
                 (&cmd, &env),
-                (&mut out, &mut err),
+                (None, &mut out, &mut err),
                 Instant::now() + Duration::from_secs(30),
                 Duration::from_secs(10),
             )
@@ -1088,7 +1126,7 @@ mod tests {
             &runner.root,
             runner.pipe(),
             (&cmd, &env),
-            (&mut out, &mut err),
+            (None, &mut out, &mut err),
             Instant::now() + Duration::from_millis(500),
             Duration::from_secs(10),
         )
@@ -1127,7 +1165,7 @@ mod tests {
             &root,
             root.open_pipe(&pipe).unwrap().unwrap(),
             (&cmd, "export SECRET='x'\n"),
-            (&mut out, &mut err),
+            (None, &mut out, &mut err),
             Instant::now() + Duration::from_secs(30),
             Duration::from_millis(200),
         )
@@ -1161,7 +1199,7 @@ mod tests {
             &root,
             root.open_pipe(&pipe).unwrap().unwrap(),
             (&cmd, ""),
-            (&mut out, &mut err),
+            (None, &mut out, &mut err),
             Instant::now() + Duration::from_millis(800),
             Duration::from_millis(300),
         )

@@ -69,6 +69,13 @@ handle)
 	# read-write descriptor first, so the open never blocks: were hermes
 	# gone, the command's first write fails instead.
 	exec 4<>"$hermes_x/status" 7<>"$hermes_x/out" 5>"$hermes_x/out" 7<&- 7<>"$hermes_x/err" 6>"$hermes_x/err" 7<&-
+	# The command's standard input: the pipe `in` when hermes made one
+	# (it holds the write end already, so the open does not wait).
+	if [ -p "$hermes_x/in" ]; then
+		exec 9<"$hermes_x/in"
+	else
+		exec 9</dev/null
+	fi
 	printf 's\n' >&4
 	# Each request file is emptied once read, before the command starts
 	# (hermes removes them when it reads `e`).
@@ -141,7 +148,7 @@ handle)
 		(
 			read -r hermes_l <&8
 			hermes_reap "$hermes_id"
-		) </dev/null >/dev/null 2>&1 4>&- 5>&- 6>&- &
+		) </dev/null >/dev/null 2>&1 4>&- 5>&- 6>&- 9<&- &
 		hermes_w=$!
 		exec 8<&-
 	fi
@@ -159,7 +166,7 @@ handle)
 			exit 0
 		}
 		exec 5>&- 6>&-
-		(exec "$@" </dev/null >/dev/null 2>&1 4>&-)
+		(exec "$@" </dev/null >/dev/null 2>&1 4>&- 9<&-)
 		printf 'x 0\n' >&4
 		;;
 	*)
@@ -178,7 +185,7 @@ handle)
 		# In a subshell, so that what the shell says of how the command
 		# ended ("Terminated") goes nowhere. Ended, its watch goes: what
 		# the command left running in the background stays.
-		(shift; exec "$@" </dev/null >&5 2>&6 4>&- 5>&- 6>&-)
+		(shift; exec "$@" <&9 >&5 2>&6 4>&- 5>&- 6>&- 9<&-)
 		set -- "$?" "$1"
 		[ -z "$2" ] || kill -KILL "$2" 2>/dev/null
 		printf 'x %s\n' "$1" >&4

@@ -1,0 +1,167 @@
+//! The `local` backend as an [`Executor`]: commands run on this host, each
+//! in a process group of its own, which a timeout kills whole, and which a
+//! watch kills when the calling process dies before the command ended
+//! ([`watch_group`]). No isolation: the command is the user's.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use tokio::io::AsyncWriteExt;
+
+use crate::exec::{ExecIo, ExecOutcome, ExecRequest, Executor, TIMEOUT_EXIT_CODE};
+
+/// Why a local command could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("no command given")]
+    NoCommand,
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("cannot start the watch over the command: {0}")]
+    Watch(std::io::Error),
+    #[error("the command's output: {0}")]
+    Output(std::io::Error),
+}
+
+/// This host. `default_cwd`: where a command runs when the request names
+/// no directory (`None`: the caller's own).
+#[derive(Debug, Clone, Default)]
+pub struct Local {
+    pub default_cwd: Option<PathBuf>,
+}
+
+impl Executor for Local {
+    type Error = LocalError;
+
+    async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, LocalError> {
+        let (program, rest) = req.cmd.split_first().ok_or(LocalError::NoCommand)?;
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(rest)
+            .envs(req.env.iter().map(|(k, v)| (k, v)))
+            .process_group(0)
+            .kill_on_drop(true)
+            .stdin(if io.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(cwd) = req
+            .cwd
+            .as_ref()
+            .map(PathBuf::from)
+            .or(self.default_cwd.clone())
+        {
+            cmd.current_dir(cwd);
+        }
+        let mut child = cmd.spawn().map_err(|source| LocalError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        let mut watch = match child.id() {
+            Some(pid) => Some(watch_group(pid).map_err(LocalError::Watch)?),
+            None => None,
+        };
+        let mut child_out = child.stdout.take();
+        let mut child_err = child.stderr.take();
+        let child_in = child.stdin.take();
+        let ExecIo {
+            stdin,
+            stdout,
+            stderr,
+        } = io;
+        let feed = async move {
+            if let (Some(from), Some(mut to)) = (stdin, child_in) {
+                // The command may end without reading it all: not an error.
+                let _ = tokio::io::copy(from, &mut to).await;
+                let _ = to.shutdown().await;
+            }
+        };
+        let copy = async {
+            let out = async {
+                match child_out.as_mut() {
+                    Some(o) => tokio::io::copy(o, stdout).await.map(|_| ()),
+                    None => Ok(()),
+                }
+            };
+            let err = async {
+                match child_err.as_mut() {
+                    Some(e) => tokio::io::copy(e, stderr).await.map(|_| ()),
+                    None => Ok(()),
+                }
+            };
+            let (a, b) = tokio::join!(out, err);
+            a.and(b)
+        };
+        let run = async {
+            copy.await.map_err(LocalError::Output)?;
+            child.wait().await.map_err(LocalError::Output)
+        };
+        let result = {
+            tokio::pin!(feed);
+            let run = tokio::time::timeout(req.timeout, run);
+            tokio::pin!(run);
+            let mut fed = false;
+            loop {
+                tokio::select! {
+                    r = &mut run => break r,
+                    () = &mut feed, if !fed => fed = true,
+                }
+            }
+        };
+        if let Some(watch) = watch.as_mut() {
+            // The command ended (or is killed below): what it left in the
+            // background stays.
+            let _ = watch.kill().await;
+        }
+        match result {
+            Ok(status) => {
+                let status = status?;
+                Ok(ExecOutcome {
+                    exit_code: i64::from(status.code().unwrap_or(128 + signal_of(&status))),
+                    timed_out: false,
+                })
+            }
+            Err(_) => {
+                if let Some(pid) = child.id() {
+                    // The whole process group, children included.
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                let _ = child.wait().await;
+                Ok(ExecOutcome {
+                    exit_code: TIMEOUT_EXIT_CODE,
+                    timed_out: true,
+                })
+            }
+        }
+    }
+}
+
+/// A watch over the process group `pgid` (a local command's): a small `sh`
+/// in a group of its own (no terminal signal reaches it) that reads its
+/// standard input, a pipe only this process writes, and kills the group at
+/// its end: when the caller dies, however (`kill -9` included), before the
+/// command ended. Killed once the command ended.
+fn watch_group(pgid: u32) -> std::io::Result<tokio::process::Child> {
+    tokio::process::Command::new("/bin/sh")
+        .args(["-c", "read -r _; kill -KILL -\"$1\"", "hermes-watch"])
+        .arg(pgid.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+}
+
+fn signal_of(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().unwrap_or(0)
+}

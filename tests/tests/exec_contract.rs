@@ -1,0 +1,424 @@
+//! The terminal contract of `hermes exec`, one table run against every
+//! backend that runs here: `local` (this host), `docker` (the real engine),
+//! `ssh` (a real OpenSSH server in a container) and the three cloud
+//! services' contract fakes (`modal`, `daytona`, `vercel_sandbox`, which
+//! run their sandboxes' commands on this host). Singularity is not in the
+//! table: no Apptainer runtime runs here, and a stand-in for the whole
+//! `apptainer` command line (build, instance start/list/stop, exec) would
+//! test the stand-in; its exec is covered by the backend's unit tests.
+//!
+//! For each backend, through the real `hermes` binary: a single argument
+//! is a shell command line and several an argv kept intact; standard input
+//! reaches the command; a command not found exits 127; a timeout exits 124
+//! with the whole process tree killed; the directory a command line leaves
+//! is where the next command (another hermes process) starts, `--cwd`
+//! moving only its own command; `--background` starts a command and
+//! returns at once; `--env` and forwarded values reach one command only.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use hermes_tests::cli::{Run, TestHome};
+use hermes_tests::docker_cli::ProfileCleanup;
+use hermes_tests::fakes::daytona::FakeDaytona;
+use hermes_tests::fakes::modal::FakeModal;
+use hermes_tests::fakes::vercel::FakeVercel;
+use hermes_tests::sshd::Sshd;
+
+const MODAL_ID: &str = "ak-contract-token-id";
+const MODAL_SECRET: &str = "as-contract-token-secret-0123";
+const DAYTONA_KEY: &str = "dtn_contract_key_0123456789";
+const VERCEL_TOKEN: &str = "vercel_contract_token_0123456789";
+const VERCEL_TEAM: &str = "team_contract";
+const VERCEL_PROJECT: &str = "prj_contract";
+
+/// One backend under test: its config, the environment hermes runs with,
+/// and what keeps its server alive.
+struct Backend {
+    name: &'static str,
+    home: TestHome,
+    /// Where hermes runs (the local backend's commands start there).
+    cwd: tempfile::TempDir,
+    env: Vec<(&'static str, String)>,
+    profile: String,
+    /// Whether a forwarded variable is configured (`FWD_ME`).
+    forwards: bool,
+    /// Whether the backend forwards standard input.
+    stdin: bool,
+    _keep: Keep,
+}
+
+#[allow(dead_code)]
+enum Keep {
+    Nothing,
+    Docker(ProfileCleanup),
+    Ssh(Box<Sshd>),
+    Modal(FakeModal, tokio::runtime::Runtime),
+    Daytona(FakeDaytona),
+    Vercel(FakeVercel),
+}
+
+impl Backend {
+    fn new(
+        name: &'static str,
+        config: String,
+        env: Vec<(&'static str, String)>,
+        keep: Keep,
+    ) -> Backend {
+        let home = TestHome::new();
+        home.write_config(config);
+        let forwards = !matches!(name, "local" | "ssh");
+        Backend {
+            name,
+            home,
+            cwd: tempfile::tempdir().unwrap(),
+            env,
+            profile: format!("ec{}{}", name.replace('_', ""), std::process::id()),
+            forwards,
+            // Daytona's and Vercel's exec APIs take no input.
+            stdin: !matches!(name, "daytona" | "vercel_sandbox"),
+            _keep: keep,
+        }
+    }
+
+    fn local() -> Backend {
+        Backend::new(
+            "local",
+            "terminal:\n  backend: local\n".into(),
+            Vec::new(),
+            Keep::Nothing,
+        )
+    }
+
+    fn docker() -> Backend {
+        let mut b = Backend::new(
+            "docker",
+            format!(
+                "terminal:\n  backend: docker\n  docker_image: {}\n  docker_forward_env: [FWD_ME]\n",
+                hermes_tests::test_image()
+            ),
+            Vec::new(),
+            Keep::Nothing,
+        );
+        b._keep = Keep::Docker(ProfileCleanup(b.profile.clone()));
+        b
+    }
+
+    fn ssh() -> Backend {
+        let sshd = Sshd::start();
+        Backend::new(
+            "ssh",
+            sshd.config(""),
+            Vec::new(),
+            Keep::Ssh(Box::new(sshd)),
+        )
+    }
+
+    fn modal() -> Backend {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let fake = runtime.block_on(FakeModal::start(MODAL_ID, MODAL_SECRET));
+        let env = vec![
+            ("MODAL_SERVER_URL", fake.url()),
+            ("MODAL_TOKEN_ID", MODAL_ID.into()),
+            ("MODAL_TOKEN_SECRET", MODAL_SECRET.into()),
+        ];
+        Backend::new(
+            "modal",
+            "terminal:\n  backend: modal\n  modal_image: python:3.12\n  modal_forward_env: [FWD_ME]\n"
+                .into(),
+            env,
+            Keep::Modal(fake, runtime),
+        )
+    }
+
+    fn daytona() -> Backend {
+        let fake = FakeDaytona::start(DAYTONA_KEY);
+        let env = vec![
+            ("DAYTONA_API_URL", fake.api_url()),
+            ("DAYTONA_API_KEY", DAYTONA_KEY.into()),
+        ];
+        Backend::new(
+            "daytona",
+            "terminal:\n  backend: daytona\n  daytona_image: python:3.12\n  container_disk: 8192\n  daytona_forward_env: [FWD_ME]\n".into(),
+            env,
+            Keep::Daytona(fake),
+        )
+    }
+
+    fn vercel() -> Backend {
+        let fake = FakeVercel::start(VERCEL_TOKEN, VERCEL_TEAM, VERCEL_PROJECT);
+        let env = vec![
+            ("VERCEL_API_URL", fake.api_url()),
+            ("VERCEL_TOKEN", VERCEL_TOKEN.into()),
+            ("VERCEL_TEAM_ID", VERCEL_TEAM.into()),
+            ("VERCEL_PROJECT_ID", VERCEL_PROJECT.into()),
+        ];
+        Backend::new(
+            "vercel_sandbox",
+            "terminal:\n  backend: vercel_sandbox\n  vercel_runtime: python3.13\n  vercel_forward_env: [FWD_ME]\n".into(),
+            env,
+            Keep::Vercel(fake),
+        )
+    }
+
+    /// `hermes --profile P exec ARGS…` with `input` on its standard input
+    /// (closed at its end) and `extra` in its environment.
+    fn exec_with(&self, args: &[&str], input: Option<&str>, extra: &[(&str, &str)]) -> Run {
+        let mut all = vec!["--profile", self.profile.as_str(), "exec"];
+        // A command given without options: after `--`.
+        if args.first().is_some_and(|a| !a.starts_with("--")) {
+            all.push("--");
+        }
+        all.extend_from_slice(args);
+        let mut cmd = self.home.command(all);
+        cmd.current_dir(self.cwd.path())
+            .env_remove("FWD_ME")
+            .env_remove("MODAL_SERVER_URL")
+            .env_remove("DAYTONA_API_URL")
+            .env_remove("VERCEL_API_URL");
+        if self.name != "local" {
+            cmd.env("HOME", self.home.path());
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        cmd.stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        if let Some(text) = input {
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(text.as_bytes()).unwrap();
+        }
+        child.wait_with_output().unwrap().into()
+    }
+
+    fn exec(&self, args: &[&str]) -> Run {
+        self.exec_with(args, None, &[])
+    }
+
+    /// `exec` that must succeed: its stdout.
+    fn out(&self, args: &[&str]) -> String {
+        let run = self.exec(args);
+        assert_eq!(run.code, 0, "{}: {args:?}: {run:?}", self.name);
+        run.stdout
+    }
+}
+
+/// A shell loop that prints `found` for every process whose command line
+/// starts with `sleep $1 ` (the loop's own does not).
+const FIND_SLEEP: &str = r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null); case $c in "sleep $1 "*) echo found ;; esac; done"#;
+
+/// Checks every line of the contract on `b`.
+fn contract(b: &Backend) {
+    let name = b.name;
+
+    // A single argument is a shell command line.
+    assert_eq!(
+        b.out(&["X=1; echo \"$X and $((1+2))\" | tr a-z A-Z"]),
+        "1 AND 3\n",
+        "{name}"
+    );
+    // Several arguments are an argv, kept intact (never re-split or
+    // expanded).
+    assert_eq!(
+        b.out(&[
+            "sh",
+            "-c",
+            "printf '<%s>' \"$@\"",
+            "-",
+            "a  b",
+            "$HOME",
+            "*"
+        ]),
+        "<a  b><$HOME><*>",
+        "{name}"
+    );
+
+    // Standard input reaches the command, as a line or an argv.
+    if b.stdin {
+        let run = b.exec_with(&["--", "cat"], Some("piped in\n"), &[]);
+        assert_eq!(
+            (run.code, run.stdout.as_str()),
+            (0, "piped in\n"),
+            "{name}: {run:?}"
+        );
+        let run = b.exec_with(&["--", "tr a-z A-Z"], Some("loud\n"), &[]);
+        assert_eq!(
+            (run.code, run.stdout.as_str()),
+            (0, "LOUD\n"),
+            "{name}: {run:?}"
+        );
+    }
+
+    // A command that is not found exits 127, as an argv or a line.
+    let run = b.exec(&["--", "no-such-command-x", "arg"]);
+    assert_eq!(run.code, 127, "{name}: {run:?}");
+    assert!(run.stderr.contains("no-such-command-x"), "{name}: {run:?}");
+    let run = b.exec(&["--", "no-such-command-x --flag"]);
+    assert_eq!(run.code, 127, "{name}: {run:?}");
+    // The command's own exit code.
+    assert_eq!(b.exec(&["--", "exit 7"]).code, 7, "{name}");
+
+    // A timeout exits 124 and kills the whole tree.
+    let long = format!("31{}", std::process::id() % 10_000);
+    let started = Instant::now();
+    let run = b.exec(&[
+        "--timeout",
+        "2",
+        "--",
+        &format!("sleep {long} & sleep {long}; echo never"),
+    ]);
+    assert_eq!(run.code, 124, "{name}: {run:?}");
+    assert!(
+        run.stderr.contains("[Command timed out after 2s]"),
+        "{name}: {run:?}"
+    );
+    assert!(!run.stdout.contains("never"), "{name}: {run:?}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{name}");
+    let left = eventually_empty(|| b.out(&["sh", "-c", FIND_SLEEP, "-", &long]));
+    assert_eq!(left, "", "{name}: the timed-out tree survived");
+
+    // The directory a command line leaves carries over to the next
+    // command (a new hermes process each); --cwd moves one command only;
+    // an argv's own `cd` ends with it.
+    let start = b.out(&["pwd"]);
+    let start = start.trim_end();
+    assert_eq!(
+        b.out(&["mkdir -p carried/deeper && cd carried"]),
+        "",
+        "{name}"
+    );
+    let here = format!("{start}/carried\n");
+    assert_eq!(b.out(&["pwd"]), here, "{name}");
+    // (Vercel's fake keeps a sandbox's files under a directory of this
+    // host, and its `pwd` prints that: an absolute --cwd is checked on the
+    // others.)
+    if name != "vercel_sandbox" {
+        assert_eq!(b.out(&["--cwd", "/", "--", "pwd"]), "/\n", "{name}");
+    }
+    assert_eq!(b.out(&["sh", "-c", "cd deeper"]), "", "{name}");
+    assert_eq!(b.out(&["pwd"]), here, "{name}");
+    let run = b.exec(&["cd deeper; exit 3; echo no"]);
+    assert_eq!((run.code, run.stdout.as_str()), (3, ""), "{name}: {run:?}");
+    assert_eq!(
+        b.out(&["pwd"]),
+        format!("{start}/carried/deeper\n"),
+        "{name}"
+    );
+    assert_eq!(b.out(&["cd .."]), "", "{name}");
+
+    // --background starts the command and returns at once, leaving it
+    // running.
+    let started = Instant::now();
+    let run = b.exec(&["--background", "--", "sleep 3; echo done > bg-marker"]);
+    assert_eq!(run.code, 0, "{name}: {run:?}");
+    assert!(
+        run.stderr.contains("started in the background"),
+        "{name}: {run:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{name}: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        b.out(&["cat bg-marker 2>/dev/null || echo not yet"]),
+        "not yet\n",
+        "{name}"
+    );
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = b.out(&["cat bg-marker 2>/dev/null || echo not yet"]);
+        if now == "done\n" {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "{name}: the background command did not run"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let run = b.exec(&["--background", "--", "no-such-command-x", "a"]);
+    assert_eq!(run.code, 127, "{name}: {run:?}");
+
+    // The per-command environment: --env reaches that command only, and a
+    // forwarded variable has this process's value each time.
+    let run = b.exec(&["--env", "ONE_ONLY=here", "--", "echo ${ONE_ONLY-unset}"]);
+    assert_eq!(
+        (run.code, run.stdout.as_str()),
+        (0, "here\n"),
+        "{name}: {run:?}"
+    );
+    assert_eq!(b.out(&["echo ${ONE_ONLY-unset}"]), "unset\n", "{name}");
+    if b.forwards {
+        for value in ["first", "second"] {
+            let run = b.exec_with(&["--", "echo ${FWD_ME-unset}"], None, &[("FWD_ME", value)]);
+            assert_eq!(
+                (run.code, run.stdout.trim_end()),
+                (0, value),
+                "{name}: {run:?}"
+            );
+        }
+    }
+}
+
+/// Runs `look` until it prints nothing (at most 10 s); its last output.
+fn eventually_empty(look: impl Fn() -> String) -> String {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = look();
+        if now.is_empty() || Instant::now() >= until {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_terminal_contract_on_local() {
+    contract(&Backend::local());
+}
+
+#[test]
+fn the_terminal_contract_on_docker() {
+    let b = Backend::docker();
+    contract(&b);
+    // One container for all of it.
+    let containers = hermes_tests::docker_cli::containers_of(&b.profile);
+    assert_eq!(containers.len(), 1, "{containers:?}");
+}
+
+#[test]
+fn the_terminal_contract_on_ssh() {
+    contract(&Backend::ssh());
+}
+
+#[test]
+fn the_terminal_contract_on_modal() {
+    contract(&Backend::modal());
+}
+
+#[test]
+fn the_terminal_contract_on_daytona() {
+    contract(&Backend::daytona());
+}
+
+#[test]
+fn the_terminal_contract_on_vercel_sandbox() {
+    contract(&Backend::vercel());
+}

@@ -1,0 +1,614 @@
+//! `hermes mcp`, driven by the official MCP clients: the Python SDK
+//! (`mcp` from PyPI, in a virtualenv cached under the target directory)
+//! and the TypeScript SDK (`@modelcontextprotocol/sdk` from npm, cached
+//! there too), each spawning `hermes mcp` over stdio against the real
+//! Docker engine; and the streamable HTTP transport's token, over a raw
+//! socket.
+//!
+//! The clients run `tests/clients/mcp_client.{py,mjs}`: a list of steps
+//! in, one JSON list of results out; the assertions are here.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use hermes_tests::cli::{TestHome, hermes_bin};
+use hermes_tests::docker_cli::ProfileCleanup;
+use serde_json::{Value, json};
+
+/// Key-shaped, but no real key of anyone.
+const FAKE_ANTHROPIC: &str = "sk-ant-api03-hermesTESTvalueNOTaKEY0123456789abcdef";
+
+/// How long one client run may take.
+const CLIENT_DEADLINE: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone, Copy)]
+enum Client {
+    Python,
+    TypeScript,
+}
+
+fn clients_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("mcp-clients")
+}
+
+fn scripts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("clients")
+}
+
+fn run_ok(cmd: &mut Command, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The virtualenv's python, with the SDK installed (once per run; kept
+/// under the target directory for the next).
+fn python() -> PathBuf {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let venv = clients_dir().join("venv");
+            let python = venv.join("bin/python");
+            let ready = Command::new(&python)
+                .args(["-c", "import mcp"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if !ready {
+                std::fs::create_dir_all(clients_dir()).unwrap();
+                run_ok(
+                    Command::new("python3").args(["-m", "venv"]).arg(&venv),
+                    "python3 -m venv",
+                );
+                run_ok(
+                    Command::new(venv.join("bin/pip")).args(["install", "--quiet", "mcp"]),
+                    "pip install mcp",
+                );
+            }
+            python
+        })
+        .clone()
+}
+
+/// The directory holding the TypeScript SDK and the client script.
+fn node_dir() -> PathBuf {
+    static NODE: OnceLock<PathBuf> = OnceLock::new();
+    NODE.get_or_init(|| {
+        let dir = clients_dir().join("node");
+        if !dir.join("node_modules/@modelcontextprotocol/sdk").is_dir() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("package.json"), "{\"private\": true}\n").unwrap();
+            run_ok(
+                Command::new("npm")
+                    .args([
+                        "install",
+                        "--silent",
+                        "--no-audit",
+                        "--no-fund",
+                        "@modelcontextprotocol/sdk",
+                    ])
+                    .current_dir(&dir),
+                "npm install @modelcontextprotocol/sdk",
+            );
+        }
+        // Beside node_modules, so that its imports resolve there.
+        std::fs::copy(
+            scripts_dir().join("mcp_client.mjs"),
+            dir.join("mcp_client.mjs"),
+        )
+        .unwrap();
+        dir
+    })
+    .clone()
+}
+
+/// Runs `steps` through `client` against `hermes --home HOME --profile
+/// PROFILE mcp ARGS…`; the results, one per step.
+fn drive(
+    client: Client,
+    home: &TestHome,
+    profile: &str,
+    args: &[&str],
+    steps: Value,
+) -> Vec<Value> {
+    let mut hermes_args = vec![
+        "--home".to_string(),
+        home.path().display().to_string(),
+        "--profile".to_string(),
+        profile.to_string(),
+        "mcp".to_string(),
+    ];
+    hermes_args.extend(args.iter().map(|a| a.to_string()));
+    let spec = json!({
+        "command": hermes_bin(),
+        "args": hermes_args,
+        "steps": steps,
+    });
+    let spec_path = home.path().join(format!("mcp-spec-{client:?}.json"));
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
+    let mut cmd = match client {
+        Client::Python => {
+            let mut cmd = Command::new(python());
+            cmd.arg(scripts_dir().join("mcp_client.py"));
+            cmd
+        }
+        Client::TypeScript => {
+            let dir = node_dir();
+            let mut cmd = Command::new("node");
+            cmd.arg(dir.join("mcp_client.mjs")).current_dir(dir);
+            cmd
+        }
+    };
+    cmd.arg(&spec_path)
+        .env_remove("HERMES_HOME")
+        .env_remove("HERMES_PROFILE")
+        .env_remove("HERMES_SESSION_ID")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > CLIENT_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the {client:?} client ran over {CLIENT_DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = out.join().unwrap();
+    let err = err.join().unwrap();
+    assert!(
+        status.success(),
+        "{client:?} client: {status}\n{out}\n{err}"
+    );
+    let results: Vec<Value> = serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("{client:?} client printed no JSON ({e}):\n{out}\n{err}"));
+    assert_eq!(
+        results.len(),
+        steps.as_array().unwrap().len(),
+        "{results:?}"
+    );
+    results
+}
+
+fn call(tool: &str, args: Value) -> Value {
+    json!({ "op": "call", "tool": tool, "args": args })
+}
+
+/// A call's result: not a tool error, its text parsed as JSON.
+fn ok(result: &Value) -> Value {
+    assert_eq!(result["is_error"], json!(false), "{result}");
+    serde_json::from_str(result["text"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {result}"))
+}
+
+/// A call's result: a tool error; its text.
+fn tool_error(result: &Value) -> String {
+    assert_eq!(result["is_error"], json!(true), "{result}");
+    result["text"].as_str().unwrap().to_string()
+}
+
+/// A call's result: a protocol error, invalid params; its message.
+fn protocol_error(result: &Value) -> String {
+    assert_eq!(result["protocol_error"]["code"], json!(-32602), "{result}");
+    result["protocol_error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn docker_config() -> String {
+    format!(
+        "terminal:\n  backend: docker\n  docker_image: {}\n  docker_env:\n    ANTHROPIC_API_KEY: {FAKE_ANTHROPIC}\n",
+        hermes_tests::test_image()
+    )
+}
+
+/// Everything a client does through `hermes mcp`, and what it must see.
+fn scenario(client: Client, tag: &str) {
+    let profile = format!("{tag}{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    home.write_config(docker_config());
+    let procs = r#"for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'echo [t]ick'"#;
+    let steps = json!([
+        { "op": "list" },
+        // 1: exit code, both streams.
+        call("terminal", json!({ "command": "echo out; echo err >&2; exit 3" })),
+        // 2, 3: the working directory carries over.
+        call("terminal", json!({ "command": "mkdir -p /workspace/mcp-sub && cd /workspace/mcp-sub" })),
+        call("terminal", json!({ "command": "pwd" })),
+        // 4: a timeout.
+        call("terminal", json!({ "command": "sleep 60", "timeout": 2 })),
+        // 5-9: a background process polled and killed, its tree gone.
+        call("terminal", json!({ "command": "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done", "background": true })),
+        call("terminal", json!({ "command": "sleep 1.5" })),
+        call("process", json!({ "action": "poll", "process_id": "proc_1" })),
+        call("process", json!({ "action": "kill", "process_id": "proc_1" })),
+        call("process", json!({ "action": "poll", "process_id": "proc_1" })),
+        call("terminal", json!({ "command": procs })),
+        // 11-15: files, relative to the working directory.
+        call("write_file", json!({ "path": "notes/a.txt", "content": "line one\nline two\n" })),
+        call("read_file", json!({ "path": "notes/a.txt" })),
+        call("read_file", json!({ "path": "/workspace/mcp-sub/notes/a.txt", "offset": 2 })),
+        call("read_file", json!({ "path": "notes/missing.txt" })),
+        call("terminal", json!({ "command": "printf 'a\\0b' > bin" })),
+        call("read_file", json!({ "path": "bin" })),
+        // 17-19: redaction of a planted secret, in output and in a file.
+        call("terminal", json!({ "command": "printenv ANTHROPIC_API_KEY; printenv ANTHROPIC_API_KEY > key.txt" })),
+        call("read_file", json!({ "path": "key.txt" })),
+        // 19: progress before the end.
+        { "op": "call", "tool": "terminal", "progress": true,
+          "args": { "command": "for i in 1 2 3 4; do echo step $i; sleep 0.6; done" } },
+        // 20: truncation.
+        call("terminal", json!({ "command": "seq 1 30000" })),
+        // 21-26: bad input, then the server still answers.
+        call("terminal", json!({ "command": 5 })),
+        call("terminal", json!({ "command": "x".repeat(100_000) })),
+        call("terminal", json!({})),
+        call("no_such_tool", json!({})),
+        call("write_file", json!({ "path": "big", "content": "y".repeat(2 * 1024 * 1024) })),
+        call("terminal", json!({ "command": "echo alive" })),
+    ]);
+    let r = drive(client, &home, &profile, &[], steps);
+
+    let tools = r[0]["tools"].as_array().unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["process", "read_file", "terminal", "write_file"]);
+    for tool in tools {
+        assert!(tool["description"].as_str().unwrap().len() > 40, "{tool}");
+        assert_eq!(tool["schema"]["type"], "object", "{tool}");
+    }
+    let terminal = tools.iter().find(|t| t["name"] == "terminal").unwrap();
+    assert_eq!(
+        terminal["schema"]["properties"]["command"]["type"],
+        "string"
+    );
+    assert_eq!(terminal["schema"]["required"], json!(["command"]));
+
+    let first = ok(&r[1]);
+    assert_eq!(first["exit_code"], 3, "{first}");
+    let output = first["output"].as_str().unwrap();
+    assert!(
+        output.contains("out\n") && output.contains("err\n"),
+        "{first}"
+    );
+    assert_eq!(ok(&r[2])["cwd"], "/workspace/mcp-sub");
+    assert_eq!(ok(&r[3])["output"], "/workspace/mcp-sub\n");
+
+    let timed_out = ok(&r[4]);
+    assert_eq!(timed_out["exit_code"], 124, "{timed_out}");
+    assert!(
+        timed_out["output"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 2s"),
+        "{timed_out}"
+    );
+    let took = r[4]["ended_at"].as_f64().unwrap() - r[4]["started_at"].as_f64().unwrap();
+    assert!(took < 20.0, "the timeout took {took}s");
+
+    let started = ok(&r[5]);
+    assert_eq!(started["process_id"], "proc_1", "{started}");
+    let polled = ok(&r[7]);
+    assert_eq!(polled["state"], "running", "{polled}");
+    assert!(
+        polled["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("tick 0\ntick 1\n"),
+        "{polled}"
+    );
+    assert_eq!(ok(&r[8])["state"], "killed", "{}", r[8]);
+    assert_eq!(ok(&r[9])["state"], "killed", "{}", r[9]);
+    assert_eq!(ok(&r[10])["output"], "0\n", "{}", r[10]);
+
+    assert_eq!(ok(&r[11])["bytes_written"], 18, "{}", r[11]);
+    let read = ok(&r[12]);
+    assert_eq!(
+        read["content"], "     1|line one\n     2|line two\n",
+        "{read}"
+    );
+    assert_eq!(read["total_lines"], 2, "{read}");
+    assert_eq!(ok(&r[13])["content"], "     2|line two\n", "{}", r[13]);
+    assert!(tool_error(&r[14]).contains("no such file"), "{}", r[14]);
+    assert!(tool_error(&r[16]).contains("binary"), "{}", r[16]);
+
+    let printed = ok(&r[17]);
+    let printed = printed["output"].as_str().unwrap();
+    assert!(
+        printed.contains("[redacted]") && !printed.contains(FAKE_ANTHROPIC),
+        "{printed}"
+    );
+    let file = ok(&r[18]);
+    let file = file["content"].as_str().unwrap();
+    assert!(
+        file.contains("[redacted]") && !file.contains(FAKE_ANTHROPIC),
+        "{file}"
+    );
+    assert!(!r.iter().any(|x| x.to_string().contains(FAKE_ANTHROPIC)));
+
+    let long = &r[19];
+    assert_eq!(
+        ok(long)["output"],
+        "step 1\nstep 2\nstep 3\nstep 4\n",
+        "{long}"
+    );
+    let progress = long["progress"].as_array().unwrap();
+    assert!(!progress.is_empty(), "no progress: {long}");
+    let first_progress = &progress[0];
+    assert!(
+        first_progress["message"]
+            .as_str()
+            .unwrap()
+            .contains("step 1"),
+        "{long}"
+    );
+    let ended = long["ended_at"].as_f64().unwrap();
+    assert!(
+        first_progress["at"].as_f64().unwrap() < ended - 1.0,
+        "{long}"
+    );
+
+    let truncated = ok(&r[20]);
+    let truncated = truncated["output"].as_str().unwrap();
+    assert!(truncated.starts_with("1\n2\n3\n"), "{}", &truncated[..100]);
+    assert!(truncated.ends_with("29999\n30000\n"));
+    assert!(
+        truncated.contains("... [OUTPUT TRUNCATED - "),
+        "{truncated}"
+    );
+    assert!(truncated.len() < 51_000, "{}", truncated.len());
+
+    assert!(protocol_error(&r[21]).contains("invalid type"), "{}", r[21]);
+    assert!(
+        protocol_error(&r[22]).contains("over the limit"),
+        "{}",
+        r[22]
+    );
+    assert!(protocol_error(&r[23]).contains("command"), "{}", r[23]);
+    protocol_error(&r[24]);
+    assert!(
+        protocol_error(&r[25]).contains("over the limit"),
+        "{}",
+        r[25]
+    );
+    assert_eq!(ok(&r[26])["output"], "alive\n");
+}
+
+#[test]
+fn python_sdk_drives_the_docker_sandbox() {
+    scenario(Client::Python, "mcpy");
+}
+
+#[test]
+fn typescript_sdk_drives_the_docker_sandbox() {
+    scenario(Client::TypeScript, "mcts");
+}
+
+#[test]
+fn a_command_refused_while_the_egress_proxy_is_down_is_a_tool_error() {
+    let profile = format!("mcfc{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    let port = hermes_tests::egress::free_port_pair(None);
+    home.write_config(format!(
+        "terminal:\n  backend: docker\n  docker_image: {}\nproxy:\n  enabled: true\n  tunnel_port: {port}\n",
+        hermes_tests::test_image()
+    ));
+    let setup = home.run(["--profile", &profile, "egress", "setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    let steps = json!([
+        call("terminal", json!({ "command": "echo ran" })),
+        call(
+            "write_file",
+            json!({ "path": "/workspace/x", "content": "x" })
+        ),
+        call(
+            "terminal",
+            json!({ "command": "echo ran", "background": true })
+        ),
+    ]);
+    let r = drive(Client::Python, &home, &profile, &[], steps);
+    for result in &r {
+        let text = tool_error(result);
+        assert!(
+            text.contains("refused, failing closed") && text.contains("egress proxy"),
+            "{text}"
+        );
+        assert!(!text.contains("ran"), "{text}");
+    }
+    // Nothing was made for a refused command.
+    let made = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=hermes-profile={profile}"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&made.stdout).trim(), "");
+}
+
+#[test]
+fn a_connection_of_its_own_gets_a_sandbox_removed_at_its_end() {
+    let profile = format!("mcown{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    home.write_config(format!(
+        "{}  container_persistent: false\n",
+        docker_config()
+    ));
+    let steps = json!([call("terminal", json!({ "command": "hostname" })),]);
+    let r = drive(Client::Python, &home, &profile, &[], steps);
+    let ran = ok(&r[0]);
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+    // A container's hostname: its id's first 12 hex digits.
+    let hostname = ran["output"].as_str().unwrap().trim().to_string();
+    assert!(
+        hostname.len() == 12 && hostname.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{ran}"
+    );
+    // Ended with its connection (a bounded wait: the client may exit
+    // before hermes is done).
+    let filter = format!("label=hermes-profile={profile}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &filter])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&left.stdout).trim().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session's sandbox is still there"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Sends one HTTP request on a fresh connection; the status code and
+/// what came back within a few seconds.
+fn http(addr: &str, authorization: Option<&str>, body: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let auth = authorization
+        .map(|a| format!("Authorization: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+        if String::from_utf8_lossy(&got).contains("protocolVersion") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, text)
+}
+
+#[test]
+fn the_http_transport_serves_only_requests_with_the_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = TestHome::new();
+    let refused = home.run(["mcp", "--http", "0.0.0.0:0"]);
+    assert_ne!(refused.code, 0, "{refused:?}");
+    assert!(refused.stderr.contains("loopback"), "{refused:?}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut server = home
+        .command(["mcp", "--http", &addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stderr = server.stderr.take().unwrap();
+    let server = Kill(server);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(line.contains(&format!("http://{addr}/mcp")), "{line}");
+
+    let token_path = home.path().join("mcp/token");
+    let token = std::fs::read_to_string(&token_path).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&token_path), 0o600);
+    assert_eq!(mode(&home.path().join("mcp")), 0o700);
+    assert_eq!(token.trim().len(), 64);
+
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": { "name": "raw", "version": "1" }
+        }
+    })
+    .to_string();
+    let (code, text) = http(&addr, None, &initialize);
+    assert_eq!(code, 401, "{text}");
+    assert!(!text.contains("protocolVersion"), "{text}");
+    let wrong = format!("Bearer {}", "0".repeat(64));
+    let (code, text) = http(&addr, Some(&wrong), &initialize);
+    assert_eq!(code, 401, "{text}");
+    let (code, text) = http(
+        &addr,
+        Some(&format!("Bearer {}", token.trim())),
+        &initialize,
+    );
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("\"protocolVersion\""), "{text}");
+    assert!(text.contains("hermes"), "{text}");
+    assert!(!text.contains(token.trim()));
+    drop(server);
+}
