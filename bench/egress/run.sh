@@ -8,6 +8,10 @@
 #   squid               oha -> squid (ssl_bump, generated host certificates,
 #                       request_header_replace of Authorization) -> nginx
 #   mitmproxy           oha -> mitmproxy with an addon doing the same swap -> nginx
+#   sigv4               oha -> a second hermes proxy whose AWS host is the upstream:
+#                       the placeholder's SigV4 signature checked, the request
+#                       signed again with the real pair -> nginx (a POST), beside
+#                       the header swap (hermes CONNECT) at keep-alive c=16
 # Each with keep-alive HTTPS at 16 and at 1 connection, and with a new
 # connection per request (4 at a time); then the proxy's RSS with 1,000
 # idle tunnels open (with each upstream kind, the proxy started afresh).
@@ -77,6 +81,11 @@ if [ -z "${HERMES_BENCH_NS:-}" ]; then
                 /opt/mitm/bin/pip install -q 'mitmproxy>=12,<13'
         fi
     fi
+    # botocore signs the SigV4 row's request once (with the placeholder).
+    if ! python3 -c 'import botocore' 2>/dev/null && [ ! -d "$WORK/boto/botocore" ]; then
+        say "installing botocore (PyPI) in $WORK/boto"
+        python3 -m pip install -q --disable-pip-version-check --target "$WORK/boto" botocore
+    fi
     say "building hermes (release)"
     cargo build -q --release -p hermes-controller --bin hermes
     # The rest in a network namespace of the bench's own (loopback only).
@@ -143,6 +152,7 @@ cleanup() {
     nginx_stop
     [ -f "$WORK/squid/squid.pid" ] && kill "$(cat "$WORK/squid/squid.pid")" 2>/dev/null || true
     [ -n "${HOME_DIR:-}" ] && "$HERMES" --home "$HOME_DIR" egress stop >/dev/null 2>&1 || true
+    [ -n "${SIGV4_HOME:-}" ] && "$HERMES" --home "$SIGV4_HOME" egress stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -182,6 +192,44 @@ hermes_start() {
 }
 hermes_start
 TOKEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"]["openai"])' "$HOME_DIR/proxy/tokens.json")
+
+# --- hermes, SigV4 ---------------------------------------------------------
+# A second proxy whose AWS host is the upstream; one request signed once
+# with the placeholder pair (botocore), sent again and again: the proxy
+# checks and re-signs each.
+SIGV4_PORT=$((HERMES_PORT + 10))
+SIGV4_HOME=$WORK/home-sigv4
+rm -rf "$SIGV4_HOME"; mkdir -p "$SIGV4_HOME"
+cat > "$SIGV4_HOME/config.yaml" <<CONF
+proxy:
+  tunnel_port: $SIGV4_PORT
+  listen: [127.0.0.1]
+  upstream_deny_cidrs: [169.254.0.0/16]
+  upstream_ca_file: $WORK/ca.crt
+  aws_hosts: [localhost]
+  resolve:
+    localhost: 127.0.0.1
+CONF
+"$HERMES" --home "$SIGV4_HOME" egress setup >/dev/null
+AWS_ACCESS_KEY_ID=AKIABENCHREAL0000001 AWS_SECRET_ACCESS_KEY=bench/real/secret \
+    "$HERMES" --home "$SIGV4_HOME" egress start >/dev/null
+SIGV4_URL=https://localhost/model/m/invoke
+SIGV4_BODY='{"prompt":"hi","max_tokens":16}'
+SIGV4_HEADERS=()
+while IFS= read -r line; do SIGV4_HEADERS+=(-H "$line"); done < <(
+    PYTHONPATH="$WORK/boto" python3 - "$SIGV4_HOME/proxy/tokens.json" "$SIGV4_URL" "$SIGV4_BODY" <<'PY'
+import json, sys
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+tokens = json.load(open(sys.argv[1]))["tokens"]
+req = AWSRequest(method="POST", url=sys.argv[2], data=sys.argv[3].encode(),
+                 headers={"content-type": "application/json"})
+SigV4Auth(Credentials(tokens["aws"], tokens["aws-secret"]), "bedrock", "us-east-1").add_auth(req)
+for name in ("content-type", "X-Amz-Date", "Authorization"):
+    print(f"{name}: {req.headers[name]}")
+PY
+)
 
 # --- squid -----------------------------------------------------------------
 # ssl_bump with host certificates minted by its helper from a CA of its
@@ -270,6 +318,8 @@ for kind in h1 h2; do
         run "$kind" squid "$mode" -x "http://127.0.0.1:$SQUID_PORT" -H "Authorization: Bearer $TOKEN" "$URL"
         run "$kind" mitmproxy "$mode" -x "http://127.0.0.1:$MITM_PORT" -H "Authorization: Bearer $TOKEN" "$URL"
     done
+    run "$kind" sigv4 ka16 -x "http://127.0.0.1:$SIGV4_PORT" -m POST -d "$SIGV4_BODY" \
+        "${SIGV4_HEADERS[@]}" "$SIGV4_URL"
     # 1,000 idle tunnels, the proxy started afresh.
     hermes_start
     sleep 1
@@ -335,6 +385,9 @@ for kind, title in (("h1", "upstream HTTP/1.1"), ("h2", "upstream HTTP/2")):
             v = r[(row, mode)][0] / r[("squid", mode)][0]
             check(v >= 1.5, f"{row}: >= 1.5x squid, {mname}: {v:.2f}x")
     check(idle_mib < 64 and ready == "1000", f"1,000 idle tunnels < 64 MiB: {idle_mib:.1f} MiB")
+    a, bad = load(kind, "sigv4", "ka16")
+    h = r[("connect", "ka16")][0]
+    print(f"  sigv4 (re-signed) keep-alive c=16: {a:.0f} req/s{'!' if bad else ''}, {a / h:.2f} of the header swap's {h:.0f}")
     print()
 print("(! marks a run with non-200 answers or errors; its req/s counts only the 200s)")
 print(f"{len(fails)} target(s) missed")

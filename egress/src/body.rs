@@ -1,7 +1,8 @@
 //! The response body the proxy sends: a short fixed text (refusals,
 //! errors, the management endpoint) or the upstream's body streamed frame
 //! by frame, never buffered, counting its bytes and writing the request's
-//! access line when it ends (or when the client goes away).
+//! access line when it ends (or when the client goes away). Also the
+//! request body sent upstream: the client's streamed, or one read whole.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -136,6 +137,58 @@ impl Body for ProxyBody {
             ProxyBody::Fixed(Some(data)) => SizeHint::with_exact(data.len() as u64),
             ProxyBody::Fixed(None) => SizeHint::with_exact(0),
             ProxyBody::Stream(logged) => logged.inner.size_hint(),
+        }
+    }
+}
+
+/// A request body on its way upstream: the client's, streamed, or one the
+/// proxy read whole (a signed AWS request, whose payload hash is computed
+/// before it is signed again).
+#[derive(Debug)]
+pub enum RequestBody {
+    Stream(Incoming),
+    /// The bytes, and what they hold of a memory budget until the body
+    /// has been sent (or dropped).
+    Full(Option<Bytes>, Option<tokio::sync::OwnedSemaphorePermit>),
+}
+
+impl From<Incoming> for RequestBody {
+    fn from(body: Incoming) -> RequestBody {
+        RequestBody::Stream(body)
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            RequestBody::Stream(body) => Pin::new(body).poll_frame(cx),
+            RequestBody::Full(data, _) => Poll::Ready(
+                data.take()
+                    .filter(|d| !d.is_empty())
+                    .map(|d| Ok(Frame::data(d))),
+            ),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Stream(body) => body.is_end_stream(),
+            RequestBody::Full(data, _) => data.as_ref().is_none_or(Bytes::is_empty),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RequestBody::Stream(body) => body.size_hint(),
+            RequestBody::Full(data, _) => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
         }
     }
 }

@@ -10,6 +10,7 @@
 //! - [`ca`]: the local CA and the leaves it mints, cached per name.
 //! - [`tokens`]: providers, proxy tokens, mappings and the real keys.
 //! - [`rewrite`]: the token-for-key swap in headers and query.
+//! - [`sigv4`]: AWS SigV4 requests checked and signed again.
 //! - [`google`]: Google OAuth access tokens minted from a service account.
 //! - [`settings`]: the proxy's config file and its run-time settings.
 //! - [`server`]: the listeners, CONNECT, the tunnels, forwarding.
@@ -39,6 +40,7 @@ pub mod pool;
 pub mod rewrite;
 pub mod server;
 pub mod settings;
+pub mod sigv4;
 pub mod target;
 #[cfg(test)]
 mod test_upstream;

@@ -108,7 +108,7 @@ fn handle(shared: &Shared, req: &Request<Incoming>) -> Response<ProxyBody> {
             // it came from: never the key.
             "keys": shared.credentials().iter().map(|c| serde_json::json!({
                 "provider": c.provider,
-                "loaded": c.key.is_some() || c.oauth.is_some(),
+                "loaded": c.has_key() || c.oauth.is_some(),
                 "from": if c.oauth.is_some() {
                     Some(crate::google::KEY_FILE_VARIABLE.to_string())
                 } else {

@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hyper::body::Incoming;
+use crate::body::RequestBody;
 use hyper::client::conn::{http1, http2};
 
 use crate::policy::DenyList;
@@ -50,8 +50,8 @@ pub struct Pool {
 struct Kept {
     addr: SocketAddr,
     tls: bool,
-    h2: Option<http2::SendRequest<Incoming>>,
-    idle: Vec<(http1::SendRequest<Incoming>, Instant)>,
+    h2: Option<http2::SendRequest<RequestBody>>,
+    idle: Vec<(http1::SendRequest<RequestBody>, Instant)>,
 }
 
 impl Kept {
@@ -126,7 +126,7 @@ impl Pool {
         target: Target,
         addr: SocketAddr,
         tls: bool,
-        mut sender: http1::SendRequest<Incoming>,
+        mut sender: http1::SendRequest<RequestBody>,
     ) {
         let pool = self.clone();
         tokio::spawn(async move {

@@ -59,7 +59,7 @@ pub fn inject(
                     Place::Header(n) => {
                         HeaderName::from_bytes(n.as_bytes()).map_err(|_| Refusal::BadToken)?
                     }
-                    Place::Query(_) => continue,
+                    Place::Query(_) | Place::SigV4 => continue,
                 };
                 let mut values = headers.get_all(&name).iter();
                 let Some(value) = values.next() else { continue };
@@ -86,6 +86,8 @@ pub fn inject(
                 value.set_sensitive(true);
                 headers.insert(name, value);
             }
+            // Signed requests are re-signed by `crate::sigv4`, never here.
+            Place::SigV4 => {}
             Place::Query(param) => {
                 let (path, query) = match new_path
                     .as_deref()

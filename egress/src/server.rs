@@ -2,7 +2,8 @@
 //! the allowlist and the resolved addresses are checked before the `200`;
 //! then TLS is terminated with a leaf for the name (the SNI must be that
 //! name), and each request inside the tunnel (its Host header naming the
-//! tunnel's target) has its token swapped for the real key and goes to the
+//! tunnel's target) has its token swapped for the real key (or its AWS
+//! signature made again, [`crate::sigv4`]) and goes to the
 //! upstream over verified TLS, bodies streaming both ways. On the plain
 //! port, absolute-form `http://` requests are forwarded the same way,
 //! except that no credential is ever sent in clear text. WebSocket
@@ -630,7 +631,26 @@ async fn tunnel_request(
     let upgrade = is_upgrade(req.headers());
     strip_hop_by_hop(req.headers_mut(), upgrade);
     let host = &tunnel.target.host;
-    let swapped = match crate::google::minter_for(&shared.credentials(), host) {
+    let credentials = shared.credentials();
+    if let Some(aws) = credentials.for_host(host).filter(|c| c.is_sigv4()) {
+        let req = match crate::sigv4::resign(aws, req, upgrade).await {
+            Ok(req) => req,
+            Err(r) => return refuse(&shared, pending, r.status, r.reason, &r.why),
+        };
+        let sent = tokio::time::timeout(
+            shared.header_timeout,
+            send_pooled(
+                &shared,
+                &tunnel.target,
+                &tunnel.addrs,
+                true,
+                req.map(Into::into),
+            ),
+        )
+        .await;
+        return respond(&shared, pending, Some(aws.provider.clone()), sent);
+    }
+    let swapped = match crate::google::minter_for(&credentials, host) {
         Some(minter) => {
             let exchange = crate::google::Upstream {
                 tls: &shared.upstream,
@@ -664,7 +684,13 @@ async fn tunnel_request(
     }
     let sent = tokio::time::timeout(
         shared.header_timeout,
-        send_pooled(&shared, &tunnel.target, &tunnel.addrs, true, req),
+        send_pooled(
+            &shared,
+            &tunnel.target,
+            &tunnel.addrs,
+            true,
+            req.map(Into::into),
+        ),
     )
     .await;
     respond(&shared, pending, token, sent)
@@ -728,7 +754,7 @@ async fn send_pooled(
     target: &Target,
     addrs: &[SocketAddr],
     tls: bool,
-    mut req: Request<Incoming>,
+    mut req: Request<crate::body::RequestBody>,
 ) -> Result<Response<Incoming>, UpstreamError> {
     let (mut addr, mut sender, mut pooled) =
         match shared.pool.take(target, tls, addrs, &shared.deny) {
@@ -861,7 +887,7 @@ async fn plain(
     }
     let sent = tokio::time::timeout(
         shared.header_timeout,
-        send_pooled(&shared, &target, &addrs, false, req),
+        send_pooled(&shared, &target, &addrs, false, req.map(Into::into)),
     )
     .await;
     respond(&shared, pending, None, sent)

@@ -78,6 +78,8 @@ async fn fixture_full(limits: crate::settings::Limits, h2: bool) -> Fixture {
         upstream_ca_file: None,
         upstream_header_timeout_seconds: 10,
         credential_source: "env".into(),
+        aws_region: "us-east-1".into(),
+        aws_hosts: vec![],
         bitwarden_project_id: None,
         enforce_network: false,
         mgmt_token: "m".repeat(32),

@@ -35,6 +35,14 @@ pub struct ProxyConfigFile {
     pub upstream_ca_file: Option<String>,
     pub upstream_header_timeout_seconds: u64,
     pub credential_source: String,
+    /// The region the sandboxes' AWS SDKs are told (`proxy.aws_region`).
+    #[serde(default)]
+    pub aws_region: String,
+    /// The AWS endpoints whose SigV4 requests are signed again
+    /// (`proxy.aws_hosts`, or the Bedrock runtime endpoint of the region):
+    /// allowed, like the default hosts.
+    #[serde(default)]
+    pub aws_hosts: Vec<String>,
     /// With `credential_source: bitwarden`, the project listed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bitwarden_project_id: Option<String>,
@@ -141,6 +149,8 @@ impl ProxyConfigFile {
             upstream_ca_file: proxy.upstream_ca_file.clone(),
             upstream_header_timeout_seconds: proxy.upstream_header_timeout_seconds,
             credential_source: proxy.credential_source.clone(),
+            aws_region: proxy.aws_region.clone(),
+            aws_hosts: proxy.aws_hosts.clone(),
             bitwarden_project_id: proxy.bitwarden_project_id.clone(),
             enforce_network: proxy.enforce_network,
             mgmt_token,
@@ -256,7 +266,12 @@ impl Settings {
             mgmt_addr: (Ipv4Addr::LOCALHOST, 0).into(),
             mgmt_token: file.mgmt_token.clone(),
             allow: Allowlist::with_defaults(
-                &[&file.extra_allowed_hosts[..], &file.google_oauth_hosts[..]].concat(),
+                &[
+                    file.extra_allowed_hosts.as_slice(),
+                    file.aws_hosts.as_slice(),
+                    file.google_oauth_hosts.as_slice(),
+                ]
+                .concat(),
             ),
             deny: DenyList::from_config(file.upstream_deny_cidrs.as_deref()),
             resolve: file.resolve.clone(),

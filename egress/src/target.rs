@@ -23,6 +23,20 @@ impl fmt::Display for Target {
     }
 }
 
+impl Target {
+    /// The authority as clients write it in a `Host` header over TLS: the
+    /// port left out when it is 443. An HTTP/2 request upstream carries
+    /// it as `:authority`, so that a server that reads the host from there
+    /// sees what the client saw (and signed, with AWS SigV4).
+    pub fn https_authority(&self) -> String {
+        match (&self.host, self.port) {
+            (Host::Ip(std::net::IpAddr::V6(ip)), 443) => format!("[{ip}]"),
+            (host, 443) => host.to_string(),
+            _ => self.to_string(),
+        }
+    }
+}
+
 /// Why a request target was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {
@@ -126,6 +140,18 @@ mod tests {
 
     use super::*;
     use std::net::{IpAddr, Ipv4Addr};
+
+    #[test]
+    fn the_https_authority_leaves_out_port_443_only() {
+        let t = |a: &str| parse_connect(a).unwrap().https_authority();
+        assert_eq!(
+            t("bedrock-runtime.us-east-1.amazonaws.com:443"),
+            "bedrock-runtime.us-east-1.amazonaws.com"
+        );
+        assert_eq!(t("api.openai.com:8443"), "api.openai.com:8443");
+        assert_eq!(t("[::1]:443"), "[::1]");
+        assert_eq!(t("[::1]:8443"), "[::1]:8443");
+    }
 
     #[test]
     fn connect_targets_need_a_host_and_a_port() {

@@ -11,7 +11,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
-pub use hermes_model::providers::{PROVIDERS, ProviderSpec, UNCOVERED};
+pub use hermes_model::providers::{AWS_SECRET_TOKEN, PROVIDERS, ProviderSpec, UNCOVERED};
 
 use crate::policy::{Allowlist, Host};
 
@@ -25,6 +25,10 @@ pub enum Place {
     Header(String),
     /// A query parameter holding the key (`?key=`).
     Query(String),
+    /// An AWS Signature Version 4 made with the placeholder pair, which
+    /// the proxy checks and makes again with the real pair
+    /// ([`crate::sigv4`]).
+    SigV4,
 }
 
 impl fmt::Display for Place {
@@ -33,6 +37,7 @@ impl fmt::Display for Place {
             Place::Bearer => f.write_str("authorization: Bearer"),
             Place::Header(name) => f.write_str(name),
             Place::Query(name) => write!(f, "?{name}"),
+            Place::SigV4 => f.write_str(hermes_model::providers::AWS_SIGV4_PLACE),
         }
     }
 }
@@ -50,6 +55,9 @@ impl TryFrom<String> for Place {
         if lower == "authorization: bearer" {
             return Ok(Place::Bearer);
         }
+        if lower == hermes_model::providers::AWS_SIGV4_PLACE {
+            return Ok(Place::SigV4);
+        }
         let ok_name = |name: &str| {
             !name.is_empty()
                 && name
@@ -60,7 +68,7 @@ impl TryFrom<String> for Place {
             Some(name) if ok_name(name) => Ok(Place::Query(name.to_string())),
             None if ok_name(&lower) && lower != "authorization" => Ok(Place::Header(lower)),
             _ => Err(format!(
-                "`{text}` is not a key place (`authorization: Bearer`, a header name, or `?param`)"
+                "`{text}` is not a key place (`authorization: Bearer`, a header name, `?param`, or `aws sigv4`)"
             )),
         }
     }
@@ -131,6 +139,16 @@ impl TokensFile {
             };
             tokens.insert(spec.name.to_string(), token);
         }
+        // The placeholder secret access key that goes with the AWS token.
+        let kept = existing
+            .filter(|_| !rotate)
+            .and_then(|f| f.tokens.get(AWS_SECRET_TOKEN))
+            .filter(|t| is_token_of(AWS_SECRET_TOKEN, t));
+        let secret = match kept {
+            Some(t) => t.clone(),
+            None => new_token(AWS_SECRET_TOKEN)?,
+        };
+        tokens.insert(AWS_SECRET_TOKEN.to_string(), secret);
         Ok(TokensFile { version: 1, tokens })
     }
 
@@ -185,6 +203,18 @@ pub struct MappingsFile {
 }
 
 impl MappingsFile {
+    /// The built-in table as a mappings file, the SigV4 provider's hosts
+    /// replaced by `aws_hosts` (`proxy.aws_hosts`).
+    pub fn with_aws_hosts(aws_hosts: &[String]) -> MappingsFile {
+        let mut file = MappingsFile::builtin();
+        for m in &mut file.mappings {
+            if m.places.contains(&Place::SigV4) {
+                m.hosts = aws_hosts.to_vec();
+            }
+        }
+        file
+    }
+
     /// The built-in table as a mappings file.
     pub fn builtin() -> MappingsFile {
         MappingsFile {
@@ -256,10 +286,25 @@ pub struct Credential {
     pub token: String,
     pub key: Option<Secret>,
     pub places: Vec<Place>,
+    /// With [`Place::SigV4`]: the placeholder secret and the real ones.
+    pub sigv4: Option<SigV4Keys>,
     /// Google OAuth: access tokens minted from a service account take the
     /// place of the token (see [`crate::google`]).
     pub oauth: Option<std::sync::Arc<crate::google::Minter>>,
     hosts: Allowlist,
+}
+
+/// The secrets of a SigV4 credential besides the access key ids (the
+/// placeholder's is [`Credential::token`], the real one
+/// [`Credential::key`]).
+#[derive(Debug, Clone)]
+pub struct SigV4Keys {
+    /// The placeholder secret access key the sandbox signs with.
+    pub placeholder_secret: Secret,
+    /// `AWS_SECRET_ACCESS_KEY`.
+    pub secret: Option<Secret>,
+    /// `AWS_SESSION_TOKEN`, when the real credentials are temporary.
+    pub session_token: Option<Secret>,
 }
 
 impl Credential {
@@ -276,9 +321,34 @@ impl Credential {
             token: token.to_string(),
             key,
             places,
+            sigv4: None,
             oauth: None,
             hosts: Allowlist::exactly(hosts),
         }
+    }
+
+    /// This credential, re-signing with `keys` (tests and benchmarks).
+    #[must_use]
+    pub fn with_sigv4(mut self, keys: SigV4Keys) -> Credential {
+        self.sigv4 = Some(keys);
+        self
+    }
+
+    /// Whether the real key is loaded: for SigV4, the secret access key
+    /// too.
+    pub fn has_key(&self) -> bool {
+        self.key.is_some()
+            && (!self.is_sigv4() || self.sigv4.as_ref().is_some_and(|k| k.secret.is_some()))
+    }
+
+    /// Whether the requests of this credential are signed (SigV4).
+    pub fn is_sigv4(&self) -> bool {
+        self.places.contains(&Place::SigV4)
+    }
+
+    /// Every host pattern this credential serves.
+    pub fn host_patterns(&self) -> Vec<String> {
+        self.hosts.patterns()
     }
 
     pub fn serves(&self, host: &Host) -> bool {
@@ -314,12 +384,26 @@ impl Credentials {
                 Some((name, value)) => (Some(name.clone()), Some(Secret::new(value))),
                 None => (None, None),
             };
+            let secret = |name: &str| lookup(name).filter(|v| !v.is_empty()).map(Secret::new);
+            let sigv4 = if m.places.contains(&Place::SigV4) {
+                tokens
+                    .tokens
+                    .get(AWS_SECRET_TOKEN)
+                    .map(|placeholder| SigV4Keys {
+                        placeholder_secret: Secret::new(placeholder.clone()),
+                        secret: secret("AWS_SECRET_ACCESS_KEY"),
+                        session_token: secret("AWS_SESSION_TOKEN"),
+                    })
+            } else {
+                None
+            };
             list.push(Credential {
                 provider: m.provider.clone(),
                 key_env,
                 token: token.clone(),
                 key,
                 places: m.places.clone(),
+                sigv4,
                 oauth: None,
                 hosts: Allowlist::exactly(&m.hosts),
             });
@@ -367,7 +451,11 @@ mod tests {
     #[test]
     fn tokens_are_kept_across_setups_unless_rotated() {
         let first = TokensFile::updated(None, false).unwrap();
-        assert_eq!(first.tokens.len(), PROVIDERS.len());
+        assert_eq!(first.tokens.len(), PROVIDERS.len() + 1);
+        assert!(is_token_of(
+            AWS_SECRET_TOKEN,
+            &first.tokens[AWS_SECRET_TOKEN]
+        ));
         assert!(first.tokens.iter().all(|(p, t)| is_token_of(p, t)));
         let again = TokensFile::updated(Some(&first), false).unwrap();
         assert_eq!(again, first);
@@ -433,6 +521,42 @@ mod tests {
                 .for_host(&Host::Name("openai.azure.com".into()))
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_aws_credential_holds_the_placeholder_secret_and_the_real_ones() {
+        let tokens = TokensFile::updated(None, false).unwrap();
+        let hosts = vec!["bedrock-runtime.eu-west-1.amazonaws.com".to_string()];
+        let real = |name: &str| match name {
+            "AWS_ACCESS_KEY_ID" => Some("AKIAREAL".to_string()),
+            "AWS_SECRET_ACCESS_KEY" => Some("real-secret".to_string()),
+            "AWS_SESSION_TOKEN" => Some("real-session".to_string()),
+            _ => None,
+        };
+        let creds = Credentials::build(&MappingsFile::with_aws_hosts(&hosts), &tokens, real);
+        let aws = creds
+            .for_host(&Host::Name(hosts[0].clone()))
+            .expect("the configured host");
+        assert!(aws.is_sigv4() && aws.has_key());
+        assert_eq!(aws.token, tokens.tokens["aws"]);
+        let keys = aws.sigv4.as_ref().unwrap();
+        assert_eq!(
+            keys.placeholder_secret.expose(),
+            tokens.tokens[AWS_SECRET_TOKEN]
+        );
+        assert_eq!(
+            keys.session_token.as_ref().unwrap().expose(),
+            "real-session"
+        );
+        assert!(!format!("{creds:?}").contains("real-secret"));
+        // The default host is not served once the list is configured.
+        let default = Host::Name("bedrock-runtime.us-east-1.amazonaws.com".into());
+        assert!(creds.for_host(&default).is_none());
+        // Without the secret, the key counts as not loaded.
+        let creds = Credentials::build(&MappingsFile::with_aws_hosts(&hosts), &tokens, |n| {
+            (n == "AWS_ACCESS_KEY_ID").then(|| "AKIAREAL".to_string())
+        });
+        assert!(!creds.iter().find(|c| c.is_sigv4()).unwrap().has_key());
     }
 
     #[test]

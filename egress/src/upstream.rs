@@ -18,6 +18,7 @@ use rustls::crypto::CryptoProvider;
 use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
 use tokio_rustls::TlsConnector;
 
+use crate::body::RequestBody;
 use crate::dial::{self, DialError};
 use crate::policy::{DenyList, Host};
 use crate::target::Target;
@@ -62,8 +63,8 @@ impl UpstreamError {
 /// A client connection to one upstream.
 #[derive(Debug)]
 pub enum Sender {
-    H1(http1::SendRequest<Incoming>),
-    H2(http2::SendRequest<Incoming>),
+    H1(http1::SendRequest<RequestBody>),
+    H2(http2::SendRequest<RequestBody>),
 }
 
 pub type ResponseFuture =
@@ -71,7 +72,7 @@ pub type ResponseFuture =
 
 /// What [`Sender::try_send`] returns.
 pub type TryResponseFuture = Pin<
-    Box<dyn Future<Output = Result<Response<Incoming>, TrySendError<Request<Incoming>>>> + Send>,
+    Box<dyn Future<Output = Result<Response<Incoming>, TrySendError<Request<RequestBody>>>> + Send>,
 >;
 
 impl Sender {
@@ -107,20 +108,33 @@ impl Sender {
     /// authority in the URI instead of a Host header. The returned future
     /// does not borrow the sender, which can take the next request once
     /// [`Sender::ready`].
-    pub fn send(&mut self, req: Request<Incoming>, target: &Target) -> ResponseFuture {
-        let sent = self.try_send(req, target);
+    pub fn send(
+        &mut self,
+        req: Request<impl Into<RequestBody>>,
+        target: &Target,
+    ) -> ResponseFuture {
+        let sent = self.try_send(req.map(Into::into), target);
         Box::pin(async move { sent.await.map_err(TrySendError::into_error) })
     }
 
     /// [`Sender::send`], giving the request back when it was not sent at
     /// all (the connection had closed, or was not ready): it can go on
     /// another connection.
-    pub fn try_send(&mut self, mut req: Request<Incoming>, target: &Target) -> TryResponseFuture {
+    pub fn try_send(
+        &mut self,
+        mut req: Request<RequestBody>,
+        target: &Target,
+    ) -> TryResponseFuture {
         match self {
             Sender::H1(s) => Box::pin(s.try_send_request(req)),
             Sender::H2(s) => {
-                let path = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
-                if let Ok(uri) = format!("https://{target}{path}").parse() {
+                let path = req
+                    .uri()
+                    .path_and_query()
+                    .map_or("/", |pq| pq.as_str())
+                    .to_string();
+                let authority = target.https_authority();
+                if let Ok(uri) = format!("https://{authority}{path}").parse() {
                     *req.uri_mut() = uri;
                 }
                 req.headers_mut().remove(hyper::header::HOST);

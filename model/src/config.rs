@@ -223,6 +223,12 @@ pub struct Proxy {
     pub resolve: Vec<(String, IpAddr)>,
     pub upstream_ca_file: Option<String>,
     pub upstream_header_timeout_seconds: u64,
+    /// The region the sandboxes' AWS SDKs are told (`AWS_REGION`).
+    pub aws_region: String,
+    /// The AWS endpoints whose SigV4 requests the proxy signs again with
+    /// the real credentials (lowercase): `proxy.aws_hosts`, or the Bedrock
+    /// runtime endpoint of `aws_region` when that is empty.
+    pub aws_hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -516,11 +522,24 @@ fn check(spec: &KeySpec, path: &str, node: &Node, errors: &mut Vec<Issue>) {
                 wrong(errors);
             }
         }
-        Ty::NonEmptyStr => {
-            if !matches!(&value, Value::Str(s) if !s.trim().is_empty()) {
-                wrong(errors);
+        Ty::NonEmptyStr => match &value {
+            Value::Str(s) if s.trim().is_empty() => wrong(errors),
+            // It becomes part of a host name and of every signature.
+            Value::Str(s)
+                if path == crate::schema_key!("proxy.aws_region").path
+                    && !s
+                        .bytes()
+                        .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-')) =>
+            {
+                errors.push(Issue::new(
+                    path,
+                    node.start,
+                    format!("`{s}` is not an AWS region name such as us-east-1"),
+                ));
             }
-        }
+            Value::Str(_) => {}
+            _ => wrong(errors),
+        },
         Ty::OptStr => {
             if !matches!(value, Value::Str(_) | Value::Null) {
                 wrong(errors);

@@ -3,8 +3,9 @@
 //! The sandbox gets the proxy variables (pointing at the proxy by the name
 //! `host.docker.internal`, mapped to the address the proxy listens on), the
 //! CA mounted read-only with the variables that make curl, Python and Node
-//! trust it, each provider variable set to its proxy token, placeholder
-//! Google credentials (the `gcp` token only) when there are some, and the label
+//! trust it, each provider variable set to its proxy token (AWS: the
+//! placeholder pair and the region, [`aws_env`]), placeholder Google
+//! credentials (the `gcp` token only) when there are some, and the label
 //! `hermes-egress=<fingerprint>`. No real key is part of any of it. With
 //! `proxy.enforce_network` the sandbox sits on an internal network whose
 //! only reachable service is the proxy, so the variables are not advice but
@@ -143,6 +144,23 @@ impl SandboxSpec {
         self.rehash();
         self
     }
+}
+
+/// The variables besides the tokens that let a sandbox's AWS SDK sign
+/// with the placeholder pair: the placeholder secret (the access key id
+/// is the `aws` token) and the region. No session token: the proxy adds
+/// the real one. And the CA, where the AWS SDK for Python looks for it.
+pub fn aws_env(placeholder_secret: &str, region: &str) -> Vec<(String, String)> {
+    vec![
+        (
+            "AWS_SECRET_ACCESS_KEY".to_string(),
+            placeholder_secret.to_string(),
+        ),
+        ("AWS_REGION".to_string(), region.to_string()),
+        ("AWS_DEFAULT_REGION".to_string(), region.to_string()),
+        // botocore trusts its own bundle, not SSL_CERT_FILE.
+        ("AWS_CA_BUNDLE".to_string(), CA_IN_SANDBOX.to_string()),
+    ]
 }
 
 /// Why a command may not be given its own value of `name` (`hermes exec
@@ -306,6 +324,19 @@ mod tests {
         without_dns.rehash();
         assert_ne!(enforced.hash(), without_dns.hash());
         assert_ne!(enforced.hash(), before);
+    }
+
+    #[test]
+    fn aws_sandboxes_get_the_placeholder_secret_the_region_and_the_ca_never_a_session() {
+        let env = aws_env("aws-secret-0123", "eu-west-1");
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("AWS_SECRET_ACCESS_KEY"), Some("aws-secret-0123"));
+        assert_eq!(get("AWS_REGION"), Some("eu-west-1"));
+        assert_eq!(get("AWS_DEFAULT_REGION"), Some("eu-west-1"));
+        assert_eq!(get("AWS_CA_BUNDLE"), Some(CA_IN_SANDBOX));
+        assert_eq!(get("AWS_SESSION_TOKEN"), None);
+        assert!(exec_env_refusal("AWS_SECRET_ACCESS_KEY").is_some());
+        assert!(exec_env_refusal("AWS_SESSION_TOKEN").is_some());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The API providers whose keys the egress proxy stands in for: which
 //! variables hold a real key, which hosts take it, and where in a request
-//! it goes. Also the credentials it cannot stand in for. The proxy, the
+//! it goes (a header, a query parameter, or an AWS SigV4 signature the
+//! proxy makes again). Also the credentials it cannot stand in for. The proxy, the
 //! sandbox wiring and the redactor all read this one table.
 
 /// A provider the proxy knows how to serve.
@@ -89,6 +90,16 @@ pub const PROVIDERS: &[ProviderSpec] = &[
         hosts: &["inference.nousresearch.com"],
         places: &["authorization: Bearer"],
     },
+    // The sandbox signs with a placeholder pair (this token as the access
+    // key id, [`AWS_SECRET_TOKEN`]'s as the secret); the proxy checks that
+    // signature and signs again with the real pair. The hosts are
+    // `proxy.aws_hosts`, written into the mappings at setup.
+    ProviderSpec {
+        name: AWS,
+        env: &["AWS_ACCESS_KEY_ID"],
+        hosts: &["bedrock-runtime.us-east-1.amazonaws.com"],
+        places: &[AWS_SIGV4_PLACE],
+    },
     // Google OAuth (Vertex AI): the token stands in for an access token
     // that the proxy mints from the host's service account
     // (GOOGLE_APPLICATION_CREDENTIALS); a host's own access token in
@@ -102,6 +113,17 @@ pub const PROVIDERS: &[ProviderSpec] = &[
     },
 ];
 
+/// The provider whose requests are signed (AWS Signature Version 4).
+pub const AWS: &str = "aws";
+/// The key place of a provider whose requests are re-signed.
+pub const AWS_SIGV4_PLACE: &str = "aws sigv4";
+/// The entry of `tokens.json` holding the placeholder secret access key.
+pub const AWS_SECRET_TOKEN: &str = "aws-secret";
+/// The variables of the real AWS secret and session token: never handed
+/// to a sandbox (it gets the placeholder secret in the first, nothing in
+/// the second).
+pub const AWS_SECRET_VARIABLES: &[&str] = &["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"];
+
 /// The hosts the minted Google access tokens go to, without
 /// `proxy.google_oauth_hosts`: Vertex AI.
 pub const GOOGLE_OAUTH_HOSTS: &[&str] =
@@ -111,26 +133,24 @@ pub const GOOGLE_OAUTH_HOSTS: &[&str] =
 /// the proxy only, never handed to a sandbox.
 pub const GOOGLE_SERVICE_ACCOUNT_VARIABLE: &str = "GOOGLE_APPLICATION_CREDENTIALS";
 
-/// Credentials the proxy cannot stand in for: signed requests. `status`
-/// warns when they are set; they are not passed on.
-pub const UNCOVERED: &[(&str, &str)] = &[
-    (
-        "AWS_ACCESS_KEY_ID",
-        "AWS SigV4 signs each request with the secret key",
-    ),
-    (
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS SigV4 signs each request with the secret key",
-    ),
-    (
-        "AWS_SESSION_TOKEN",
-        "AWS SigV4 signs each request with the secret key",
-    ),
-];
+/// The Bedrock runtime endpoint of `region`: the default of
+/// `proxy.aws_hosts`.
+pub fn bedrock_runtime_host(region: &str) -> String {
+    format!("bedrock-runtime.{region}.amazonaws.com")
+}
 
-/// Every variable that may hold a real provider key.
+/// Credentials the proxy cannot stand in for, with why: none left (AWS
+/// requests are signed again, Google access tokens minted). `status` warns
+/// of any listed here when set; they are not passed on.
+pub const UNCOVERED: &[(&str, &str)] = &[];
+
+/// Every variable that may hold a real provider key (the AWS secret and
+/// session token included).
 pub fn key_variables() -> impl Iterator<Item = &'static str> {
-    PROVIDERS.iter().flat_map(|p| p.env.iter().copied())
+    PROVIDERS
+        .iter()
+        .flat_map(|p| p.env.iter().copied())
+        .chain(AWS_SECRET_VARIABLES.iter().copied())
 }
 
 /// Whether `name` holds a provider key or a credential the proxy cannot
@@ -154,6 +174,9 @@ mod tests {
         assert_eq!(all.len(), n);
         assert!(is_credential_variable("OPENAI_API_KEY"));
         assert!(is_credential_variable("AWS_SECRET_ACCESS_KEY"));
+        assert!(is_credential_variable("AWS_SESSION_TOKEN"));
+        assert!(is_credential_variable("AWS_ACCESS_KEY_ID"));
+        assert!(!UNCOVERED.iter().any(|(v, _)| v.starts_with("AWS_")));
         assert!(is_credential_variable("GOOGLE_APPLICATION_CREDENTIALS"));
         assert!(!is_credential_variable("PATH"));
     }

@@ -253,6 +253,13 @@ pub const KEYS: &[KeySpec] = &[
         Ty::PosInt,
         Default::Int(300),
     ),
+    key(
+        "proxy.aws_region",
+        Ty::NonEmptyStr,
+        Default::Str("us-east-1"),
+    ),
+    // Empty: the Bedrock runtime endpoint of `proxy.aws_region`.
+    key("proxy.aws_hosts", Ty::HostPatternList, Default::EmptyList),
     key("reconcile.prune", Ty::Bool, Default::Bool(false)),
     key("reconcile.resync_seconds", Ty::PosInt, Default::Int(30)),
     key("security.redact_secrets", Ty::Bool, Default::Bool(true)),

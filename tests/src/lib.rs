@@ -10,6 +10,7 @@
 
 use bollard::Docker;
 
+pub mod aws;
 pub mod cli;
 pub mod docker_cli;
 pub mod egress;

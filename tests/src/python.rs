@@ -33,7 +33,10 @@ pub fn venv(dir: &Path, name: &str, packages: &[&str]) -> Option<PathBuf> {
         return Some(python);
     }
     std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let making = dir.join(format!("{name}.making-{}", std::process::id()));
+    // Unique per call: tests of one binary run at once in one process.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let making = dir.join(format!("{name}.making-{}-{call}", std::process::id()));
     let _ = std::fs::remove_dir_all(&making);
     let run = |cmd: &mut Command, what: &str| -> (bool, String) {
         let out = cmd

@@ -198,8 +198,9 @@ pub(crate) struct SetupFiles {
 }
 
 /// Writes the proxy's files for `config`: a CA unless a loadable one is
-/// there, a token for each provider (all new with `rotate`), the built-in
-/// mappings, and `config.json` from config.yaml's proxy section (keeping
+/// there, a token for each provider and the AWS placeholder secret (all
+/// new with `rotate`), the built-in mappings (AWS's hosts from
+/// `proxy.aws_hosts`), and `config.json` from config.yaml's proxy section (keeping
 /// the management token and the limits set by hand).
 pub(crate) fn write_setup(
     home: &Home,
@@ -236,7 +237,9 @@ pub(crate) fn write_setup(
     write_file(&paths.tokens(), tokens.render().as_bytes(), SECRET_MODE)?;
     write_file(
         &paths.mappings(),
-        MappingsFile::builtin().render().as_bytes(),
+        MappingsFile::with_aws_hosts(&config.proxy.aws_hosts)
+            .render()
+            .as_bytes(),
         SECRET_MODE,
     )?;
     if let Some(token) = tokens.tokens.get(hermes_egress::google::PROVIDER) {

@@ -112,6 +112,12 @@ pub fn desired(home: &Home, config: &Config) -> Egress {
             }
         }
     }
+    if let Some(secret) = tokens.tokens.get(hermes_egress::tokens::AWS_SECRET_TOKEN) {
+        token_env.extend(hermes_model::egress::aws_env(
+            secret,
+            &config.proxy.aws_region,
+        ));
+    }
     token_env.sort();
     token_env.dedup_by(|a, b| a.0 == b.0);
     let Some(settings) = settings_fingerprint(home, &paths) else {

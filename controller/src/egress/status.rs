@@ -134,6 +134,11 @@ pub enum Coverage {
     /// The sandbox holds a token; the proxy puts the real key in its
     /// place (a header or the query), towards the provider's hosts only.
     HeaderSwap,
+    /// The sandbox signs with a placeholder AWS key pair; the proxy
+    /// checks that signature and signs the request again with the real
+    /// pair, towards the AWS hosts only.
+    #[serde(rename = "sigv4-resign")]
+    SigV4Resign,
     /// The sandbox holds a token; the proxy puts an access token it
     /// minted from the host's Google service account in its place.
     OauthMinting,
@@ -147,6 +152,7 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Coverage::HeaderSwap => "header swap",
+            Coverage::SigV4Resign => "SigV4 re-sign",
             Coverage::OauthMinting => "OAuth minting",
             Coverage::Uncovered => "uncovered",
         })
@@ -187,12 +193,35 @@ fn credential_rows(
                 other => other.to_string(),
             })
             .collect();
-        for variable in &m.env {
+        let sigv4 = m.places.contains(&tokens::Place::SigV4);
+        let secrets: &[&str] = if sigv4 {
+            hermes_model::providers::AWS_SECRET_VARIABLES
+        } else {
+            &[]
+        };
+        let variables = m
+            .env
+            .iter()
+            .map(String::as_str)
+            .chain(secrets.iter().copied());
+        for variable in variables {
+            let variable = &variable.to_string();
             rows.push(CredentialRow {
                 credential: variable.clone(),
                 provider: Some(m.provider.clone()),
-                coverage: Coverage::HeaderSwap,
-                detail: places.join(", "),
+                coverage: if sigv4 {
+                    Coverage::SigV4Resign
+                } else {
+                    Coverage::HeaderSwap
+                },
+                detail: if sigv4 {
+                    format!(
+                        "sandboxes sign with the placeholder pair; the proxy checks the signature and signs again with the real key id, secret and session token for {}",
+                        m.hosts.join(", ")
+                    )
+                } else {
+                    places.join(", ")
+                },
             });
             for (backend, keys) in uncovered_backends {
                 if keys.contains(variable) {
@@ -588,16 +617,22 @@ mod tests {
                 .iter()
                 .any(|r| r.credential == "ANTHROPIC_API_KEY" && r.coverage == Coverage::Uncovered)
         );
-        let aws = find("AWS_ACCESS_KEY_ID", Coverage::Uncovered);
-        assert_eq!(aws.provider, None);
-        assert!(aws.detail.contains("SigV4") && aws.detail.ends_with("(set on this host)"));
+        for variable in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+        ] {
+            let aws = find(variable, Coverage::SigV4Resign);
+            assert_eq!(aws.provider.as_deref(), Some("aws"));
+            assert!(aws.detail.contains("bedrock-runtime"), "{}", aws.detail);
+        }
         let gcp = find("GOOGLE_APPLICATION_CREDENTIALS", Coverage::OauthMinting);
         assert_eq!(gcp.provider.as_deref(), Some("gcp"));
         assert!(gcp.detail.ends_with("(not set)"), "{}", gcp.detail);
         assert!(gcp.detail.contains("GOOGLE_OAUTH_ACCESS_TOKEN"));
         // Every provider key variable has its row.
         for variable in hermes_model::providers::key_variables() {
-            find(variable, Coverage::HeaderSwap);
+            assert!(rows.iter().any(|r| r.credential == variable), "{variable}");
         }
     }
 

@@ -540,8 +540,7 @@ mod tests {
     #[test]
     fn non_provider_secrets_depend_on_the_mode() {
         for name in [
-            "AWS_SECRET_ACCESS_KEY",
-            "AWS_SESSION_TOKEN",
+            "GOOGLE_APPLICATION_CREDENTIALS",
             "GITHUB_TOKEN",
             "DB_PASSWORD",
             "STRIPE_API_KEY",

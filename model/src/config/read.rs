@@ -131,6 +131,21 @@ impl Config {
                 upstream_ca_file: r.opt_string(schema_key!("proxy.upstream_ca_file")),
                 upstream_header_timeout_seconds: r
                     .uint(schema_key!("proxy.upstream_header_timeout_seconds")),
+                aws_region: r.string(schema_key!("proxy.aws_region")),
+                aws_hosts: {
+                    let hosts: Vec<String> = r
+                        .strings(schema_key!("proxy.aws_hosts"))
+                        .into_iter()
+                        .map(|h| h.to_ascii_lowercase())
+                        .collect();
+                    if hosts.is_empty() {
+                        vec![crate::providers::bedrock_runtime_host(
+                            &r.string(schema_key!("proxy.aws_region")),
+                        )]
+                    } else {
+                        hosts
+                    }
+                },
             },
             reconcile: Reconcile {
                 prune: r.bool(schema_key!("reconcile.prune")),

@@ -149,6 +149,31 @@ fn a_document_that_is_not_a_mapping_is_refused() {
 }
 
 #[test]
+fn the_aws_hosts_default_to_the_bedrock_runtime_of_the_region() {
+    let c = load("").unwrap().config;
+    assert_eq!(c.proxy.aws_region, "us-east-1");
+    assert_eq!(
+        c.proxy.aws_hosts,
+        ["bedrock-runtime.us-east-1.amazonaws.com"]
+    );
+    let c = load("proxy:\n  aws_region: eu-west-3\n").unwrap().config;
+    assert_eq!(
+        c.proxy.aws_hosts,
+        ["bedrock-runtime.eu-west-3.amazonaws.com"]
+    );
+    let c = load("proxy:\n  aws_hosts: [Bedrock-Runtime.ap-south-1.amazonaws.com]\n")
+        .unwrap()
+        .config;
+    assert_eq!(
+        c.proxy.aws_hosts,
+        ["bedrock-runtime.ap-south-1.amazonaws.com"]
+    );
+    let e = errors("proxy:\n  aws_region: \"us east 1\"\n");
+    assert!(e[0].message.contains("not an AWS region"), "{}", e[0]);
+    assert_eq!(e[0].path, "proxy.aws_region");
+}
+
+#[test]
 fn the_tunnel_port_leaves_room_for_the_http_port() {
     let e = errors("proxy:\n  tunnel_port: 65535\n");
     assert!(e[0].message.contains("65534"), "{}", e[0]);

@@ -1,0 +1,581 @@
+//! AWS Signature Version 4 re-signing. A sandbox holds a placeholder pair
+//! (the `aws` proxy token as `AWS_ACCESS_KEY_ID`, the `aws-secret` one as
+//! `AWS_SECRET_ACCESS_KEY`) and its SDK signs with it. For a host of the
+//! SigV4 credential the proxy recomputes that signature with the
+//! placeholder secret (the `aws-sigv4` crate, over the headers the client
+//! signed and the payload hash recomputed over the body as received) and
+//! compares it in constant time; then it signs the request again with the
+//! real pair (and session token) at the same time, for the same region and
+//! service, and sends it on. Nothing else in the request changes.
+//!
+//! Bodies: a signed payload is read whole (at most [`MAX_BODY`] bytes) to
+//! hash it; `UNSIGNED-PAYLOAD` streams through; chunk-signed bodies
+//! (`STREAMING-…`, whose every chunk carries a signature chained to the
+//! placeholder's) and presigned URLs are refused with a reason.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_sigv4::http_request::{
+    PercentEncodingMode, SignableBody, SignableRequest, SigningSettings, UriPathNormalizationMode,
+    sign,
+};
+use aws_smithy_runtime_api::client::identity::Identity;
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::body::RequestBody;
+use crate::tokens::{Credential, SigV4Keys};
+
+/// The largest signed body the proxy reads to hash it.
+pub const MAX_BODY: usize = 32 * 1024 * 1024;
+/// How long reading a signed body may take.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many bytes of signed bodies all requests together may hold while
+/// they are read and sent: a sandbox that opens many requests at once
+/// gets refusals, not the proxy's memory.
+pub const MAX_BUFFERED: usize = 256 * 1024 * 1024;
+
+/// [`MAX_BUFFERED`] in KiB permits, shared by every request.
+static BUFFERED: std::sync::LazyLock<Arc<Semaphore>> =
+    std::sync::LazyLock::new(|| Arc::new(Semaphore::new(MAX_BUFFERED / 1024)));
+
+const ALGORITHM: &str = "AWS4-HMAC-SHA256";
+const X_AMZ_DATE: &str = "x-amz-date";
+const X_AMZ_SECURITY_TOKEN: &str = "x-amz-security-token";
+const X_AMZ_CONTENT_SHA256: &str = "x-amz-content-sha256";
+const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
+
+/// Why a signed request is refused: the status, the reason word (the
+/// refusal header and the access log) and a sentence. No secret is ever
+/// part of it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub reason: &'static str,
+    pub why: String,
+}
+
+fn refusal(status: StatusCode, reason: &'static str, why: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        reason,
+        why: why.into(),
+    }
+}
+
+const SIGN_WITH: &str = "sign with the AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY the sandbox was given (the proxy's placeholders)";
+
+/// The parts of an `Authorization: AWS4-HMAC-SHA256 …` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Authorization {
+    key_id: String,
+    date: String,
+    region: String,
+    service: String,
+    signed_headers: Vec<String>,
+    signature: String,
+}
+
+fn parse_authorization(value: &str) -> Result<Authorization, Refusal> {
+    let malformed = |what: &str| {
+        refusal(
+            StatusCode::FORBIDDEN,
+            "bad-signature",
+            format!("the Authorization header is not an AWS SigV4 signature ({what}); {SIGN_WITH}"),
+        )
+    };
+    let rest = value
+        .strip_prefix(ALGORITHM)
+        .filter(|r| r.starts_with(' '))
+        .ok_or_else(|| malformed("it must start with AWS4-HMAC-SHA256"))?;
+    let (mut credential, mut signed, mut signature) = (None, None, None);
+    for part in rest.split(',') {
+        let (name, v) = part
+            .trim()
+            .split_once('=')
+            .ok_or_else(|| malformed("a part is not name=value"))?;
+        let slot = match name {
+            "Credential" => &mut credential,
+            "SignedHeaders" => &mut signed,
+            "Signature" => &mut signature,
+            _ => return Err(malformed("an unknown part")),
+        };
+        if slot.replace(v.to_string()).is_some() {
+            return Err(malformed("a part appears twice"));
+        }
+    }
+    let (Some(credential), Some(signed), Some(signature)) = (credential, signed, signature) else {
+        return Err(malformed(
+            "Credential, SignedHeaders or Signature is missing",
+        ));
+    };
+    let scope: Vec<&str> = credential.split('/').collect();
+    let [key_id, date, region, service, "aws4_request"] = scope.as_slice() else {
+        return Err(malformed(
+            "the credential scope is not KEY/DATE/REGION/SERVICE/aws4_request",
+        ));
+    };
+    let signed_headers: Vec<String> = signed.split(';').map(str::to_string).collect();
+    if signed_headers.iter().any(String::is_empty) {
+        return Err(malformed("an empty signed header name"));
+    }
+    Ok(Authorization {
+        key_id: (*key_id).to_string(),
+        date: (*date).to_string(),
+        region: (*region).to_string(),
+        service: (*service).to_string(),
+        signed_headers,
+        signature,
+    })
+}
+
+/// `YYYYMMDDTHHMMSSZ` as a time.
+fn parse_amz_date(text: &str) -> Option<SystemTime> {
+    let b = text.as_bytes();
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        return None;
+    }
+    let num = |from: usize, to: usize| -> Option<u32> {
+        let s = text.get(from..to)?;
+        s.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let year = i32::try_from(num(0, 4)?).ok()?;
+    let month = time::Month::try_from(u8::try_from(num(4, 6)?).ok()?).ok()?;
+    let day = u8::try_from(num(6, 8)?).ok()?;
+    let (h, m, s) = (num(9, 11)?, num(11, 13)?, num(13, 15)?);
+    let date = time::Date::from_calendar_date(year, month, day).ok()?;
+    let clock = time::Time::from_hms(
+        u8::try_from(h).ok()?,
+        u8::try_from(m).ok()?,
+        u8::try_from(s).ok()?,
+    )
+    .ok()?;
+    Some(
+        time::PrimitiveDateTime::new(date, clock)
+            .assume_utc()
+            .into(),
+    )
+}
+
+/// The payload hash a request was signed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// The lowercase hex SHA-256 of the body.
+    Hash(String),
+    /// `UNSIGNED-PAYLOAD`.
+    Unsigned,
+}
+
+impl Payload {
+    fn signable(&self) -> SignableBody<'static> {
+        match self {
+            Payload::Hash(hex) => SignableBody::Precomputed(hex.clone()),
+            Payload::Unsigned => SignableBody::UnsignedPayload,
+        }
+    }
+}
+
+/// How the body must be handled, from the `x-amz-content-sha256` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyKind {
+    /// Read whole and hashed; the header's value, when there is one, must
+    /// be that hash.
+    Signed(Option<String>),
+    /// Streamed through.
+    Unsigned,
+}
+
+/// What the `x-amz-content-sha256` header says of the body.
+pub fn body_kind(headers: &HeaderMap) -> Result<BodyKind, Refusal> {
+    let mut values = headers.get_all(X_AMZ_CONTENT_SHA256).iter();
+    let Some(value) = values.next() else {
+        return Ok(BodyKind::Signed(None));
+    };
+    if values.next().is_some() {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "ambiguous-credentials",
+            "x-amz-content-sha256 appears more than once",
+        ));
+    }
+    let text = value.to_str().unwrap_or_default();
+    if text == UNSIGNED_PAYLOAD {
+        Ok(BodyKind::Unsigned)
+    } else if text.starts_with("STREAMING-") {
+        Err(refusal(
+            StatusCode::BAD_REQUEST,
+            "sigv4-streaming-unsupported",
+            format!(
+                "chunk-signed bodies (x-amz-content-sha256: {text}) cannot be re-signed by the proxy: \
+                 send the body in one piece (a signed payload hash or UNSIGNED-PAYLOAD)"
+            ),
+        ))
+    } else if text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        Ok(BodyKind::Signed(Some(text.to_string())))
+    } else {
+        Err(refusal(
+            StatusCode::BAD_REQUEST,
+            "bad-signature",
+            "x-amz-content-sha256 is neither a SHA-256 in lowercase hex nor UNSIGNED-PAYLOAD",
+        ))
+    }
+}
+
+/// The payload of a body read whole: its hash, which must be the one the
+/// client declared, if it declared one.
+pub fn payload_of(body: &[u8], declared: Option<&str>) -> Result<Payload, Refusal> {
+    let hash: String = Sha256::digest(body)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if declared.is_some_and(|d| d != hash) {
+        return Err(refusal(
+            StatusCode::BAD_REQUEST,
+            "payload-mismatch",
+            "x-amz-content-sha256 is not the SHA-256 of the body received",
+        ));
+    }
+    Ok(Payload::Hash(hash))
+}
+
+/// The one SigV4 `Authorization` of `headers`, made with `cred`'s
+/// placeholder access key id (its signature not checked yet).
+fn presented(cred: &Credential, headers: &HeaderMap) -> Result<Authorization, Refusal> {
+    let mut auths = headers.get_all(AUTHORIZATION).iter();
+    let Some(auth) = auths.next() else {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "no-token",
+            format!("the request is not signed; {SIGN_WITH}"),
+        ));
+    };
+    if auths.next().is_some() {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "ambiguous-credentials",
+            "more than one Authorization header",
+        ));
+    }
+    let auth = parse_authorization(auth.to_str().unwrap_or_default())?;
+    if !bool::from(auth.key_id.as_bytes().ct_eq(cred.token.as_bytes())) {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "bad-token",
+            format!("the request is signed with another access key id; {SIGN_WITH}"),
+        ));
+    }
+    Ok(auth)
+}
+
+/// Checks that `headers` carry a signature made with `cred`'s placeholder
+/// pair over this request (`method`, `path_and_query`, the headers it
+/// names, `payload`), then replaces it with one made with the real pair.
+/// On a refusal `headers` are unchanged.
+pub fn verify_and_resign(
+    cred: &Credential,
+    method: &str,
+    path_and_query: &str,
+    headers: &mut HeaderMap,
+    payload: &Payload,
+) -> Result<(), Refusal> {
+    let auth = presented(cred, headers)?;
+    let Some(keys) = cred.sigv4.as_ref() else {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "no-key",
+            "the proxy has no placeholder secret for aws: run `hermes egress setup`, then restart the proxy",
+        ));
+    };
+    if auth
+        .signed_headers
+        .iter()
+        .any(|h| h == X_AMZ_SECURITY_TOKEN || h == "authorization")
+    {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "bad-token",
+            "the request carries a session token the sandbox was never given; unset AWS_SESSION_TOKEN",
+        ));
+    }
+    let date_text = headers
+        .get(X_AMZ_DATE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let time = parse_amz_date(date_text)
+        .filter(|_| date_text.starts_with(&auth.date))
+        .ok_or_else(|| {
+            refusal(
+                StatusCode::FORBIDDEN,
+                "bad-signature",
+                "x-amz-date is missing, malformed, or not the day of the credential scope",
+            )
+        })?;
+    // The headers the client signed, as received, less the ones the
+    // signer makes itself.
+    let mut signed: Vec<(String, String)> = Vec::new();
+    for name in &auth.signed_headers {
+        if name == X_AMZ_DATE {
+            continue;
+        }
+        let mut found = false;
+        for value in headers.get_all(name.as_str()) {
+            let value = value.to_str().map_err(|_| {
+                refusal(
+                    StatusCode::FORBIDDEN,
+                    "bad-signature",
+                    format!("the signed header {name} is not text"),
+                )
+            })?;
+            signed.push((name.clone(), value.to_string()));
+            found = true;
+        }
+        if !found {
+            return Err(refusal(
+                StatusCode::FORBIDDEN,
+                "bad-signature",
+                format!("the signed header {name} is missing from the request"),
+            ));
+        }
+    }
+    let host = headers
+        .get(HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let uri = format!("https://{host}{path_and_query}");
+    let placeholder = Identity::from(aws_credential_types::Credentials::new(
+        cred.token.clone(),
+        keys.placeholder_secret.expose(),
+        None,
+        None,
+        "hermes-egress-placeholder",
+    ));
+    let (_, presented) = signature(&uri, method, &signed, payload, &placeholder, &auth, time)?;
+    if !bool::from(presented.as_bytes().ct_eq(auth.signature.as_bytes())) {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "bad-signature",
+            format!("the signature does not match the request; {SIGN_WITH}"),
+        ));
+    }
+    let real = real_identity(cred, keys)?;
+    let (instructions, _) = signature(&uri, method, &signed, payload, &real, &auth, time)?;
+    headers.remove(AUTHORIZATION);
+    headers.remove(X_AMZ_SECURITY_TOKEN);
+    for (name, value) in instructions {
+        let mut value = HeaderValue::from_str(&value).map_err(|_| {
+            refusal(
+                StatusCode::FORBIDDEN,
+                "key-unusable",
+                "the real AWS credentials cannot be carried in a header",
+            )
+        })?;
+        let name = HeaderName::from_static(name);
+        if name == AUTHORIZATION || name == X_AMZ_SECURITY_TOKEN {
+            value.set_sensitive(true);
+        }
+        headers.insert(name, value);
+    }
+    Ok(())
+}
+
+/// The real pair (and session token) as a signing identity.
+fn real_identity(cred: &Credential, keys: &SigV4Keys) -> Result<Identity, Refusal> {
+    let (Some(key_id), Some(secret)) = (cred.key.as_ref(), keys.secret.as_ref()) else {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "no-key",
+            "the host has no real AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+             (and AWS_SESSION_TOKEN for temporary ones) in the environment of `hermes egress start` \
+             or in the hermes home's .env, then restart the proxy",
+        ));
+    };
+    Ok(Identity::from(aws_credential_types::Credentials::new(
+        key_id.expose(),
+        secret.expose(),
+        keys.session_token.as_ref().map(|t| t.expose().to_string()),
+        None,
+        "hermes-egress",
+    )))
+}
+
+/// Header names and values to set on a request.
+type SigningHeaders = Vec<(&'static str, String)>;
+
+/// The signing headers (`authorization`, `x-amz-date`, and
+/// `x-amz-security-token` with a session token) and the signature of a
+/// request, made by `aws-sigv4` with `identity` at `time` for the region
+/// and service of `auth`'s scope.
+fn signature(
+    uri: &str,
+    method: &str,
+    headers: &[(String, String)],
+    payload: &Payload,
+    identity: &Identity,
+    auth: &Authorization,
+    time: SystemTime,
+) -> Result<(SigningHeaders, String), Refusal> {
+    let unsignable = |e: &dyn std::fmt::Display| {
+        refusal(
+            StatusCode::FORBIDDEN,
+            "bad-signature",
+            format!("the request cannot be signed: {e}"),
+        )
+    };
+    let mut settings = SigningSettings::default();
+    // Exactly the headers the client signed: none left out.
+    settings.excluded_headers = Some(Vec::<Cow<'static, str>>::new());
+    if auth.service == "s3" {
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    }
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(identity)
+        .region(&auth.region)
+        .name(&auth.service)
+        .time(time)
+        .settings(settings)
+        .build()
+        .map_err(|e| unsignable(&e))?
+        .into();
+    let request = SignableRequest::new(
+        method,
+        uri,
+        headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        payload.signable(),
+    )
+    .map_err(|e| unsignable(&e))?;
+    let (instructions, signature) = sign(request, &params)
+        .map_err(|e| unsignable(&e))?
+        .into_parts();
+    let (signing_headers, _) = instructions.into_parts();
+    let headers = signing_headers
+        .into_iter()
+        .map(|h| (h.name(), h.value().to_string()))
+        .collect();
+    Ok((headers, signature))
+}
+
+/// Checks and re-signs a request to a host of `cred` (a SigV4 credential):
+/// its body is read whole when its payload hash is signed. Upgrades are
+/// refused (an AWS API never asks for one).
+pub async fn resign(
+    cred: &Credential,
+    req: Request<Incoming>,
+    upgrade: bool,
+) -> Result<Request<RequestBody>, Refusal> {
+    if upgrade {
+        return Err(refusal(
+            StatusCode::BAD_REQUEST,
+            "sigv4-upgrade-unsupported",
+            "a signed AWS request cannot switch protocols through the proxy",
+        ));
+    }
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_string();
+    if path.contains("X-Amz-Signature=") || path.contains("X-Amz-Credential=") {
+        return Err(refusal(
+            StatusCode::BAD_REQUEST,
+            "sigv4-presigned-unsupported",
+            "presigned URLs cannot be re-signed by the proxy: sign the request in its headers",
+        ));
+    }
+    let (mut parts, body) = req.into_parts();
+    // Checked before the body is read: a request that cannot pass is not
+    // waited for.
+    presented(cred, &parts.headers)?;
+    let kind = body_kind(&parts.headers)?;
+    let (payload, body) = match kind {
+        BodyKind::Unsigned => (Payload::Unsigned, RequestBody::Stream(body)),
+        BodyKind::Signed(declared) => {
+            let (bytes, held) = read_whole(&parts.headers, body).await?;
+            (
+                payload_of(&bytes, declared.as_deref())?,
+                RequestBody::Full(Some(bytes), Some(held)),
+            )
+        }
+    };
+    verify_and_resign(
+        cred,
+        parts.method.as_str(),
+        &path,
+        &mut parts.headers,
+        &payload,
+    )?;
+    Ok(Request::from_parts(parts, body))
+}
+
+/// The body, read whole: at most [`MAX_BODY`] bytes in [`BODY_TIMEOUT`],
+/// with its share of [`MAX_BUFFERED`] (the declared length, or
+/// [`MAX_BODY`] without one), held until the body has been sent.
+async fn read_whole(
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Result<(Bytes, OwnedSemaphorePermit), Refusal> {
+    let too_large = || {
+        refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            format!(
+                "a signed AWS request body is read whole to check its hash, and this one is over {MAX_BODY} bytes: use UNSIGNED-PAYLOAD"
+            ),
+        )
+    };
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    let kib = declared.map_or(MAX_BODY as u64, |n| n).div_ceil(1024);
+    let held = u32::try_from(kib)
+        .ok()
+        .and_then(|kib| BUFFERED.clone().try_acquire_many_owned(kib).ok())
+        .ok_or_else(|| {
+            refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "sigv4-busy",
+                format!(
+                    "the proxy already holds {} MiB of signed AWS bodies being checked: retry shortly",
+                    MAX_BUFFERED >> 20
+                ),
+            )
+        })?;
+    match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await {
+        Ok(Ok(collected)) => Ok((collected.to_bytes(), held)),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(_)) => Err(refusal(
+            StatusCode::BAD_REQUEST,
+            "body-error",
+            "the request body ended early",
+        )),
+        Err(_) => Err(refusal(
+            StatusCode::REQUEST_TIMEOUT,
+            "body-timeout",
+            format!(
+                "the signed request body did not arrive within {} s",
+                BODY_TIMEOUT.as_secs()
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+#[path = "sigv4_tests.rs"]
+mod tests;
