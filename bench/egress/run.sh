@@ -71,8 +71,10 @@ if [ -z "${HERMES_BENCH_NS:-}" ]; then
             }
             say "making a Debian trixie root for mitmproxy 12 (Python $(python3 -c 'import sys; print(sys.version.split()[0])') here is too old) in $MITM_ROOT"
             rm -rf "$MITM_ROOT"
+            # The mirror this machine's apt uses ($HERMES_DEBIAN_MIRROR wins).
+            mirror=$(bash "$ROOT/scripts/debian-mirror")
             debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
-                trixie "$MITM_ROOT" http://deb.debian.org/debian >/dev/null
+                trixie "$MITM_ROOT" "$mirror" >/dev/null
             cp /etc/resolv.conf "$MITM_ROOT/etc/resolv.conf"
             cp /etc/ssl/certs/ca-certificates.crt "$MITM_ROOT/etc/ssl/certs/ca-certificates.crt"
             say "installing mitmproxy 12 (PyPI) in $MITM_ROOT/opt/mitm"
