@@ -81,11 +81,18 @@ impl fmt::Debug for HeaderTransform {
 
 /// The forwarded provider and the header place a service-side transform
 /// uses for `name`: the provider's first header place (a `?param` place
-/// cannot be set by a header rule).
+/// cannot be set by a header rule). None for a provider with a host the
+/// services' domain rules cannot name (they take an exact host or
+/// `*.domain`; Vertex's `*-aiplatform.googleapis.com` is neither), which
+/// stays uncovered rather than half covered.
 fn transform_place(name: &str) -> Option<(&'static crate::providers::ProviderSpec, &'static str)> {
     let spec = crate::providers::PROVIDERS
         .iter()
         .find(|p| p.env.contains(&name))?;
+    let nameable = |host: &str| !host.strip_prefix("*.").unwrap_or(host).contains('*');
+    if !spec.hosts.iter().all(|h| nameable(h)) {
+        return None;
+    }
     let place = spec.places.iter().find(|p| !p.starts_with('?'))?;
     Some((spec, place))
 }
@@ -793,6 +800,20 @@ mod tests {
         );
         assert_eq!(transforms[0].header, "authorization");
         assert_eq!(transforms[0].value, "Bearer sk-o");
+        // Vertex's regional hosts cannot be named by a service rule: the
+        // access token stays as it is (uncovered), not half covered.
+        let gcp = [(
+            "GOOGLE_OAUTH_ACCESS_TOKEN".to_string(),
+            "ya29.x".to_string(),
+        )];
+        let (sandbox, transforms) = service_side(Backend::Modal, &gcp, &token);
+        assert_eq!(sandbox, gcp);
+        assert!(transforms.is_empty());
+        assert!(!covered_by_service(
+            Backend::Modal,
+            "GOOGLE_OAUTH_ACCESS_TOKEN"
+        ));
+        assert!(covered_by_service(Backend::Modal, "AZURE_OPENAI_API_KEY"));
     }
 
     #[test]
