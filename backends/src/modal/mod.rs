@@ -46,6 +46,19 @@ mod rpc;
 #[allow(missing_debug_implementations, clippy::all)]
 pub(crate) mod pb {
     tonic::include_proto!("modal.client");
+
+    /// The header values are real keys: only the names are shown.
+    impl std::fmt::Debug for experimental_outbound_policy::HeaderReplacement {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let mut names: Vec<&String> = self.headers.keys().collect();
+            names.sort();
+            f.debug_struct("HeaderReplacement")
+                .field("domain", &self.domain)
+                .field("secret_id", &self.secret_id)
+                .field("headers", &names)
+                .finish()
+        }
+    }
 }
 
 pub use config::DEFAULT_SERVER_URL;
@@ -793,6 +806,7 @@ mod tests {
             &|p| Some(format!("{p}-token")),
         );
         let policy = outbound_policy(&transforms).unwrap();
+        assert!(!format!("{policy:?}").contains("real"), "{policy:?}");
         assert_eq!(policy.header_replacements.len(), 1);
         let r = &policy.header_replacements[0];
         assert_eq!(r.domain, "api.anthropic.com");
