@@ -35,8 +35,13 @@ pub struct CloudSpec {
     /// How long the service keeps the sandbox alive on its own.
     pub lifetime: Duration,
     /// Environment for every command: only what `forward_env` names, never
-    /// a key the proxy would cover.
+    /// a key the proxy would cover (a provider key the service sets as a
+    /// header is the proxy's token here).
     pub env: Vec<(String, String)>,
+    /// The headers the service sets on the sandbox's outbound requests to
+    /// a provider's hosts (Vercel, Modal): the real keys, sent only in the
+    /// create request's policy.
+    pub transforms: Vec<hermes_model::cloud::HeaderTransform>,
 }
 
 /// Where a sandbox is on its service.

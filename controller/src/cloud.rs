@@ -212,8 +212,71 @@ fn state(s: CloudState) -> CloudSandboxState {
     }
 }
 
+/// The placeholders a cloud sandbox holds for the provider keys its
+/// service sets as headers: the proxy's tokens (`tokens.json`), as Docker
+/// sandboxes hold, or fresh ones where the proxy has none. Read once per
+/// process ([`load_placeholders`]), so that a sandbox and its commands
+/// agree.
+static PLACEHOLDERS: std::sync::OnceLock<std::collections::BTreeMap<String, String>> =
+    std::sync::OnceLock::new();
+
+/// Reads the proxy's tokens for [`PLACEHOLDERS`] (a missing or unreadable
+/// file leaves fresh tokens to be minted).
+pub fn load_placeholders(home: &crate::home::Home) {
+    let path = crate::egress::files::Paths::new(home).tokens();
+    let tokens = std::fs::read(path)
+        .ok()
+        .and_then(|b| hermes_egress::tokens::TokensFile::parse(&b).ok())
+        .map(|f| f.tokens)
+        .unwrap_or_default();
+    let _ = PLACEHOLDERS.set(tokens);
+}
+
+/// The placeholder for `provider`: its proxy token, else a fresh one
+/// (kept for the process).
+fn placeholder(provider: &str) -> Option<String> {
+    static MINTED: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
+        std::sync::Mutex::new(std::collections::BTreeMap::new());
+    if let Some(token) = PLACEHOLDERS.get().and_then(|t| t.get(provider)) {
+        return Some(token.clone());
+    }
+    let mut minted = MINTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(token) = minted.get(provider) {
+        return Some(token.clone());
+    }
+    // No random source: no placeholder, and the key is not forwarded.
+    let token = hermes_egress::tokens::new_token(provider).ok()?;
+    minted.insert(provider.to_string(), token.clone());
+    Some(token)
+}
+
+/// What a command in the cloud sandbox gets of the forwarded values, and
+/// the headers the service sets: a provider key is a placeholder on
+/// Vercel and Modal, the service setting its real header (a key without a
+/// placeholder is left out rather than forwarded as it is).
+pub fn sandbox_side(
+    cloud: &CloudDesired,
+) -> (
+    Vec<(String, String)>,
+    Vec<hermes_model::cloud::HeaderTransform>,
+) {
+    let (env, transforms) =
+        hermes_model::cloud::service_side(cloud.backend, &cloud.env, &placeholder);
+    let env = env
+        .into_iter()
+        .filter(|(name, value)| {
+            !hermes_model::cloud::covered_by_service(cloud.backend, name)
+                || !cloud.env.iter().any(|(n, v)| n == name && v == value)
+        })
+        .collect();
+    (env, transforms)
+}
+
 /// The sandbox wanted, in the driver's terms.
 pub fn spec(desired: &Desired, cloud: &CloudDesired, task: &str) -> CloudSpec {
+    let (env, transforms) = sandbox_side(cloud);
     CloudSpec {
         task: task.to_string(),
         profile: desired.profile.clone(),
@@ -222,7 +285,8 @@ pub fn spec(desired: &Desired, cloud: &CloudDesired, task: &str) -> CloudSpec {
         memory_mb: cloud.memory_mb,
         disk_mb: cloud.disk_mb,
         lifetime: cloud.lifetime,
-        env: cloud.env.clone(),
+        env,
+        transforms,
     }
 }
 
@@ -455,10 +519,11 @@ pub async fn executor(
     let home_dir = home_dir(&host);
     let driver = Driver::new(cloud.backend, &host, home_dir.as_deref())?;
     let book = SnapshotBook::new(home.root(), cloud.backend);
+    load_placeholders(home);
     let id = ready(&driver, desired, &book, task).await?;
     Ok((
         hermes_backends::cloud::InSandbox { driver, id },
-        cloud.env.clone(),
+        sandbox_side(cloud).0,
     ))
 }
 
@@ -647,6 +712,7 @@ pub async fn apply(
         return Applied::default();
     }
     let book = SnapshotBook::new(home.root(), cloud.backend);
+    load_placeholders(home);
     match Driver::new(cloud.backend, env, home_dir(env).as_deref()) {
         Ok(driver) => apply_cloud(&driver, desired, plan, &book, verbose).await,
         Err(e) => {

@@ -13,7 +13,13 @@
 //!
 //! These sandboxes reach the internet directly, so the egress proxy cannot
 //! stand between them and a provider: nothing is handed to them but the
-//! variables named in `terminal.<backend>_forward_env`.
+//! variables named in `terminal.<backend>_forward_env`. Where the service
+//! rewrites outbound headers itself (Vercel's network policy
+//! `injectionRules`, Modal's `experimental_outbound_policy`), a forwarded
+//! provider key is split ([`service_side`]): the sandbox gets the proxy's
+//! token in its place and the service is told to set the real key's
+//! header on requests to that provider's hosts only. Daytona has no such
+//! mechanism: a key forwarded there goes in as it is.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -41,6 +47,104 @@ pub const CREDENTIALS: &[&str] = &[
     "VERCEL_PROJECT_ID",
     "VERCEL_TEAM_ID",
 ];
+
+/// Whether `backend`'s service sets outbound headers for hermes (a
+/// service-side transform), so that a provider key can stay out of its
+/// sandboxes.
+pub fn transforms_headers(backend: Backend) -> bool {
+    matches!(backend, Backend::Modal | Backend::VercelSandbox)
+}
+
+/// A header the service sets on the sandbox's outbound HTTPS requests to
+/// `host` (exact or `*.domain`). `value` holds the real key: it goes only
+/// into the policy sent to the service's API, and is never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HeaderTransform {
+    pub host: String,
+    /// Lower-case header name.
+    pub header: String,
+    pub value: String,
+    /// The provider (the token's prefix, the name in `egress status`).
+    pub provider: &'static str,
+}
+
+impl fmt::Debug for HeaderTransform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeaderTransform")
+            .field("host", &self.host)
+            .field("header", &self.header)
+            .field("value", &"<redacted>")
+            .field("provider", &self.provider)
+            .finish()
+    }
+}
+
+/// The forwarded provider and the header place a service-side transform
+/// uses for `name`: the provider's first header place (a `?param` place
+/// cannot be set by a header rule). None for a provider with a host the
+/// services' domain rules cannot name (they take an exact host or
+/// `*.domain`; Vertex's `*-aiplatform.googleapis.com` is neither), which
+/// stays uncovered rather than half covered.
+fn transform_place(name: &str) -> Option<(&'static crate::providers::ProviderSpec, &'static str)> {
+    let spec = crate::providers::PROVIDERS
+        .iter()
+        .find(|p| p.env.contains(&name))?;
+    let nameable = |host: &str| !host.strip_prefix("*.").unwrap_or(host).contains('*');
+    if !spec.hosts.iter().all(|h| nameable(h)) {
+        return None;
+    }
+    let place = spec.places.iter().find(|p| !p.starts_with('?'))?;
+    Some((spec, place))
+}
+
+/// Whether a forwarded `name` is a provider key that `backend`'s service
+/// can keep out of the sandbox.
+pub fn covered_by_service(backend: Backend, name: &str) -> bool {
+    transforms_headers(backend) && transform_place(name).is_some()
+}
+
+/// What a sandbox on `backend` gets of the forwarded `env`, and the header
+/// transforms its service applies: on a service with transforms, each
+/// provider key forwarded is replaced by `token(provider)` (the proxy's
+/// opaque token for it) and its real value goes into one transform per
+/// provider host (`authorization: Bearer <key>` or the provider's own
+/// header). Everything else, and everything on another service, is kept
+/// as it is. A provider's first forwarded variable sets its transforms.
+pub fn service_side(
+    backend: Backend,
+    env: &[(String, String)],
+    token: &dyn Fn(&str) -> Option<String>,
+) -> (Vec<(String, String)>, Vec<HeaderTransform>) {
+    let mut sandbox_env = Vec::with_capacity(env.len());
+    let mut transforms: Vec<HeaderTransform> = Vec::new();
+    for (name, value) in env {
+        let split = transforms_headers(backend)
+            .then(|| transform_place(name))
+            .flatten()
+            .and_then(|(spec, place)| Some((spec, place, token(spec.name)?)));
+        let Some((spec, place, placeholder)) = split else {
+            sandbox_env.push((name.clone(), value.clone()));
+            continue;
+        };
+        sandbox_env.push((name.clone(), placeholder));
+        if transforms.iter().any(|t| t.provider == spec.name) {
+            continue;
+        }
+        let (header, header_value) = match place.split_once(':') {
+            Some((header, scheme)) => (header.trim(), format!("{} {value}", scheme.trim())),
+            None => (place.trim(), value.clone()),
+        };
+        for host in spec.hosts {
+            transforms.push(HeaderTransform {
+                host: (*host).to_string(),
+                header: header.to_ascii_lowercase(),
+                value: header_value.clone(),
+                provider: spec.name,
+            });
+        }
+    }
+    (sandbox_env, transforms)
+}
 
 /// Whether `backend` runs on a remote service.
 pub fn is_cloud(backend: Backend) -> bool {
@@ -173,8 +277,8 @@ pub(crate) fn daytona_disk_warning(root: &yaml::Node) -> Option<Issue> {
 
 /// What `hermes egress status` says of the backends the proxy cannot
 /// cover: each cloud backend, with the real credentials its
-/// `<backend>_forward_env` names (which go into its sandboxes as they
-/// are).
+/// `<backend>_forward_env` names that go into its sandboxes as they are
+/// (not the provider keys its service sets as headers itself).
 pub fn uncovered_backends(config: &Config) -> Vec<(Backend, Vec<String>)> {
     let t = &config.terminal;
     CLOUD_BACKENDS
@@ -188,11 +292,32 @@ pub fn uncovered_backends(config: &Config) -> Vec<(Backend, Vec<String>)> {
             let keys = named
                 .iter()
                 .filter(|n| crate::providers::is_credential_variable(n))
+                .filter(|n| !covered_by_service(backend, n))
                 .cloned()
                 .collect();
             (backend, keys)
         })
         .collect()
+}
+
+/// The provider keys that each service with header transforms keeps out
+/// of its sandboxes: the ones its `<backend>_forward_env` names.
+pub fn service_covered(config: &Config) -> Vec<(Backend, Vec<String>)> {
+    let t = &config.terminal;
+    [
+        (Backend::Modal, &t.modal_forward_env),
+        (Backend::VercelSandbox, &t.vercel_forward_env),
+    ]
+    .into_iter()
+    .map(|(backend, named)| {
+        let keys = named
+            .iter()
+            .filter(|n| covered_by_service(backend, n))
+            .cloned()
+            .collect();
+        (backend, keys)
+    })
+    .collect()
 }
 
 /// The sandbox the config wants on a remote service, for the default task
@@ -255,7 +380,9 @@ impl CloudDesired {
         for name in forward {
             match env.lookup(name) {
                 Some(value) => {
-                    if crate::providers::is_credential_variable(name) {
+                    if crate::providers::is_credential_variable(name)
+                        && !covered_by_service(t.backend, name)
+                    {
                         warnings.push(format!(
                             "terminal.{key}: {name} is a real credential and goes into the {} sandbox as it is (the egress proxy cannot stand in for a sandbox that reaches the internet directly)",
                             t.backend
@@ -599,6 +726,14 @@ mod tests {
             [("OPENAI_API_KEY".to_string(), "sk-real".to_string())]
         );
         assert_eq!(cloud.image, "node24");
+        // Vercel sets the key's header itself: no warning; Daytona cannot.
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let config =
+            load("terminal:\n  backend: daytona\n  daytona_forward_env: [OPENAI_API_KEY]\n")
+                .unwrap()
+                .config;
+        let mut warnings = Vec::new();
+        CloudDesired::from_config(&config, &host, &mut warnings).unwrap();
         assert!(warnings[0].contains("is a real credential"), "{warnings:?}");
         // The image falls back on docker_image.
         let config = load("terminal:\n  backend: daytona\n  docker_image: img:1\n")
@@ -612,15 +747,95 @@ mod tests {
     }
 
     #[test]
+    fn a_provider_key_is_a_token_in_the_sandbox_and_a_header_at_the_service() {
+        let env = [
+            ("GIT_AUTHOR".to_string(), "me".to_string()),
+            ("ANTHROPIC_API_KEY".to_string(), "sk-ant-real".to_string()),
+            ("GEMINI_API_KEY".to_string(), "gem-real".to_string()),
+            ("GOOGLE_API_KEY".to_string(), "gem-second".to_string()),
+            (
+                "GOOGLE_APPLICATION_CREDENTIALS".to_string(),
+                "/k.json".to_string(),
+            ),
+        ];
+        let token = |p: &str| Some(format!("{p}-tok"));
+        let (sandbox, transforms) = service_side(Backend::Modal, &env, &token);
+        assert_eq!(
+            sandbox,
+            [
+                ("GIT_AUTHOR", "me"),
+                ("ANTHROPIC_API_KEY", "anthropic-tok"),
+                ("GEMINI_API_KEY", "google-tok"),
+                ("GOOGLE_API_KEY", "google-tok"),
+                // A key file is no header: it stays as it is (uncovered).
+                ("GOOGLE_APPLICATION_CREDENTIALS", "/k.json"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+        let got: Vec<(&str, &str, &str)> = transforms
+            .iter()
+            .map(|t| (t.host.as_str(), t.header.as_str(), t.value.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("api.anthropic.com", "x-api-key", "sk-ant-real"),
+                (
+                    "generativelanguage.googleapis.com",
+                    "x-goog-api-key",
+                    "gem-real"
+                ),
+            ]
+        );
+        assert!(!format!("{transforms:?}").contains("real"));
+        // Daytona has no transforms: everything as it is.
+        let (sandbox, transforms) = service_side(Backend::Daytona, &env, &token);
+        assert_eq!(sandbox, env);
+        assert!(transforms.is_empty());
+        // Bearer places carry the scheme.
+        let (_, transforms) = service_side(
+            Backend::VercelSandbox,
+            &[("OPENAI_API_KEY".to_string(), "sk-o".to_string())],
+            &token,
+        );
+        assert_eq!(transforms[0].header, "authorization");
+        assert_eq!(transforms[0].value, "Bearer sk-o");
+        // Vertex's regional hosts cannot be named by a service rule: the
+        // access token stays as it is (uncovered), not half covered.
+        let gcp = [(
+            "GOOGLE_OAUTH_ACCESS_TOKEN".to_string(),
+            "ya29.x".to_string(),
+        )];
+        let (sandbox, transforms) = service_side(Backend::Modal, &gcp, &token);
+        assert_eq!(sandbox, gcp);
+        assert!(transforms.is_empty());
+        assert!(!covered_by_service(
+            Backend::Modal,
+            "GOOGLE_OAUTH_ACCESS_TOKEN"
+        ));
+        assert!(covered_by_service(Backend::Modal, "AZURE_OPENAI_API_KEY"));
+    }
+
+    #[test]
     fn every_cloud_backend_is_uncovered_with_the_keys_it_is_handed() {
-        let config = load("terminal:\n  daytona_forward_env: [GIT_AUTHOR, ANTHROPIC_API_KEY]\n")
+        let config = load("terminal:\n  daytona_forward_env: [GIT_AUTHOR, ANTHROPIC_API_KEY]\n  modal_forward_env: [OPENAI_API_KEY, GOOGLE_APPLICATION_CREDENTIALS]\n")
             .unwrap()
             .config;
         assert_eq!(
             uncovered_backends(&config),
             [
-                (Backend::Modal, vec![]),
+                (
+                    Backend::Modal,
+                    vec!["GOOGLE_APPLICATION_CREDENTIALS".to_string()]
+                ),
                 (Backend::Daytona, vec!["ANTHROPIC_API_KEY".to_string()]),
+                (Backend::VercelSandbox, vec![]),
+            ]
+        );
+        assert_eq!(
+            service_covered(&config),
+            [
+                (Backend::Modal, vec!["OPENAI_API_KEY".to_string()]),
                 (Backend::VercelSandbox, vec![]),
             ]
         );

@@ -450,6 +450,155 @@ fn wrong_credentials(kind: Kind) {
     assert_eq!(service.made(), 0);
 }
 
+/// A provider key named in `<backend>_forward_env` on a service that sets
+/// outbound headers itself: the sandbox holds the proxy-style token, the
+/// create request's policy sets the real key's header towards the
+/// provider's host only, and the real key is in no environment or command
+/// the service received; `egress status` names the coverage.
+fn service_side_transform(kind: Kind) {
+    let service = Service::start(kind);
+    let backend = service.backend();
+    let home = home_for(&service);
+    let short = backend.trim_end_matches("_sandbox");
+    let image = match kind {
+        Kind::Vercel => "vercel_runtime: python3.13",
+        _ => "modal_image: python:3.12",
+    };
+    home.write_config(format!(
+        "terminal:\n  backend: {backend}\n  {image}\n  {short}_forward_env: [FORWARD_ME, OPENAI_API_KEY]\n"
+    ));
+    let run = |args: &[&str]| hermes(&service, &home, service.secret(), args);
+
+    let applied = run(&["reconcile"]);
+    assert_eq!(applied.code, 0, "{applied:?}");
+    assert!(
+        !applied.stderr.contains("is a real credential"),
+        "{applied:?}"
+    );
+    assert_eq!(service.creates(), 1);
+    let exec = run(&[
+        "exec",
+        "--",
+        "sh",
+        "-c",
+        "echo fwd=$FORWARD_ME key=$OPENAI_API_KEY",
+    ]);
+    assert_eq!(exec.code, 0, "{exec:?}");
+    let token = exec
+        .stdout
+        .strip_prefix(&format!("fwd={FORWARDED} key=openai-"))
+        .and_then(|t| t.strip_suffix('\n'))
+        .unwrap_or_else(|| panic!("{backend}: not the token: {exec:?}"));
+    assert!(
+        token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{exec:?}"
+    );
+
+    let bearer = format!("Bearer {PROVIDER_KEY}");
+    match &service.fake {
+        Fake::Vercel(f) => {
+            assert_eq!(
+                f.network_policies(),
+                [serde_json::json!({
+                    "mode": "custom",
+                    "allowedDomains": ["api.openai.com", "*"],
+                    "injectionRules": [
+                        { "domain": "api.openai.com", "headers": { "authorization": bearer } },
+                    ],
+                })]
+            );
+            let commands = serde_json::to_string(&f.command_requests()).unwrap();
+            assert!(commands.contains(FORWARDED), "{commands}");
+            assert!(
+                !commands.contains(PROVIDER_KEY),
+                "the key in a command: {commands}"
+            );
+            // Every body the service got: the key only in that one rule.
+            let received = String::from_utf8_lossy(&f.received()).into_owned();
+            assert_eq!(received.matches(PROVIDER_KEY).count(), 1, "{received}");
+        }
+        Fake::Modal(f) => {
+            let policies = f.outbound_policies();
+            assert_eq!(policies.len(), 1, "{policies:?}");
+            let rules = &policies[0].header_replacements;
+            assert_eq!(rules.len(), 1, "{policies:?}");
+            assert_eq!(rules[0].domain, "api.openai.com");
+            assert_eq!(rules[0].secret_id, "");
+            assert_eq!(
+                rules[0].headers,
+                [("authorization".to_string(), bearer.clone())].into()
+            );
+            let received = String::from_utf8_lossy(&f.received()).into_owned();
+            assert!(received.contains("OPENAI_API_KEY=openai-"), "{received}");
+            assert!(
+                !received.contains(PROVIDER_KEY),
+                "the key in an environment: {received}"
+            );
+            let commands = format!("{:?}", f.commands());
+            assert!(
+                !commands.contains(PROVIDER_KEY),
+                "the key in a command: {commands}"
+            );
+        }
+        Fake::Daytona(_) => unreachable!("Daytona has no transforms"),
+    }
+
+    let status = run(&["egress", "status"]);
+    let row = status
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("OPENAI_API_KEY") && l.contains("service-side"))
+        .unwrap_or_else(|| panic!("no service-side row: {status:?}"));
+    assert!(
+        row.contains(&format!("service-side transform ({short})")),
+        "{row}"
+    );
+    assert!(
+        !status.stdout.contains(&format!(
+            "names OPENAI_API_KEY: the real key goes into {backend}"
+        )),
+        "{status:?}"
+    );
+    let _ = run(&["session", "end"]);
+}
+
+#[test]
+fn vercel_sets_a_forwarded_provider_key_as_a_header_outside_the_sandbox() {
+    service_side_transform(Kind::Vercel);
+}
+
+#[test]
+fn modal_sets_a_forwarded_provider_key_as_a_header_outside_the_sandbox() {
+    service_side_transform(Kind::Modal);
+}
+
+/// Daytona has no transform: a provider key named there still goes in as
+/// it is, and `egress status` says so.
+#[test]
+fn daytona_still_reports_a_forwarded_provider_key_as_uncovered() {
+    let service = Service::start(Kind::Daytona);
+    let home = home_for(&service);
+    home.write_config(
+        "terminal:\n  backend: daytona\n  daytona_image: python:3.12\n  container_disk: 8192\n  daytona_forward_env: [OPENAI_API_KEY]\n",
+    );
+    let status = hermes(&service, &home, service.secret(), &["egress", "status"]);
+    assert!(
+        status
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("OPENAI_API_KEY")
+                && l.contains("uncovered")
+                && l.contains("Daytona offers no outbound header transform")),
+        "{status:?}"
+    );
+    assert!(
+        status
+            .stdout
+            .contains("names OPENAI_API_KEY: the real key goes into daytona"),
+        "{status:?}"
+    );
+}
+
 #[test]
 fn modal_life_cycle_through_the_binary() {
     life_cycle(Kind::Modal);

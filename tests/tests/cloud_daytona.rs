@@ -35,6 +35,7 @@ fn spec(task: &str) -> CloudSpec {
         disk_mb: 51200,
         lifetime: Duration::from_secs(300),
         env: vec![("FROM_SPEC".to_owned(), "spec-value".to_owned())],
+        transforms: Vec::new(),
     }
 }
 

@@ -47,6 +47,7 @@ fn spec(task: &str) -> CloudSpec {
         disk_mb: 10240,
         lifetime: Duration::from_secs(600),
         env: Vec::new(),
+        transforms: Vec::new(),
     }
 }
 

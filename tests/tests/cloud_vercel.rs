@@ -45,6 +45,7 @@ fn spec(runtime: &str) -> CloudSpec {
         disk_mb: 51200,
         lifetime: Duration::from_secs(60),
         env: Vec::new(),
+        transforms: Vec::new(),
     }
 }
 

@@ -246,6 +246,7 @@ mod tests {
             disk_mb: 51200,
             lifetime: Duration::from_secs(300),
             env: vec![("A".to_owned(), "1".to_owned())],
+            transforms: Vec::new(),
         }
     }
 

@@ -12,7 +12,9 @@
 //!   (`ImageGetOrCreate` with `FROM <image>`, then `ImageJoinStreaming`
 //!   until built) or a snapshot's image id, the environment as an
 //!   app-owned secret, and starts `sleep infinity` with the spec's cpu,
-//!   memory and lifetime (3600 s when none), named `hermes-<profile>-<task>`
+//!   memory and lifetime (3600 s when none), the spec's header transforms
+//!   as `experimental_outbound_policy` (static header replacements, Modal
+//!   setting them outside the sandbox), named `hermes-<profile>-<task>`
 //!   so that a racing second create fails and finds the first; then waits
 //!   for its task (`SandboxGetTaskId`);
 //! - [`CloudDriver::suspend`] snapshots the filesystem (`SandboxSnapshotFs`
@@ -44,6 +46,19 @@ mod rpc;
 #[allow(missing_debug_implementations, clippy::all)]
 pub(crate) mod pb {
     tonic::include_proto!("modal.client");
+
+    /// The header values are real keys: only the names are shown.
+    impl std::fmt::Debug for experimental_outbound_policy::HeaderReplacement {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let mut names: Vec<&String> = self.headers.keys().collect();
+            names.sort();
+            f.debug_struct("HeaderReplacement")
+                .field("domain", &self.domain)
+                .field("secret_id", &self.secret_id)
+                .field("headers", &names)
+                .finish()
+        }
+    }
 }
 
 pub use config::DEFAULT_SERVER_URL;
@@ -451,6 +466,7 @@ impl CloudDriver for ModalDriver {
                 timeout_secs: lifetime_secs(spec.lifetime),
                 workdir: None,
                 name: Some(name.clone()),
+                experimental_outbound_policy: outbound_policy(&spec.transforms),
             }),
             environment_name: self.rpc.environment.clone(),
             tags: tags(&spec.profile, &spec.task),
@@ -619,6 +635,37 @@ fn tags(profile: &str, task: &str) -> Vec<pb::SandboxTag> {
     .collect()
 }
 
+/// The sandbox's outbound policy for `transforms`, none without any: one
+/// static header replacement per provider host (no secret, so a `$` in a
+/// value is written `$$`, Modal's escape for a literal one).
+fn outbound_policy(
+    transforms: &[hermes_model::cloud::HeaderTransform],
+) -> Option<pb::ExperimentalOutboundPolicy> {
+    if transforms.is_empty() {
+        return None;
+    }
+    let mut by_host: std::collections::BTreeMap<&str, std::collections::HashMap<String, String>> =
+        std::collections::BTreeMap::new();
+    for t in transforms {
+        by_host
+            .entry(t.host.as_str())
+            .or_default()
+            .insert(t.header.clone(), t.value.replace('$', "$$"));
+    }
+    Some(pb::ExperimentalOutboundPolicy {
+        header_replacements: by_host
+            .into_iter()
+            .map(
+                |(domain, headers)| pb::experimental_outbound_policy::HeaderReplacement {
+                    domain: domain.to_string(),
+                    secret_id: String::new(),
+                    headers,
+                },
+            )
+            .collect(),
+    })
+}
+
 fn resources(spec: &CloudSpec) -> pb::Resources {
     let milli_cpu = (spec.cpu * 1000.0).round();
     pb::Resources {
@@ -722,6 +769,7 @@ mod tests {
             disk_mb: 51200,
             lifetime: Duration::ZERO,
             env: Vec::new(),
+            transforms: Vec::new(),
         }
     }
 
@@ -747,6 +795,26 @@ mod tests {
         assert_eq!(lifetime_secs(Duration::ZERO), 3600);
         assert_eq!(lifetime_secs(Duration::from_secs(300)), 300);
         assert_eq!(lifetime_secs(Duration::from_secs(10 * 86400)), 86400);
+    }
+
+    #[test]
+    fn transforms_become_static_header_replacements() {
+        assert_eq!(outbound_policy(&[]), None);
+        let (_, transforms) = hermes_model::cloud::service_side(
+            hermes_model::config::Backend::Modal,
+            &[("ANTHROPIC_API_KEY".to_string(), "sk-ant-$real".to_string())],
+            &|p| Some(format!("{p}-token")),
+        );
+        let policy = outbound_policy(&transforms).unwrap();
+        assert!(!format!("{policy:?}").contains("real"), "{policy:?}");
+        assert_eq!(policy.header_replacements.len(), 1);
+        let r = &policy.header_replacements[0];
+        assert_eq!(r.domain, "api.anthropic.com");
+        assert_eq!(r.secret_id, "");
+        assert_eq!(
+            r.headers,
+            [("x-api-key".to_string(), "sk-ant-$$real".to_string())].into()
+        );
     }
 
     #[test]

@@ -71,6 +71,79 @@ pub struct CreateSandbox {
     pub resources: Resources,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<Source>,
+    /// Only with header transforms: otherwise the service's default
+    /// (`allow-all`) is left alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<NetworkPolicy>,
+}
+
+/// The create request's `networkPolicy` as the REST API defines it (what
+/// `@vercel/sandbox`'s `toAPINetworkPolicy` sends): mode `custom`, the
+/// allowed domains (`*` keeps every other host reachable, as before) and
+/// one `injectionRules` entry per provider host, whose `headers` the
+/// firewall sets on the sandbox's HTTPS requests to that domain. The
+/// service answers with the header names only.
+#[derive(Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicy {
+    pub mode: &'static str,
+    pub allowed_domains: Vec<String>,
+    pub injection_rules: Vec<InjectionRule>,
+}
+
+#[derive(Serialize, PartialEq)]
+pub struct InjectionRule {
+    pub domain: String,
+    /// Header name → value; a value is a real key.
+    pub headers: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for NetworkPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let rules: Vec<(&str, Vec<&str>)> = self
+            .injection_rules
+            .iter()
+            .map(|r| {
+                (
+                    r.domain.as_str(),
+                    r.headers.keys().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        f.debug_struct("NetworkPolicy")
+            .field("mode", &self.mode)
+            .field("allowed_domains", &self.allowed_domains)
+            .field("injection_rules", &rules)
+            .finish()
+    }
+}
+
+impl NetworkPolicy {
+    /// The policy for `transforms`, none without any.
+    pub fn for_transforms(
+        transforms: &[hermes_model::cloud::HeaderTransform],
+    ) -> Option<NetworkPolicy> {
+        if transforms.is_empty() {
+            return None;
+        }
+        let mut rules: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for t in transforms {
+            rules
+                .entry(t.host.clone())
+                .or_default()
+                .insert(t.header.clone(), t.value.clone());
+        }
+        let mut allowed_domains: Vec<String> = rules.keys().cloned().collect();
+        allowed_domains.push("*".to_string());
+        Some(NetworkPolicy {
+            mode: "custom",
+            allowed_domains,
+            injection_rules: rules
+                .into_iter()
+                .map(|(domain, headers)| InjectionRule { domain, headers })
+                .collect(),
+        })
+    }
 }
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -101,6 +174,7 @@ impl CreateSandbox {
             source: snapshot.map(|id| Source::Snapshot {
                 snapshot_id: id.to_owned(),
             }),
+            network_policy: NetworkPolicy::for_transforms(&spec.transforms),
         }
     }
 }
@@ -267,6 +341,7 @@ mod tests {
             disk_mb: 1,
             lifetime: Duration::from_secs(60),
             env: Vec::new(),
+            transforms: Vec::new(),
         }
     }
 
@@ -306,6 +381,29 @@ mod tests {
             serde_json::json!({ "type": "snapshot", "snapshotId": "snap_1" })
         );
         assert!(body.get("runtime").is_none());
+        assert!(body.get("networkPolicy").is_none());
+        // Transforms become the network policy's injection rules.
+        let mut with = spec();
+        with.transforms = hermes_model::cloud::service_side(
+            hermes_model::config::Backend::VercelSandbox,
+            &[("OPENROUTER_API_KEY".to_string(), "sk-or-real".to_string())],
+            &|p| Some(format!("{p}-token")),
+        )
+        .1;
+        let create = CreateSandbox::new("prj", &with, None);
+        assert!(!format!("{create:?}").contains("sk-or-real"));
+        let body = serde_json::to_value(create).unwrap();
+        assert_eq!(
+            body["networkPolicy"],
+            serde_json::json!({
+                "mode": "custom",
+                "allowedDomains": ["*.openrouter.ai", "openrouter.ai", "*"],
+                "injectionRules": [
+                    { "domain": "*.openrouter.ai", "headers": { "authorization": "Bearer sk-or-real" } },
+                    { "domain": "openrouter.ai", "headers": { "authorization": "Bearer sk-or-real" } },
+                ],
+            })
+        );
     }
 
     #[test]

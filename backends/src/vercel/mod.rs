@@ -4,7 +4,8 @@
 //! (`vercel/sandbox`, `packages/vercel-sandbox/src/api-client`, SDK 2.x):
 //! `POST /v1/sandboxes` (runtime `node24`, `node22` or `python3.13`,
 //! `resources.vcpus`, `timeout` in ms, or `source: {type: "snapshot",
-//! snapshotId}`), `GET /v1/sandboxes/{id}`, `POST
+//! snapshotId}`; with header transforms, `networkPolicy: {mode: "custom",
+//! allowedDomains, injectionRules: [{domain, headers}]}`), `GET /v1/sandboxes/{id}`, `POST
 //! /v1/sandboxes/{id}/cmd` (`command`, `args`, `cwd`, `env`), `GET
 //! …/cmd/{cmdId}/logs` (an NDJSON stream of `{stream, data}` lines), `GET
 //! …/cmd/{cmdId}?wait=true` (the exit code), `POST

@@ -142,6 +142,14 @@ pub enum Coverage {
     /// The sandbox holds a token; the proxy puts an access token it
     /// minted from the host's Google service account in its place.
     OauthMinting,
+    /// Forwarded to a Vercel sandbox as a token; Vercel's network policy
+    /// sets the real key's header towards the provider's hosts.
+    #[serde(rename = "service-side-transform-vercel")]
+    ServiceTransformVercel,
+    /// Forwarded to a Modal sandbox as a token; Modal's outbound policy
+    /// sets the real key's header towards the provider's hosts.
+    #[serde(rename = "service-side-transform-modal")]
+    ServiceTransformModal,
     /// Nothing stands in for it: it is not passed to sandboxes behind
     /// the proxy, or it goes into a sandbox that reaches the internet
     /// directly.
@@ -154,6 +162,8 @@ impl fmt::Display for Coverage {
             Coverage::HeaderSwap => "header swap",
             Coverage::SigV4Resign => "SigV4 re-sign",
             Coverage::OauthMinting => "OAuth minting",
+            Coverage::ServiceTransformVercel => "service-side transform (vercel)",
+            Coverage::ServiceTransformModal => "service-side transform (modal)",
             Coverage::Uncovered => "uncovered",
         })
     }
@@ -181,8 +191,10 @@ pub struct CredentialRow {
 fn credential_rows(
     mappings: &MappingsFile,
     uncovered_backends: &[(hermes_model::config::Backend, Vec<String>)],
+    service_covered: &[(hermes_model::config::Backend, Vec<String>)],
     env: &HostEnv,
 ) -> Vec<CredentialRow> {
+    use hermes_model::config::Backend;
     let mut rows = Vec::new();
     for m in &mappings.mappings {
         let places: Vec<String> = m
@@ -223,6 +235,27 @@ fn credential_rows(
                     places.join(", ")
                 },
             });
+            for (backend, keys) in service_covered {
+                if keys.contains(variable) {
+                    let (coverage, how) = match backend {
+                        Backend::Modal => {
+                            (Coverage::ServiceTransformModal, "Modal's outbound policy")
+                        }
+                        _ => (Coverage::ServiceTransformVercel, "Vercel's network policy"),
+                    };
+                    rows.push(CredentialRow {
+                        credential: variable.clone(),
+                        provider: Some(m.provider.clone()),
+                        coverage,
+                        detail: format!(
+                            "forwarded into {backend} sandboxes (terminal.{}_forward_env) as the {} token; {how} sets the real key's header towards {}",
+                            backend.as_str().trim_end_matches("_sandbox"),
+                            m.provider,
+                            m.hosts.join(", ")
+                        ),
+                    });
+                }
+            }
             for (backend, keys) in uncovered_backends {
                 if keys.contains(variable) {
                     rows.push(CredentialRow {
@@ -230,8 +263,13 @@ fn credential_rows(
                         provider: Some(m.provider.clone()),
                         coverage: Coverage::Uncovered,
                         detail: format!(
-                            "forwarded into {backend} sandboxes (terminal.{}_forward_env), which reach the provider directly",
-                            backend.as_str().trim_end_matches("_sandbox")
+                            "forwarded into {backend} sandboxes (terminal.{}_forward_env), which reach the provider directly{}",
+                            backend.as_str().trim_end_matches("_sandbox"),
+                            if *backend == Backend::Daytona {
+                                "; Daytona offers no outbound header transform"
+                            } else {
+                                "; its service cannot set this key as a header"
+                            }
                         ),
                     });
                 }
@@ -383,7 +421,12 @@ impl EgressStatus {
                 .collect(),
             counters: health.map(|h| h.counters),
             tokens: rows,
-            credentials: credential_rows(&mappings, &uncovered, env),
+            credentials: credential_rows(
+                &mappings,
+                &uncovered,
+                &hermes_model::cloud::service_covered(config),
+                env,
+            ),
             warnings,
         })
     }
@@ -438,7 +481,7 @@ impl fmt::Display for EgressStatus {
             .collect();
         writeln!(
             f,
-            "Uncovered:       {} (their sandboxes reach the internet directly; a key goes there only when named in terminal.<backend>_forward_env)",
+            "Uncovered:       {} (their sandboxes reach the internet directly; a key goes there only when named in terminal.<backend>_forward_env, and on modal and vercel_sandbox as a token, the service setting the real key's header)",
             uncovered.join(", ")
         )?;
         match &self.counters {
@@ -585,12 +628,14 @@ mod tests {
             process: [("AWS_ACCESS_KEY_ID".to_string(), "AKIA0000".to_string())].into(),
             ..HostEnv::default()
         };
+        use hermes_model::config::Backend;
         let rows = credential_rows(
             &MappingsFile::builtin(),
-            &[(
-                hermes_model::config::Backend::Modal,
-                vec!["OPENAI_API_KEY".to_string()],
-            )],
+            &[(Backend::Daytona, vec!["OPENAI_API_KEY".to_string()])],
+            &[
+                (Backend::VercelSandbox, vec!["OPENAI_API_KEY".to_string()]),
+                (Backend::Modal, vec!["ANTHROPIC_API_KEY".to_string()]),
+            ],
             &env,
         );
         let find = |name: &str, coverage: Coverage| {
@@ -606,12 +651,33 @@ mod tests {
             find("GEMINI_API_KEY", Coverage::HeaderSwap).detail,
             "x-goog-api-key, ?key= query"
         );
+        let daytona = find("OPENAI_API_KEY", Coverage::Uncovered);
         assert!(
-            find("OPENAI_API_KEY", Coverage::Uncovered)
+            daytona
                 .detail
-                .contains("forwarded into modal sandboxes (terminal.modal_forward_env)")
+                .contains("forwarded into daytona sandboxes (terminal.daytona_forward_env)")
+                && daytona
+                    .detail
+                    .contains("Daytona offers no outbound header transform"),
+            "{}",
+            daytona.detail
         );
-        // Not forwarded anywhere: swapped only.
+        let vercel = find("OPENAI_API_KEY", Coverage::ServiceTransformVercel);
+        assert_eq!(
+            vercel.detail,
+            "forwarded into vercel_sandbox sandboxes (terminal.vercel_forward_env) as the openai token; Vercel's network policy sets the real key's header towards api.openai.com"
+        );
+        assert_eq!(
+            Coverage::ServiceTransformVercel.to_string(),
+            "service-side transform (vercel)"
+        );
+        let modal = find("ANTHROPIC_API_KEY", Coverage::ServiceTransformModal);
+        assert!(
+            modal.detail.contains("Modal's outbound policy"),
+            "{}",
+            modal.detail
+        );
+        // Covered by a service: not uncovered.
         assert!(
             !rows
                 .iter()

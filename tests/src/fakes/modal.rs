@@ -20,7 +20,10 @@
 //! directory are inside it; absolute paths are the host's), and registry
 //! images are not pulled (a tag starting with `broken/` fails its build,
 //! like an image that cannot be pulled). [`FakeModal::fail_next`] makes the
-//! next calls fail with UNAVAILABLE, as a flaky network would.
+//! next calls fail with UNAVAILABLE, as a flaky network would. A sandbox's
+//! `experimental_outbound_policy` is checked against the rules Modal's
+//! client states and kept ([`FakeModal::outbound_policies`]); with no
+//! network here, its headers are applied to nothing.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -68,6 +71,9 @@ struct State {
     /// The environment of every secret (`NAME=value` lines) and every
     /// exec's input, as received.
     received: Mutex<Vec<u8>>,
+    /// The `experimental_outbound_policy` of every sandbox created with
+    /// one, in order.
+    outbound_policies: Mutex<Vec<pb::ExperimentalOutboundPolicy>>,
     world: Mutex<World>,
 }
 
@@ -135,6 +141,7 @@ impl FakeModal {
             calls: Mutex::new(Vec::new()),
             commands: Mutex::new(Vec::new()),
             received: Mutex::new(Vec::new()),
+            outbound_policies: Mutex::new(Vec::new()),
             world: Mutex::new(World::default()),
         });
         let (tx, rx) = oneshot::channel::<()>();
@@ -184,6 +191,13 @@ impl FakeModal {
     /// secret's values (`NAME=value` lines) and every exec's input, joined.
     pub fn received(&self) -> Vec<u8> {
         lock(&self.state.received).clone()
+    }
+
+    /// The outbound policy of every sandbox created with one, in order
+    /// (its header values are the ones Modal would set outside the
+    /// sandbox; they reach neither its environment nor its commands).
+    pub fn outbound_policies(&self) -> Vec<pb::ExperimentalOutboundPolicy> {
+        lock(&self.state.outbound_policies).clone()
     }
 
     /// How many injected faults are still to come.
@@ -477,6 +491,9 @@ impl ModalClient for Service {
         let def = req
             .definition
             .ok_or_else(|| Status::invalid_argument("definition missing"))?;
+        if let Some(policy) = &def.experimental_outbound_policy {
+            check_outbound_policy(policy)?;
+        }
         let id = self.new_id("sb");
         let dir = self.state.root.path().join(&id);
         let (image, env) =
@@ -519,6 +536,9 @@ impl ModalClient for Service {
             def.entrypoint_args.clone()
         };
         let child = spawn(&entry, &dir, &env, false)?;
+        if let Some(policy) = def.experimental_outbound_policy.clone() {
+            lock(&self.state.outbound_policies).push(policy);
+        }
         let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
         let task_id = self.new_id("ta");
         {
@@ -984,4 +1004,71 @@ impl ModalClient for Service {
             }
         }
     }
+}
+
+/// The rules Modal's client (`modal._outbound_policy`, 1.6.4) states for an
+/// outbound policy: a domain is `*`, or a host name that may start with
+/// `*.`; each replacement sets at least one header with a token name and a
+/// value without control characters (a tab aside); a value naming a
+/// secret key (`$KEY`; `$$` is a literal `$`) needs a secret; at most 25
+/// headers in all.
+fn check_outbound_policy(policy: &pb::ExperimentalOutboundPolicy) -> Result<(), Status> {
+    let bad = |what: String| Err(Status::invalid_argument(what));
+    let mut total = 0;
+    for r in &policy.header_replacements {
+        let host = r.domain.strip_prefix("*.").unwrap_or(&r.domain);
+        let host_ok = r.domain == "*"
+            || (host.contains('.')
+                && host.split('.').all(|l| {
+                    !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                }));
+        if !host_ok {
+            return bad(format!("Invalid domain: {:?}", r.domain));
+        }
+        if r.headers.is_empty() {
+            return bad("`headers` must contain at least one header".to_string());
+        }
+        for (name, value) in &r.headers {
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+.^_`|~-".contains(&b);
+            if name.is_empty() || !name.bytes().all(token) {
+                return bad(format!("Invalid header name: {name:?}"));
+            }
+            if value
+                .chars()
+                .any(|c| (c < ' ' && c != '\t') || c == '\u{7f}')
+            {
+                return bad(format!(
+                    "Header value for {name:?} must not contain control characters"
+                ));
+            }
+            if r.secret_id.is_empty() && references_key(value) {
+                return bad(format!(
+                    "Header value for {name:?} references a secret key, but no `secret` was passed"
+                ));
+            }
+        }
+        total += r.headers.len();
+    }
+    if total > 25 {
+        return bad("Outbound policy cannot have more than 25 header replacements".to_string());
+    }
+    Ok(())
+}
+
+/// Whether a header value template names a secret key: a `$` (not
+/// `$$`) before a letter or `_`.
+fn references_key(template: &str) -> bool {
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '$' {
+            match chars.peek() {
+                Some('$') => {
+                    chars.next();
+                }
+                Some(n) if n.is_ascii_alphabetic() || *n == '_' => return true,
+                _ => {}
+            }
+        }
+    }
+    false
 }

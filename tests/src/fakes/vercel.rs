@@ -5,7 +5,8 @@
 //!
 //! `POST /v1/sandboxes` (`projectId` must be the fake's, runtime `node24`,
 //! `node22` or `python3.13`, at most 8 vCPUs, `source` a snapshot of this
-//! fake; a new sandbox is `pending`, then `running` when next read), `GET
+//! fake, `networkPolicy` checked against the API's schema and kept, see
+//! [`FakeVercel::network_policies`]; a new sandbox is `pending`, then `running` when next read), `GET
 //! /v1/sandboxes/{id}`, `POST /v1/sandboxes/{id}/cmd`, `GET
 //! …/cmd/{cmdId}?wait=true`, `GET …/cmd/{cmdId}/logs` (chunked
 //! `application/x-ndjson`, one `{stream, data}` line per output chunk as it
@@ -69,6 +70,8 @@ struct State {
     commands: Mutex<Vec<Value>>,
     /// Every request body, as received.
     received: Mutex<Vec<u8>>,
+    /// The `networkPolicy` of every create that had one, in order.
+    network_policies: Mutex<Vec<Value>>,
     counter: AtomicU64,
 }
 
@@ -185,6 +188,7 @@ impl FakeVercel {
             snapshots: Mutex::new(HashMap::new()),
             commands: Mutex::new(Vec::new()),
             received: Mutex::new(Vec::new()),
+            network_policies: Mutex::new(Vec::new()),
             counter: AtomicU64::new(0),
         });
         let faults = Faults::default();
@@ -237,6 +241,13 @@ impl FakeVercel {
     /// Every command request body the fake was given, in order.
     pub fn command_requests(&self) -> Vec<Value> {
         lock(&self.state.commands).clone()
+    }
+
+    /// The `networkPolicy` of every create that had one, in order (its
+    /// `injectionRules` headers are what the firewall would set outside
+    /// the sandbox).
+    pub fn network_policies(&self) -> Vec<Value> {
+        lock(&self.state.network_policies).clone()
     }
 
     /// How many sandboxes were ever created.
@@ -410,6 +421,12 @@ fn create(state: &State, body: Bytes) -> Response<Body> {
     if body["projectId"].as_str() != Some(state.project.as_str()) {
         return error(404, "not_found", "Project not found");
     }
+    let policy = body.get("networkPolicy").cloned();
+    if let Some(policy) = &policy {
+        if let Err(what) = check_network_policy(policy) {
+            return error(400, "bad_request", &what);
+        }
+    }
     let vcpus = body["resources"]["vcpus"].as_u64().unwrap_or(2);
     if vcpus == 0 || vcpus > MAX_VCPUS {
         return error(
@@ -460,6 +477,9 @@ fn create(state: &State, body: Bytes) -> Response<Body> {
     };
     let out = json!({ "sandbox": sandbox.json(), "routes": [] });
     lock(&state.sandboxes).insert(id, sandbox);
+    if let Some(policy) = policy {
+        lock(&state.network_policies).push(policy);
+    }
     json(200, &out)
 }
 
@@ -622,4 +642,59 @@ fn logs(cmd: Arc<Command>) -> Response<Body> {
         hyper::header::HeaderValue::from_static("application/x-ndjson"),
     );
     response
+}
+
+/// The create request's `networkPolicy` as the REST API defines it (and
+/// the SDK's validators check): `mode` one of the API's modes;
+/// `allowedDomains`, `allowedCIDRs`, `deniedCIDRs` lists of strings;
+/// `injectionRules` a list of `{domain, headers}`, the headers an object of
+/// strings (the values the firewall sets), only with mode `custom`.
+fn check_network_policy(policy: &Value) -> Result<(), String> {
+    const MODES: &[&str] = &[
+        "allow-all",
+        "deny-all",
+        "custom",
+        "default-allow",
+        "default-deny",
+    ];
+    let mode = policy["mode"].as_str().unwrap_or_default();
+    if !MODES.contains(&mode) {
+        return Err(format!(
+            "networkPolicy.mode: invalid value {:?}",
+            policy["mode"]
+        ));
+    }
+    for list in ["allowedDomains", "allowedCIDRs", "deniedCIDRs"] {
+        if let Some(v) = policy.get(list) {
+            let ok = v.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+            if !ok {
+                return Err(format!("networkPolicy.{list} must be a list of strings"));
+            }
+        }
+    }
+    if let Some(rules) = policy.get("injectionRules") {
+        if mode != "custom" {
+            return Err("networkPolicy.injectionRules needs mode custom".to_string());
+        }
+        let Some(rules) = rules.as_array() else {
+            return Err("networkPolicy.injectionRules must be a list".to_string());
+        };
+        for (i, rule) in rules.iter().enumerate() {
+            if !rule["domain"].is_string() {
+                return Err(format!(
+                    "networkPolicy.injectionRules[{i}].domain must be a string"
+                ));
+            }
+            let headers_ok = rule.get("headers").is_none_or(|h| {
+                h.as_object()
+                    .is_some_and(|o| o.values().all(Value::is_string))
+            });
+            if !headers_ok {
+                return Err(format!(
+                    "networkPolicy.injectionRules[{i}].headers must map names to strings"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
