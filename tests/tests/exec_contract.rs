@@ -2,10 +2,12 @@
 //! backend that runs here: `local` (this host), `docker` (the real engine),
 //! `ssh` (a real OpenSSH server in a container) and the three cloud
 //! services' contract fakes (`modal`, `daytona`, `vercel_sandbox`, which
-//! run their sandboxes' commands on this host). Singularity is not in the
-//! table: no Apptainer runtime runs here, and a stand-in for the whole
-//! `apptainer` command line (build, instance start/list/stop, exec) would
-//! test the stand-in; its exec is covered by the backend's unit tests.
+//! run their sandboxes' commands on this host) and `singularity`, through
+//! a stand-in `apptainer` first on hermes's PATH
+//! (`tests/fixtures/apptainer-standin/apptainer`: Apptainer's command line
+//! for the commands hermes runs, each command run on this host in a mount
+//! namespace where the instance's /workspace, /root and /tmp stand; no
+//! isolation, no image). The real runtime is `tests/singularity.rs`'s.
 //!
 //! For each backend, through the real `hermes` binary: a single argument
 //! is a shell command line and several an argv kept intact; standard input
@@ -59,6 +61,44 @@ enum Keep {
     Modal(FakeModal, tokio::runtime::Runtime),
     Daytona(FakeDaytona),
     Vercel(FakeVercel),
+    Singularity(StandIn),
+}
+
+/// The stand-in `apptainer` in a directory of its own (its instances
+/// beside it); every instance it started is stopped at the end.
+struct StandIn {
+    dir: tempfile::TempDir,
+}
+
+impl StandIn {
+    fn new() -> StandIn {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let program = bin.join("apptainer");
+        std::fs::write(
+            &program,
+            include_str!("../fixtures/apptainer-standin/apptainer"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        StandIn { dir }
+    }
+
+    fn program(&self) -> std::path::PathBuf {
+        self.dir.path().join("bin").join("apptainer")
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(self.program())
+            .args(["instance", "stop", "--all"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 impl Backend {
@@ -165,6 +205,21 @@ impl Backend {
             "terminal:\n  backend: vercel_sandbox\n  vercel_runtime: python3.13\n  vercel_forward_env: [FWD_ME]\n".into(),
             env,
             Keep::Vercel(fake),
+        )
+    }
+
+    fn singularity() -> Backend {
+        let standin = StandIn::new();
+        let path = format!(
+            "{}:{}",
+            standin.program().parent().unwrap().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Backend::new(
+            "singularity",
+            "terminal:\n  backend: singularity\n  docker_forward_env: [FWD_ME]\n".into(),
+            vec![("PATH", path)],
+            Keep::Singularity(standin),
         )
     }
 
@@ -421,4 +476,33 @@ fn the_terminal_contract_on_daytona() {
 #[test]
 fn the_terminal_contract_on_vercel_sandbox() {
     contract(&Backend::vercel());
+}
+
+#[test]
+fn the_terminal_contract_on_singularity_s_stand_in() {
+    let b = Backend::singularity();
+    contract(&b);
+    // One instance for all of it, its files in its overlay.
+    let Keep::Singularity(standin) = &b._keep else {
+        unreachable!()
+    };
+    let list = std::process::Command::new(standin.program())
+        .args(["instance", "list", "--json"])
+        .output()
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let names: Vec<&str> = list["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["instance"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [format!("hermes-{}-default", b.profile)]);
+    let marker = b
+        .home
+        .path()
+        .join("sandboxes/singularity")
+        .join(&b.profile)
+        .join("default/overlay/upper/workspace/carried/bg-marker");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "done\n");
 }
