@@ -492,6 +492,21 @@ fn seen(record: hermes_model::cloud::TaskRecord, found: Option<CloudSandbox>) ->
     }
 }
 
+/// The cloud settings of `desired`, or why a command cannot reach the
+/// service at all: no cloud backend, or a credential it needs is missing.
+pub fn usable(desired: &Desired) -> anyhow::Result<&hermes_model::cloud::CloudDesired> {
+    let Some(cloud) = &desired.cloud else {
+        anyhow::bail!("the {} backend has no cloud settings", desired.backend());
+    };
+    if let Err(missing) = &cloud.credentials {
+        anyhow::bail!(
+            "{missing}: the {} backend needs it, in the environment or in .env",
+            cloud.backend
+        );
+    }
+    Ok(cloud)
+}
+
 /// The task's sandbox on the service as an executor, created (from the
 /// task's snapshot), resumed or recreated (a dead one) first when needed;
 /// and the `<backend>_forward_env` values every command there gets before
@@ -506,15 +521,7 @@ pub async fn executor(
     hermes_backends::cloud::InSandbox<Driver>,
     Vec<(String, String)>,
 )> {
-    let Some(cloud) = &desired.cloud else {
-        anyhow::bail!("the {} backend has no cloud settings", desired.backend());
-    };
-    if let Err(missing) = &cloud.credentials {
-        anyhow::bail!(
-            "{missing}: the {} backend needs it, in the environment or in .env",
-            cloud.backend
-        );
-    }
+    let cloud = usable(desired)?;
     let host = crate::commands::host_env(home)?;
     let home_dir = home_dir(&host);
     let driver = Driver::new(cloud.backend, &host, home_dir.as_deref())?;

@@ -637,18 +637,8 @@ async fn tunnel_request(
             Ok(req) => req,
             Err(r) => return refuse(&shared, pending, r.status, r.reason, &r.why),
         };
-        let sent = tokio::time::timeout(
-            shared.header_timeout,
-            send_pooled(
-                &shared,
-                &tunnel.target,
-                &tunnel.addrs,
-                true,
-                req.map(Into::into),
-            ),
-        )
-        .await;
-        return respond(&shared, pending, Some(aws.provider.clone()), sent);
+        let provider = Some(aws.provider.clone());
+        return forward_in_tunnel(&shared, pending, &tunnel, req, provider).await;
     }
     let swapped = match crate::google::minter_for(&credentials, host) {
         Some(minter) => {
@@ -682,10 +672,22 @@ async fn tunnel_request(
         let slot = tunnel.slot.clone();
         return forward_upgrade(&shared, pending, token, sender, req, &tunnel.target, slot).await;
     }
+    forward_in_tunnel(&shared, pending, &tunnel, req, token).await
+}
+
+/// Sends a request of the tunnel upstream (on a pooled connection) within
+/// the header timeout, and answers the client with what came back.
+async fn forward_in_tunnel(
+    shared: &Shared,
+    pending: Pending,
+    tunnel: &Tunnel,
+    req: Request<impl Into<crate::body::RequestBody>>,
+    token: Option<String>,
+) -> Response<ProxyBody> {
     let sent = tokio::time::timeout(
         shared.header_timeout,
         send_pooled(
-            &shared,
+            shared,
             &tunnel.target,
             &tunnel.addrs,
             true,
@@ -693,7 +695,7 @@ async fn tunnel_request(
         ),
     )
     .await;
-    respond(&shared, pending, token, sent)
+    respond(shared, pending, token, sent)
 }
 
 /// Swaps the token of the credential serving `host`, if any: the new path

@@ -258,15 +258,7 @@ pub async fn cloud(
     desired: &hermes_model::desired::Desired,
 ) -> anyhow::Result<SandboxList> {
     use hermes_model::cloud::CloudObserved;
-    let Some(cloud) = &desired.cloud else {
-        anyhow::bail!("the {} backend has no cloud settings", desired.backend());
-    };
-    if let Err(missing) = &cloud.credentials {
-        anyhow::bail!(
-            "{missing}: the {} backend needs it, in the environment or in .env",
-            cloud.backend
-        );
-    }
+    let cloud = crate::cloud::usable(desired)?;
     let env = crate::commands::host_env(home)?;
     let (seen, error) = crate::cloud::observe(home, desired, &env).await;
     if let Some(e) = error {
