@@ -56,7 +56,9 @@ fn config_check_refuses_what_hands_the_sandbox_the_host_while_the_proxy_is_enfor
             5,
         ),
         (
-            "  docker_forward_env: [AWS_SECRET_ACCESS_KEY]\n".to_string(),
+            // A secret the proxy does not stand in for (AWS keys are now
+            // its business: re-signed, like any provider key).
+            "  docker_forward_env: [GOOGLE_APPLICATION_CREDENTIALS]\n".to_string(),
             "terminal.docker_forward_env[0]",
             4,
         ),
