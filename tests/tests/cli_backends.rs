@@ -124,12 +124,32 @@ fn egress_status_names_the_backends_the_proxy_cannot_cover() {
         "{}",
         status.stdout
     );
+    // A provider key forwarded to Modal is a token there; Modal's outbound
+    // policy sets the real key's header, so no warning of a real key.
     assert!(
-        status
-            .stdout
-            .contains("terminal.modal_forward_env names OPENAI_API_KEY: the real key goes into modal sandboxes"),
+        status.stdout.lines().any(
+            |l| l.starts_with("OPENAI_API_KEY") && l.contains("service-side transform (modal)")
+        ),
         "{}",
         status.stdout
+    );
+    assert!(
+        !status
+            .stdout
+            .contains("the real key goes into modal sandboxes"),
+        "{}",
+        status.stdout
+    );
+    // Daytona has no such transform: the real key goes there, said so.
+    home.write_config("terminal:\n  backend: daytona\n  daytona_forward_env: [OPENAI_API_KEY]\n");
+    let daytona = run(&home, &["egress", "status"], &[]);
+    assert_eq!(daytona.code, 0, "{daytona:?}");
+    assert!(
+        daytona.stdout.contains(
+            "terminal.daytona_forward_env names OPENAI_API_KEY: the real key goes into daytona sandboxes"
+        ),
+        "{}",
+        daytona.stdout
     );
     assert!(
         status.stdout.contains("terminal.backend is modal"),
