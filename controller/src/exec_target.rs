@@ -141,7 +141,8 @@ impl ExecTarget {
             // A sandbox of its own per task: its home, which a restore
             // from a snapshot brings back.
             ExecTarget::Cloud(_) => ".hermes-cwd".to_string(),
-            // An instance may share this host's /tmp.
+            // The instance's own /tmp (it starts `--containall`), the
+            // file named by task and session all the same.
             ExecTarget::Singularity(_) => format!("/tmp/.hermes-cwd.{key}"),
         }
     }
