@@ -242,6 +242,25 @@ print(json.dumps({
 }))
 "#;
 
+/// The site-packages of a host venv holding google-auth (PyPI), made
+/// once and mounted into containers, whose Python is the same 3.11;
+/// `None` (the test skips, saying why) when PyPI cannot be reached.
+fn google_auth_site() -> Option<std::path::PathBuf> {
+    let python = hermes_tests::python::venv(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        "google-auth-venv",
+        &["google-auth", "requests"],
+    )?;
+    let site = python
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("lib/python3.11/site-packages");
+    assert!(site.is_dir(), "no {}", site.display());
+    Some(site)
+}
+
 /// google-auth in a sandbox sends the gcp token; the Vertex stand-in
 /// receives the access token the proxy minted with a grant the token
 /// endpoint verified against the service account's key; one grant serves
@@ -250,20 +269,9 @@ print(json.dumps({
 /// container or the proxy's log.
 #[test]
 fn google_auth_in_a_sandbox_gets_vertex_a_token_minted_from_the_hosts_service_account() {
-    let Some(python) = hermes_tests::python::venv(
-        Path::new(env!("CARGO_TARGET_TMPDIR")),
-        "google-auth-venv",
-        &["google-auth", "requests"],
-    ) else {
+    let Some(site) = google_auth_site() else {
         return;
     };
-    let site = python
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("lib/python3.11/site-packages");
-    assert!(site.is_dir(), "no {}", site.display());
     let dir = tempfile::tempdir().unwrap();
     let port_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let token_port = port_probe.local_addr().unwrap().port();
@@ -418,19 +426,9 @@ fn application_default_credentials_in_a_wired_sandbox_reach_vertex_with_a_minted
     use hermes_tests::docker_cli::ProfileCleanup;
     use hermes_tests::egress::{bridge_gateway, free_port_pair};
 
-    let Some(python) = hermes_tests::python::venv(
-        Path::new(env!("CARGO_TARGET_TMPDIR")),
-        "google-auth-venv",
-        &["google-auth", "requests"],
-    ) else {
+    let Some(site) = google_auth_site() else {
         return;
     };
-    let site = python
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("lib/python3.11/site-packages");
     let keys = tempfile::tempdir().unwrap();
     let port_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let token_port = port_probe.local_addr().unwrap().port();
