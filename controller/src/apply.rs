@@ -271,8 +271,9 @@ pub const LABEL_NEXT: &str = "hermes-next";
 /// Replaces the container `old_id` by one of `spec`, creating before
 /// removing: the new container is made (not started) under a temporary
 /// name, `<name>-next-<random>`, with the spec's labels and
-/// [`LABEL_NEXT`]. Only once the engine accepted it is the old one
-/// stopped and the new one started; only once the new one runs is the old
+/// [`LABEL_NEXT`]. Only once the engine accepted it, and the commands
+/// running in the old one ended (up to [`crate::sandbox_locks::IN_FLIGHT_GRACE`]),
+/// is the old one stopped and the new one started; only once the new one runs is the old
 /// one removed and the new one renamed to the sandbox's name. A spec the
 /// engine refuses, at the create or at the start, leaves the old sandbox
 /// as it was (started again if it ran) and the new container removed, and the
@@ -293,8 +294,9 @@ pub async fn replace(
     // One replacement of a sandbox at a time across hermes processes (a
     // controller, a reconcile, execs): two would start two containers on
     // the same data. The loser finds the old container gone and the new
-    // one in place, which a create of the same spec counts as done.
-    let _lock = lock_sandbox(spec).await?;
+    // one in place, which a create of the same spec counts as done. An
+    // exec started meanwhile waits at the gate and runs in the new one.
+    let _gate = crate::sandbox_locks::gate(spec).await?;
     let old_gone = match engine.docker().inspect_container(old_id, None).await {
         Ok(_) => false,
         Err(e) => hermes_backends::docker::is_not_found(&e),
@@ -326,6 +328,9 @@ pub async fn replace(
         .and_then(|i| i.state)
         .and_then(|s| s.running)
         .unwrap_or(true);
+    // The commands already running in the old container end first (up
+    // to a grace); then the stop ends what still runs.
+    let _drained = crate::sandbox_locks::drain(spec, crate::sandbox_locks::IN_FLIGHT_GRACE).await?;
     if let Err(e) = engine.stop(old_id).await {
         discard(engine, &id, &next.name).await;
         return Err(e);
@@ -350,35 +355,6 @@ pub async fn replace(
     engine.remove(old_id).await?;
     engine.rename(&id, &spec.name).await?;
     Ok(id)
-}
-
-/// An exclusive lock on the sandbox's name, `run/locks/<name>.lock`
-/// under the home (0600 in 0700 directories, never through a link),
-/// held until dropped; taken off the runtime's threads, since it waits.
-pub(crate) async fn lock_sandbox(
-    spec: &SandboxSpec,
-) -> Result<nix::fcntl::Flock<std::fs::File>, DockerError> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = spec.home.join("run").join("locks");
-    let path = dir.join(format!("{}.lock", spec.name));
-    let failed = |path: &std::path::Path, source: std::io::Error| DockerError::HostDir {
-        container: spec.name.clone(),
-        path: path.to_path_buf(),
-        source: hermes_backends::host_dir::HostDirError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-    };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| failed(&dir, e))?;
-    let at = path.clone();
-    let locked = tokio::task::spawn_blocking(move || crate::fsio::lock_exclusive(&at))
-        .await
-        .map_err(|e| failed(&path, std::io::Error::other(e)))?;
-    locked.map_err(|e| failed(&path, e))
 }
 
 /// Removes the new container of a replacement that failed, best effort:

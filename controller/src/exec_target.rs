@@ -40,6 +40,9 @@ pub enum ExecTarget {
         /// The sandbox's name, for the activity records and messages.
         name: String,
         activity: Activity,
+        /// Held while the command runs: a replacement lets it end first
+        /// ([`crate::sandbox_locks`]).
+        _in_use: crate::sandbox_locks::Held,
     },
     Ssh(SshHost),
     Singularity(Instance),
@@ -71,7 +74,7 @@ impl ExecTarget {
             Seam::Docker => {
                 let spec = desired.exec_sandbox(which.task, which.session);
                 let engine = Engine::connect().await?.for_home(home.scope());
-                let found = ensure_sandbox(&engine, desired, &spec)
+                let (found, in_use) = ensure_sandbox(&engine, desired, &spec)
                     .await
                     .map_err(|e| racing(e, &spec.name))?;
                 let runner = hermes_backends::docker::runner_dir(&found, &spec)
@@ -84,6 +87,7 @@ impl ExecTarget {
                     },
                     name: spec.name.clone(),
                     activity: Activity::new(home),
+                    _in_use: in_use,
                 };
                 Ok((target, docker_values(desired)))
             }
@@ -167,6 +171,7 @@ impl ExecTarget {
                 container,
                 name,
                 activity,
+                ..
             } => {
                 record(activity, name);
                 let outcome = container.exec(req, io).await;
@@ -269,28 +274,34 @@ pub fn say(op: &Op<Action>) {
     );
 }
 
-/// The sandbox of `spec`, running: a missing one is created and a stopped
+/// The sandbox of `spec`, running, and its in-use lock, held by the
+/// caller while its command runs: a missing one is created and a stopped
 /// one started (each printed as the plan prints it); a running one is used
 /// as it is, with one line on stderr when its spec is stale. Never
 /// recreates or removes a container: what only a recreate or a removal
 /// would fix is an error naming `hermes reconcile`.
+///
+/// Looked at under the gate a replacement holds (a reconcile, the
+/// controller): what it leaves is what is used, never its old container
+/// stopped half-way; and the in-use lock, taken before the gate is left,
+/// makes a replacement that comes next wait for the command.
 async fn ensure_sandbox(
     engine: &Engine,
     desired: &Desired,
     spec: &SandboxSpec,
+) -> anyhow::Result<(ObservedContainer, crate::sandbox_locks::Held)> {
+    let _gate = crate::sandbox_locks::gate(spec).await?;
+    let found = ready(engine, desired, spec).await?;
+    let in_use = crate::sandbox_locks::in_use(spec).await?;
+    Ok((found, in_use))
+}
+
+/// [`ensure_sandbox`]'s work, under the gate.
+async fn ready(
+    engine: &Engine,
+    desired: &Desired,
+    spec: &SandboxSpec,
 ) -> anyhow::Result<ObservedContainer> {
-    let found = engine.find(&spec.key).await?;
-    if let Some(c) = found
-        .as_ref()
-        .filter(|c| c.state == ContainerState::Running && c.spec_hash() == Some(spec.hash()))
-    {
-        return Ok(c.clone());
-    }
-    // Under the lock a replacement holds (a reconcile, the controller):
-    // what it leaves is what is looked at, never its old container
-    // stopped half-way. (A current, running sandbox, the usual case, is
-    // used without it.)
-    let _lock = crate::apply::lock_sandbox(spec).await?;
     let found = engine.find(&spec.key).await?;
     if let Some(c) = &found {
         match c.state {

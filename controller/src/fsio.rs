@@ -25,6 +25,26 @@ pub fn read_bounded(path: &Path, limit: usize) -> io::Result<Option<Vec<u8>>> {
 /// opened through a symbolic link), held until the guard drops or the
 /// process dies. Blocks while another process holds it.
 pub fn lock_exclusive(path: &Path) -> io::Result<nix::fcntl::Flock<File>> {
+    lock(path, nix::fcntl::FlockArg::LockExclusive)
+}
+
+/// A shared `flock` on `path`, as [`lock_exclusive`]: any number of
+/// holders at once, none while an exclusive one is held.
+pub fn lock_shared(path: &Path) -> io::Result<nix::fcntl::Flock<File>> {
+    lock(path, nix::fcntl::FlockArg::LockShared)
+}
+
+/// An exclusive `flock` on `path` if no one holds any lock on it now;
+/// `Ok(None)` if someone does. Never blocks.
+pub fn try_lock_exclusive(path: &Path) -> io::Result<Option<nix::fcntl::Flock<File>>> {
+    match lock(path, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(held) => Ok(Some(held)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn lock(path: &Path, how: nix::fcntl::FlockArg) -> io::Result<nix::fcntl::Flock<File>> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -32,8 +52,7 @@ pub fn lock_exclusive(path: &Path) -> io::Result<nix::fcntl::Flock<File>> {
         .mode(0o600)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| io::Error::from(e))
+    nix::fcntl::Flock::lock(file, how).map_err(|(_, e)| io::Error::from(e))
 }
 
 /// Creates `dir` (and parents) if missing, with `mode` on the directories

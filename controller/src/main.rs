@@ -40,6 +40,7 @@ mod notices;
 mod pass;
 mod proxy_ops;
 mod redacting;
+mod sandbox_locks;
 mod singularity;
 mod snapshots;
 mod ssh;

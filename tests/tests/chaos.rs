@@ -45,8 +45,9 @@ fn finish(child: Child) -> (i32, String) {
 }
 
 /// A config edit, then `hermes reconcile` and, 10 to 40 ms later, several
-/// `hermes exec -- true`: every exec succeeds (in the new sandbox), and one
-/// container is left.
+/// `hermes exec -- true`: every exec succeeds (in the old sandbox, ending
+/// before the replacement stops it, or in the new one, once it runs), and
+/// one container is left.
 #[test]
 fn execs_racing_a_recreate_wait_for_it_and_succeed() {
     let profile = format!("chr{}", std::process::id());
@@ -91,6 +92,49 @@ fn execs_racing_a_recreate_wait_for_it_and_succeed() {
             "the race loop took too long"
         );
     }
+}
+
+/// A command running when a reconcile replaces its sandbox ends first:
+/// the replacement waits for it (within its grace), so the command runs
+/// to its end and exits 0, and only then is the old container stopped.
+#[test]
+fn a_recreate_lets_a_running_command_end_first() {
+    let profile = format!("chl{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    home.write_config(docker_config(0));
+    let first = home.run(["--profile", &profile, "exec", "--", "true"]);
+    assert_eq!(first.code, 0, "{first:?}");
+
+    let running = spawn(
+        &home,
+        &[
+            "--profile",
+            &profile,
+            "exec",
+            "--",
+            "touch /workspace/started; sleep 3; echo finished",
+        ],
+    );
+    let marker = home
+        .path()
+        .join("sandboxes/docker")
+        .join(&profile)
+        .join("default/workspace/started");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    home.write_config(docker_config(1));
+    let reconcile = home.run(["--profile", &profile, "reconcile"]);
+    assert_eq!(reconcile.code, 0, "{reconcile:?}");
+    let (code, output) = finish(running);
+    assert_eq!(code, 0, "the running command was cut short:\n{output}");
+    assert!(output.contains("stdout: finished"), "{output}");
+    let now = containers_of(&profile);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_eq!(now[0].1, "running", "{now:?}");
 }
 
 /// Removals of one container by several processes at once: the engine
