@@ -94,7 +94,11 @@ pub trait Executor {
 /// - In the background, the command is started in a session of its own
 ///   (`setsid` where the sandbox has it), its input and output on
 ///   `/dev/null`, and the exec returns at once: exit 0 once started, 127
-///   when the program is not found.
+///   when the program is not found. "Started" means in its own session
+///   already (the exec waits for the command's copy of its output pipe to
+///   close, which it does only after `setsid`): a backend that ends the
+///   exec's process group or session as soon as the exec returns (Daytona
+///   deletes the session, the runner kills the group) cannot reach it.
 pub const TERMINAL_SCRIPT: &str = r#"# hermes-exec
 hermes_s=$1 hermes_f=$2 hermes_b=$3
 shift 3
@@ -119,7 +123,7 @@ command -v "$1" >/dev/null 2>&1 || {
 if [ "$hermes_b" = bg ]; then
 	unset hermes_s hermes_f hermes_b hermes_d
 	if command -v setsid >/dev/null 2>&1; then
-		setsid "$@" </dev/null >/dev/null 2>&1 &
+		hermes_x=$(setsid /bin/sh -c 'exec "$@" </dev/null >/dev/null 2>&1' sh "$@" &)
 	else
 		"$@" </dev/null >/dev/null 2>&1 &
 	fi
@@ -440,6 +444,38 @@ mod tests {
             terminal(&["no-such-program-x", "a"], None, true, at, "").0,
             127
         );
+    }
+
+    /// The exec's process group killed the moment the exec returns (as
+    /// a Daytona session's deletion does): the background command lives
+    /// on, every time.
+    #[test]
+    fn a_background_command_outlives_the_execs_process_group() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        for round in 0..20 {
+            let marker = dir.path().join(format!("marker-{round}"));
+            let line = format!("sleep 0.3; echo done > {}", marker.display());
+            let argv = terminal_argv(&[line], None, true);
+            let status = std::process::Command::new(&argv[0])
+                .args(&argv[1..])
+                .process_group(0)
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let pgid = nix::unistd::Pid::from_raw(status.id() as i32);
+            let out = status.wait_with_output().unwrap();
+            assert!(out.status.success(), "{out:?}");
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while !marker.exists() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(
+                marker.exists(),
+                "round {round}: the background command was killed"
+            );
+        }
     }
 
     #[test]
