@@ -23,6 +23,18 @@ fn docker_config(generation: u32) -> String {
     )
 }
 
+/// A home whose profile (`prefix` and this process's id, removed at the
+/// end) has a running Docker sandbox of generation 0.
+fn with_a_sandbox(prefix: &str) -> (TestHome, String, ProfileCleanup) {
+    let profile = format!("{prefix}{}", std::process::id());
+    let cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    home.write_config(docker_config(0));
+    let first = home.run(["--profile", &profile, "exec", "--", "true"]);
+    assert_eq!(first.code, 0, "{first:?}");
+    (home, profile, cleanup)
+}
+
 fn spawn(home: &TestHome, args: &[&str]) -> Child {
     home.command(args)
         .stdin(Stdio::null())
@@ -50,12 +62,7 @@ fn finish(child: Child) -> (i32, String) {
 /// one container is left.
 #[test]
 fn execs_racing_a_recreate_wait_for_it_and_succeed() {
-    let profile = format!("chr{}", std::process::id());
-    let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
-    home.write_config(docker_config(0));
-    let first = home.run(["--profile", &profile, "exec", "--", "true"]);
-    assert_eq!(first.code, 0, "{first:?}");
+    let (home, profile, _cleanup) = with_a_sandbox("chr");
 
     let started = Instant::now();
     for generation in 1..=RACE_ROUNDS {
@@ -99,12 +106,7 @@ fn execs_racing_a_recreate_wait_for_it_and_succeed() {
 /// to its end and exits 0, and only then is the old container stopped.
 #[test]
 fn a_recreate_lets_a_running_command_end_first() {
-    let profile = format!("chl{}", std::process::id());
-    let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
-    home.write_config(docker_config(0));
-    let first = home.run(["--profile", &profile, "exec", "--", "true"]);
-    assert_eq!(first.code, 0, "{first:?}");
+    let (home, profile, _cleanup) = with_a_sandbox("chl");
 
     let running = spawn(
         &home,
