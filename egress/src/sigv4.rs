@@ -49,6 +49,9 @@ static BUFFERED: std::sync::LazyLock<Arc<Semaphore>> =
 
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 const X_AMZ_DATE: &str = "x-amz-date";
+/// How far a request's `x-amz-date` may be from the proxy's clock: AWS's
+/// own window.
+pub const MAX_SKEW: Duration = Duration::from_secs(15 * 60);
 const X_AMZ_SECURITY_TOKEN: &str = "x-amz-security-token";
 const X_AMZ_CONTENT_SHA256: &str = "x-amz-content-sha256";
 const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
@@ -281,14 +284,15 @@ fn presented(cred: &Credential, headers: &HeaderMap) -> Result<Authorization, Re
 
 /// Checks that `headers` carry a signature made with `cred`'s placeholder
 /// pair over this request (`method`, `path_and_query`, the headers it
-/// names, `payload`), then replaces it with one made with the real pair.
-/// On a refusal `headers` are unchanged.
+/// names, `payload`), dated within [`MAX_SKEW`] of `now`, then replaces it
+/// with one made with the real pair. On a refusal `headers` are unchanged.
 pub fn verify_and_resign(
     cred: &Credential,
     method: &str,
     path_and_query: &str,
     headers: &mut HeaderMap,
     payload: &Payload,
+    now: SystemTime,
 ) -> Result<(), Refusal> {
     let auth = presented(cred, headers)?;
     let Some(keys) = cred.sigv4.as_ref() else {
@@ -322,6 +326,24 @@ pub fn verify_and_resign(
                 "x-amz-date is missing, malformed, or not the day of the credential scope",
             )
         })?;
+    // AWS refuses a request dated more than its window away from its
+    // clock; the real key never signs one (a replay, a sandbox clock
+    // gone wrong), and the client hears why.
+    let skew = match now.duration_since(time) {
+        Ok(ahead) => ahead,
+        Err(behind) => behind.duration(),
+    };
+    if skew > MAX_SKEW {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "bad-signature",
+            format!(
+                "x-amz-date is {} s away from the proxy's clock; AWS allows {} s: check the sandbox's clock",
+                skew.as_secs(),
+                MAX_SKEW.as_secs()
+            ),
+        ));
+    }
     // The headers the client signed, as received, less the ones the
     // signer makes itself.
     let mut signed: Vec<(String, String)> = Vec::new();
@@ -516,6 +538,7 @@ pub async fn resign(
         &path,
         &mut parts.headers,
         &payload,
+        SystemTime::now(),
     )?;
     Ok(Request::from_parts(parts, body))
 }

@@ -135,6 +135,7 @@ fn a_placeholder_signature_is_checked_and_replaced_by_the_real_one() {
         PATH,
         &mut headers,
         &hash(BODY),
+        time(),
     )
     .unwrap();
     let auth = parse_authorization(headers["authorization"].to_str().unwrap()).unwrap();
@@ -162,7 +163,7 @@ fn a_wrong_secret_or_key_id_or_a_changed_request_is_refused_and_nothing_changes(
     let wrong_secret = "aws-secret-00000000000000000000000000000000";
     let mut headers = signed_headers(KEY_ID, wrong_secret, SignableBody::Bytes(BODY), &[]);
     let before = headers.clone();
-    let r = verify_and_resign(&cred, "POST", PATH, &mut headers, &hash(BODY)).unwrap_err();
+    let r = verify_and_resign(&cred, "POST", PATH, &mut headers, &hash(BODY), time()).unwrap_err();
     assert_eq!(
         (r.status, r.reason),
         (StatusCode::FORBIDDEN, "bad-signature")
@@ -173,26 +174,33 @@ fn a_wrong_secret_or_key_id_or_a_changed_request_is_refused_and_nothing_changes(
     // The real pair itself is not the placeholder: a sandbox that somehow
     // holds it gets nothing from the proxy.
     let mut headers = signed_headers(REAL_ID, REAL_SECRET, SignableBody::Bytes(BODY), &[]);
-    let r = verify_and_resign(&cred, "POST", PATH, &mut headers, &hash(BODY)).unwrap_err();
+    let r = verify_and_resign(&cred, "POST", PATH, &mut headers, &hash(BODY), time()).unwrap_err();
     assert_eq!(r.reason, "bad-token");
     assert!(!r.why.contains(REAL_ID) && !r.why.contains(REAL_SECRET));
 
     // Signed over one body, sent with another; signed for one path, sent
     // to another; a signed header changed on the way.
     let mut headers = signed_headers(KEY_ID, PLACEHOLDER, SignableBody::Bytes(BODY), &[]);
-    let r = verify_and_resign(&cred, "POST", PATH, &mut headers, &hash(b"{}")).unwrap_err();
+    let r = verify_and_resign(&cred, "POST", PATH, &mut headers, &hash(b"{}"), time()).unwrap_err();
     assert_eq!(r.reason, "bad-signature");
-    let r =
-        verify_and_resign(&cred, "POST", "/model/x/invoke", &mut headers, &hash(BODY)).unwrap_err();
+    let r = verify_and_resign(
+        &cred,
+        "POST",
+        "/model/x/invoke",
+        &mut headers,
+        &hash(BODY),
+        time(),
+    )
+    .unwrap_err();
     assert_eq!(r.reason, "bad-signature");
     headers.insert("content-type", HeaderValue::from_static("text/plain"));
-    let r = verify_and_resign(&cred, "POST", PATH, &mut headers, &hash(BODY)).unwrap_err();
+    let r = verify_and_resign(&cred, "POST", PATH, &mut headers, &hash(BODY), time()).unwrap_err();
     assert_eq!(r.reason, "bad-signature");
 
     // Not signed at all.
     let mut bare = HeaderMap::new();
     bare.insert("host", HeaderValue::from_static(HOST));
-    let r = verify_and_resign(&cred, "POST", PATH, &mut bare, &hash(BODY)).unwrap_err();
+    let r = verify_and_resign(&cred, "POST", PATH, &mut bare, &hash(BODY), time()).unwrap_err();
     assert_eq!(r.reason, "no-token");
 }
 
@@ -205,6 +213,7 @@ fn the_session_token_is_added_and_signed() {
         PATH,
         &mut headers,
         &hash(BODY),
+        time(),
     )
     .unwrap();
     assert_eq!(headers["x-amz-security-token"], SESSION);
@@ -232,6 +241,7 @@ fn the_session_token_is_added_and_signed() {
         PATH,
         &mut headers,
         &hash(BODY),
+        time(),
     )
     .unwrap_err();
     assert_eq!(r.reason, "bad-token");
@@ -248,6 +258,7 @@ fn an_unsigned_payload_is_resigned_unsigned() {
         PATH,
         &mut headers,
         &Payload::Unsigned,
+        time(),
     )
     .unwrap();
     assert_eq!(headers["x-amz-content-sha256"], "UNSIGNED-PAYLOAD");
@@ -315,6 +326,7 @@ fn without_the_real_credentials_a_good_request_is_refused_no_key() {
         PATH,
         &mut headers,
         &hash(BODY),
+        time(),
     )
     .unwrap_err();
     assert_eq!(r.reason, "no-key");
@@ -343,4 +355,33 @@ fn malformed_authorizations_are_refused() {
     );
     assert!(parse_amz_date("2025-12-01T14:30:00Z").is_none());
     assert!(parse_amz_date("20251341T143000Z").is_none());
+}
+
+#[test]
+fn a_request_dated_outside_awss_window_is_refused_before_any_real_key_is_used() {
+    let cred = credential(None, true);
+    for (skew, passes) in [
+        (14 * 60, true),
+        (-14 * 60, true),
+        (16 * 60, false),
+        (-16 * 60, false),
+    ] {
+        let mut headers = signed_headers(KEY_ID, PLACEHOLDER, SignableBody::Bytes(BODY), &[]);
+        let before = headers.clone();
+        let now = if skew >= 0 {
+            time() + Duration::from_secs(skew as u64)
+        } else {
+            time() - Duration::from_secs((-skew) as u64)
+        };
+        let r = verify_and_resign(&cred, "POST", PATH, &mut headers, &hash(BODY), now);
+        match r {
+            Ok(()) => assert!(passes, "{skew} s off passed"),
+            Err(r) => {
+                assert!(!passes, "{skew} s off refused: {r:?}");
+                assert_eq!(r.reason, "bad-signature");
+                assert!(r.why.contains("x-amz-date"), "{}", r.why);
+                assert_eq!(headers, before);
+            }
+        }
+    }
 }

@@ -344,6 +344,45 @@ pub fn validate(root: &Node, errors: &mut Vec<Issue>, warnings: &mut Vec<Issue>)
     check_extra_args(root, errors);
     check_egress_overrides(root, errors);
     warnings.extend(crate::cloud::daytona_disk_warning(root));
+    warnings.extend(broad_aws_hosts(root));
+}
+
+/// A `proxy.aws_hosts` pattern that spans a whole AWS partition
+/// (`*.amazonaws.com`): the real AWS credentials would then sign for every
+/// service and every region, not only the API the agent needs. Allowed
+/// (a host may mean it), and said.
+fn broad_aws_hosts(root: &Node) -> Vec<Issue> {
+    let Some(hosts) = root
+        .get("proxy")
+        .and_then(|p| p.value.get("aws_hosts"))
+        .map(|h| &h.value)
+    else {
+        return Vec::new();
+    };
+    let NodeKind::Seq { items, .. } = &hosts.kind else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| {
+            let NodeKind::Scalar(s) = &item.kind else {
+                return None;
+            };
+            let domain = s.text.strip_prefix("*.").or_else(|| s.text.strip_prefix("*-"))?;
+            // `amazonaws.com`, `amazonaws.com.cn`: a partition, not a
+            // service (wider patterns are errors already).
+            let broad = domain.split('.').next() == Some("amazonaws");
+            broad.then(|| Issue {
+                path: format!("proxy.aws_hosts[{i}]"),
+                pos: Some(item.start),
+                message: format!(
+                    "`{}` lets the real AWS credentials sign requests to every AWS service and region; name the service's hosts (e.g. bedrock-runtime.us-east-1.amazonaws.com)",
+                    s.text
+                ),
+            })
+        })
+        .collect()
 }
 
 /// The variables through which a sandbox finds and trusts the egress

@@ -311,3 +311,25 @@ fn environment_names_are_letters_digits_and_underscores_not_led_by_a_digit() {
     assert!(!is_env_name("A B"));
     assert!(!is_env_name(""));
 }
+
+#[test]
+fn an_aws_host_pattern_spanning_a_partition_is_warned_about_with_its_line() {
+    let loaded = load(
+        "proxy:\n  aws_hosts:\n    - bedrock-runtime.us-east-1.amazonaws.com\n    - '*.amazonaws.com'\n    - '*.s3.us-east-1.amazonaws.com'\n    - '*.amazonaws.com.cn'\n",
+    )
+    .unwrap();
+    let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(
+        w[0].starts_with(
+            "config.yaml:4:7: proxy.aws_hosts[1]: `*.amazonaws.com` lets the real AWS credentials sign"
+        ),
+        "{w:?}"
+    );
+    assert!(
+        w[1].starts_with("config.yaml:6:7: proxy.aws_hosts[3]: `*.amazonaws.com.cn`"),
+        "{w:?}"
+    );
+    // Still a valid config: the host may mean it.
+    assert_eq!(loaded.config.proxy.aws_hosts.len(), 4);
+}
