@@ -1,6 +1,9 @@
-"""Drives `hermes mcp` over stdio with the official MCP Python SDK.
+"""Drives `hermes mcp` with the official MCP Python SDK: over stdio, or
+over streamable HTTP with a bearer token.
 
-argv[1]: the path of a JSON spec {"command": ..., "args": [...], "steps": [...]}; each
+argv[1]: the path of a JSON spec {"command": ..., "args": [...], "steps": [...]}
+(stdio: the server is spawned), or {"url": ..., "token": ..., "steps": [...]}
+(HTTP: the session is ended with a DELETE when the client closes); each
 step is {"op": "list"} or {"op": "call", "tool": ..., "args": {...},
 "progress": bool}. Prints one JSON list: per step, the tools, or the call's
 text, isError, progress notifications (with their arrival times) and when
@@ -8,6 +11,7 @@ the result arrived; or the protocol error.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -29,14 +33,36 @@ def field(obj, *names):
     return None
 
 
+@contextlib.asynccontextmanager
+async def transport(spec):
+    """The (read, write) streams to the server the spec names."""
+    if "url" not in spec:
+        params = StdioServerParameters(
+            command=spec["command"], args=spec["args"], env=dict(os.environ)
+        )
+        async with stdio_client(params) as (read, write):
+            yield read, write
+        return
+    headers = {"Authorization": f"Bearer {spec['token']}"}
+    try:  # the SDK from 2.0: an HTTP client of the caller's
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+    except ImportError:  # the SDK before 2.0
+        from mcp.client.streamable_http import streamablehttp_client
+
+        async with streamablehttp_client(spec["url"], headers=headers) as streams:
+            yield streams[0], streams[1]
+        return
+    async with create_mcp_http_client(headers=headers) as client:
+        async with streamable_http_client(spec["url"], http_client=client) as streams:
+            yield streams[0], streams[1]
+
+
 async def main() -> None:
     with open(sys.argv[1], encoding="utf-8") as f:
         spec = json.load(f)
-    params = StdioServerParameters(
-        command=spec["command"], args=spec["args"], env=dict(os.environ)
-    )
     results = []
-    async with stdio_client(params) as (read, write):
+    async with transport(spec) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             for step in spec["steps"]:

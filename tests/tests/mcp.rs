@@ -137,6 +137,13 @@ fn drive(
         "args": hermes_args,
         "steps": steps,
     });
+    run_client(client, home, spec)
+}
+
+/// Runs `client` on `spec` (see `tests/clients/`); the results, one per
+/// step.
+fn run_client(client: Client, home: &TestHome, spec: Value) -> Vec<Value> {
+    let steps = spec["steps"].clone();
     let spec_path = home.path().join(format!("mcp-spec-{client:?}.json"));
     std::fs::write(&spec_path, spec.to_string()).unwrap();
     let mut cmd = match client {
@@ -469,18 +476,60 @@ fn a_connection_of_its_own_gets_a_sandbox_removed_at_its_end() {
         "{}  container_persistent: false\n",
         docker_config()
     ));
-    let steps = json!([call("terminal", json!({ "command": "hostname" })),]);
-    let r = drive(Client::Python, &home, &profile, &[], steps);
-    let ran = ok(&r[0]);
+    let r = drive(Client::Python, &home, &profile, &[], hostname_step());
+    container_hostname(&r[0]);
+    sandboxes_gone(&profile);
+}
+
+/// Over HTTP each MCP session is a connection: two sessions one after
+/// the other get two sandboxes, each removed when its client ends the
+/// session (the SDK's DELETE), while the server goes on serving.
+#[test]
+fn an_http_session_of_its_own_gets_a_sandbox_removed_when_the_client_ends_it() {
+    let profile = format!("mchttp{}", std::process::id());
+    let _cleanup = ProfileCleanup(profile.clone());
+    let home = TestHome::new();
+    home.write_config(format!(
+        "{}  container_persistent: false\n",
+        docker_config()
+    ));
+    let (_server, addr) = serve_http(&home, &["--profile", &profile]);
+    let token = std::fs::read_to_string(home.path().join("mcp/token")).unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let spec = json!({
+            "url": format!("http://{addr}/mcp"),
+            "token": token.trim(),
+            "steps": hostname_step(),
+        });
+        let r = run_client(Client::Python, &home, spec);
+        seen.push(container_hostname(&r[0]));
+        sandboxes_gone(&profile);
+    }
+    assert_ne!(seen[0], seen[1], "two sessions shared a sandbox");
+}
+
+/// One step: `hostname` in the sandbox.
+fn hostname_step() -> Value {
+    json!([call("terminal", json!({ "command": "hostname" }))])
+}
+
+/// The hostname a `hostname` step printed: a container's (its id's first
+/// 12 hex digits).
+fn container_hostname(result: &Value) -> String {
+    let ran = ok(result);
     assert_eq!(ran["exit_code"], 0, "{ran}");
-    // A container's hostname: its id's first 12 hex digits.
     let hostname = ran["output"].as_str().unwrap().trim().to_string();
     assert!(
         hostname.len() == 12 && hostname.bytes().all(|b| b.is_ascii_hexdigit()),
         "{ran}"
     );
-    // Ended with its connection (a bounded wait: the client may exit
-    // before hermes is done).
+    hostname
+}
+
+/// Waits (bounded: the client may exit before hermes is done) until no
+/// container of `profile` is left.
+fn sandboxes_gone(profile: &str) {
     let filter = format!("label=hermes-profile={profile}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -497,6 +546,49 @@ fn a_connection_of_its_own_gets_a_sandbox_removed_at_its_end() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// A `hermes mcp --http` server, stopped when dropped.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `hermes [GLOBAL…] mcp --http` on a free loopback port of `home`, once it
+/// says where it serves; and that address.
+fn serve_http(home: &TestHome, global: &[&str]) -> (Server, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut args: Vec<&str> = global.to_vec();
+    args.extend(["mcp", "--http", &addr]);
+    let mut child = home
+        .command(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let server = Server(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(line.contains(&format!("http://{addr}/mcp")), "{line}");
+    (server, addr)
 }
 
 /// Sends one HTTP request on a fresh connection; the status code and
@@ -546,38 +638,7 @@ fn the_http_transport_serves_only_requests_with_the_token() {
     assert_ne!(refused.code, 0, "{refused:?}");
     assert!(refused.stderr.contains("loopback"), "{refused:?}");
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut server = home
-        .command(["mcp", "--http", &addr])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let stderr = server.stderr.take().unwrap();
-    let server = Kill(server);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    let line = rx.recv_timeout(Duration::from_secs(30)).unwrap();
-    assert!(line.contains(&format!("http://{addr}/mcp")), "{line}");
+    let (server, addr) = serve_http(&home, &[]);
 
     let token_path = home.path().join("mcp/token");
     let token = std::fs::read_to_string(&token_path).unwrap();
