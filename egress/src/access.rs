@@ -236,6 +236,10 @@ impl Counters {
     }
 }
 
+/// How many bytes of access lines the writer thread gathers into one
+/// write.
+const BATCH: usize = 64 * 1024;
+
 /// Where access lines go: a bounded queue drained by a writer thread.
 #[derive(Debug, Clone)]
 pub struct AccessLog {
@@ -253,17 +257,23 @@ impl AccessLog {
         std::thread::Builder::new()
             .name("access-log".into())
             .spawn(move || {
-                let mut line = Vec::with_capacity(512);
+                let mut lines = Vec::with_capacity(BATCH);
                 while let Ok(first) = rx.recv() {
                     let mut next = Some(first);
-                    // Write what is queued, then flush once.
+                    // What is queued, in writes of up to BATCH bytes of
+                    // whole lines, then one flush.
                     while let Some(record) = next {
-                        line.clear();
-                        if serde_json::to_writer(&mut line, &record).is_ok() {
-                            line.push(b'\n');
-                            let _ = out.write_all(&line);
+                        let start = lines.len();
+                        if serde_json::to_writer(&mut lines, &record).is_ok() {
+                            lines.push(b'\n');
+                        } else {
+                            lines.truncate(start);
                         }
                         next = rx.try_recv().ok();
+                        if lines.len() >= BATCH || next.is_none() {
+                            let _ = out.write_all(&lines);
+                            lines.clear();
+                        }
                     }
                     let _ = out.flush();
                     // Lines come in bursts: gather them for a moment
