@@ -13,8 +13,10 @@
 #                       signed again with the real pair -> nginx (a POST), beside
 #                       the header swap (hermes CONNECT) at keep-alive c=16
 # Each with keep-alive HTTPS at 16 and at 1 connection, and with a new
-# connection per request (4 at a time); then the proxy's RSS with 1,000
-# idle tunnels open (with each upstream kind, the proxy started afresh).
+# connection per request (4 at a time), with the CPU time per request of
+# nginx's worker and of the hermes proxy (for direct and the hermes rows);
+# then the proxy's RSS with 1,000 idle tunnels open (with each upstream
+# kind, the proxy started afresh).
 # Everything runs in a network namespace of the bench's own, on its
 # loopback: the upstream listens on port 443 there (the transparent path
 # goes to the SNI name's port 443) without touching the host's network.
@@ -300,9 +302,15 @@ run() { # upstream kind, row, mode, oha args...
         new) conns=(-c 4 --disable-keepalive) ;;
     esac
     say "$kind $row $mode: ${SECS}s"
+    local before_n before_h
+    before_n=$(ticks "$NGINX_WORKER"); before_h=$(ticks "$HERMES_PID")
     oha --no-tui --output-format json -z "${SECS}s" "${conns[@]}" --insecure "$@" \
         >"$WORK/$kind-$row-$mode.json"
+    echo "$(($(ticks "$NGINX_WORKER") - before_n)) $(($(ticks "$HERMES_PID") - before_h)) $(getconf CLK_TCK)" \
+        >"$WORK/$kind-$row-$mode.cpu"
 }
+# CPU time (user + system, in clock ticks) a process has used so far.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 mgmt_get() {
     curl -s -H "Authorization: Bearer $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["mgmt_token"])' "$HOME_DIR/proxy/config.json")" \
@@ -312,6 +320,7 @@ for kind in h1 h2; do
     nginx_stop
     nginx_start "$kind"
     sleep 0.5
+    NGINX_WORKER=$(pgrep -P "$(cat "$WORK/nginx.pid")" | head -1)
     for mode in ka16 ka1 new; do
         run "$kind" direct "$mode" -H "Authorization: Bearer sk-bench-real" "$URL"
         run "$kind" connect "$mode" -x "http://127.0.0.1:$HERMES_PORT" -H "Authorization: Bearer $TOKEN" "$URL"
@@ -367,6 +376,17 @@ for kind, title in (("h1", "upstream HTTP/1.1"), ("h2", "upstream HTTP/2")):
             d, s = r[("direct", mode)][0], r[("squid", mode)][0]
             cell = f"{v:9.0f} {v / d:8.2f} {v / s:7.2f}" + ("!" if bad else " ")
             cells.append(f"{cell:>32}")
+        print(f"{name:<20}" + "".join(cells))
+    # Where the CPU goes, per request: nginx's worker (the upstream) and
+    # the hermes proxy, from their own CPU time over the run.
+    print(f"{'CPU per request, us':<20}" + "".join(f"{'nginx   hermes':>32}" for _ in MODES))
+    for row, name in ROWS[:3]:
+        cells = []
+        for mode, _ in MODES:
+            n, h, tck = (int(x) for x in open(f"{work}/{kind}-{row}-{mode}.cpu").read().split())
+            reqs = sum(json.load(open(f"{work}/{kind}-{row}-{mode}.json")).get("statusCodeDistribution", {}).values())
+            per = lambda t: t / tck * 1e6 / max(reqs, 1)
+            cells.append(f"{per(n):>24.1f} {per(h):7.1f}" if row != "direct" else f"{per(n):>24.1f} {'-':>7}")
         print(f"{name:<20}" + "".join(cells))
     before, idle, ready, open_t = open(f"{work}/{kind}-rss.txt").read().split()
     idle_mib = int(idle) / 1024
