@@ -1,79 +1,11 @@
-//! AWS stand-ins for the SigV4 tests: the official SDK for Python
-//! (`boto3` from PyPI, pure Python, installed once with `pip --target`
-//! into a directory kept under the target directory, which a container
-//! mounts and puts on `PYTHONPATH`), and a local TLS upstream standing in
+//! AWS stand-ins for the SigV4 tests (the official SDK for Python, boto3,
+//! comes from [`crate::python::pip_target`]): a local TLS upstream standing in
 //! for the Bedrock runtime endpoint that checks each request's signature
 //! with `botocore`'s own signer and the real secret, refusing any other.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-
-/// What pip says when it cannot reach the package index.
-const OFFLINE: &[&str] = &[
-    "Failed to establish a new connection",
-    "Temporary failure in name resolution",
-    "Network is unreachable",
-    "No matching distribution found",
-    "Could not fetch URL",
-    "ConnectTimeoutError",
-    "ReadTimeoutError",
-];
-
-/// A directory holding `packages` (pure Python) at `DIR/NAME`, made on the
-/// first call (in a temporary directory renamed into place, so that tests
-/// running at once never see a half-made one). `None` when pip cannot
-/// reach the package index, with the reason on stderr: the caller skips,
-/// saying so.
-///
-/// # Panics
-///
-/// When pip fails for another reason than being offline.
-pub fn pip_target(dir: &Path, name: &str, packages: &[&str]) -> Option<PathBuf> {
-    let home = dir.join(name);
-    if home.join(".complete").exists() {
-        return Some(home);
-    }
-    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let making = dir.join(format!("{name}.making-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&making);
-    let out = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-compile",
-            "--only-binary=:all:",
-            "--timeout",
-            "30",
-            "--target",
-        ])
-        .arg(&making)
-        .args(packages)
-        .output()
-        .unwrap_or_else(|e| panic!("pip install: cannot run: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() {
-        let _ = std::fs::remove_dir_all(&making);
-        if OFFLINE.iter().any(|sign| text.contains(sign)) {
-            eprintln!("SKIPPED: pip cannot install {packages:?} from PyPI (offline?):\n{text}");
-            return None;
-        }
-        panic!("pip install {packages:?}: {text}");
-    }
-    std::fs::write(making.join(".complete"), "").unwrap_or_else(|e| panic!("{e}"));
-    // Another test may have made it meanwhile: theirs stands.
-    if std::fs::rename(&making, &home).is_err() {
-        let _ = std::fs::remove_dir_all(&making);
-    }
-    Some(home)
-}
 
 /// The upstream: HTTPS on 127.0.0.1 with a certificate for `HOST`. Every
 /// request's `Authorization` is recomputed with botocore's `SigV4Auth` and

@@ -10,8 +10,9 @@
 
 use std::path::Path;
 
-use hermes_tests::aws::{SigningUpstream, pip_target};
+use hermes_tests::aws::SigningUpstream;
 use hermes_tests::egress::{Proxy, in_container_with};
+use hermes_tests::python::pip_target;
 
 const HOST: &str = "bedrock-runtime.us-east-1.amazonaws.com";
 const REAL_ID: &str = "AKIAE2EREALKEY000001";
