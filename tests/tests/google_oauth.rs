@@ -146,6 +146,23 @@ async fn grant(
 /// Google's checks of a JWT bearer grant: the grant type, the RS256
 /// signature under the service account's key, the issuer, audience,
 /// scope and lifetime.
+/// curl on the host calls Vertex's `/echo` on `port` through the proxy
+/// with the `gcp` token: the body, then a line with the status code.
+fn vertex_echo_from_the_host(proxy: &Proxy, port: u16) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "30", "-o", "-", "-w", "\n%{http_code}"])
+        .arg("--proxy")
+        .arg(format!("http://127.0.0.1:{}", proxy.port))
+        .arg("--cacert")
+        .arg(proxy.ca_path())
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {}", proxy.token("gcp")))
+        .arg(format!("https://{VERTEX}:{port}/echo"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn verify(form: &str, public: &[u8], aud: &str) -> Result<(), String> {
     let fields: std::collections::HashMap<&str, &str> = form
         .split('&')
@@ -391,18 +408,7 @@ fn a_grant_the_token_endpoint_refuses_fails_the_request_with_a_reason() {
         roots.display()
     ));
     proxy.start(&[("GOOGLE_APPLICATION_CREDENTIALS", key_file.to_str().unwrap())]);
-    let out = std::process::Command::new("curl")
-        .args(["-sS", "--max-time", "30", "-o", "-", "-w", "\n%{http_code}"])
-        .arg("--proxy")
-        .arg(format!("http://127.0.0.1:{}", proxy.port))
-        .arg("--cacert")
-        .arg(proxy.ca_path())
-        .arg("-H")
-        .arg(format!("Authorization: Bearer {}", proxy.token("gcp")))
-        .arg(format!("https://{VERTEX}:{}/echo", vertex.addr.port()))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = vertex_echo_from_the_host(&proxy, vertex.addr.port());
     assert!(text.ends_with("\n502"), "{text}");
     assert!(
         text.contains("oauth-mint-failed") && text.contains("invalid_grant"),
@@ -565,18 +571,7 @@ fn a_missing_or_broken_service_account_is_a_clear_refusal_or_error() {
         "{missing:?}"
     );
     proxy.start(&[]);
-    let out = std::process::Command::new("curl")
-        .args(["-sS", "--max-time", "30", "-o", "-", "-w", "\n%{http_code}"])
-        .arg("--proxy")
-        .arg(format!("http://127.0.0.1:{}", proxy.port))
-        .arg("--cacert")
-        .arg(proxy.ca_path())
-        .arg("-H")
-        .arg(format!("Authorization: Bearer {}", proxy.token("gcp")))
-        .arg(format!("https://{VERTEX}:{}/echo", vertex.addr.port()))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = vertex_echo_from_the_host(&proxy, vertex.addr.port());
     assert!(text.ends_with("\n403"), "{text}");
     assert!(
         text.contains("no-key")
