@@ -119,13 +119,19 @@ eval "$w""#;
 /// The terminal tool's command: `$1` the command line, `$2` the working
 /// directory to start in (empty: the exec's default), `$3` the marker
 /// before the directory it ended in, printed at its exit whatever the
-/// command did.
+/// command did, on a line of its own: newline, marker, directory and
+/// newline go out in one write (one `%s`: bash's `printf` flushes a
+/// line-buffered stdout at each newline of its format), so that the
+/// command's stderr, which reaches the capture by another pipe, never
+/// lands between the newline and the marker.
 pub const TERMINAL: &str = r#"if [ -n "$2" ]; then
   cd -- "$2" 2>/dev/null || printf 'hermes: the working directory %s is gone; running in %s\n' "$2" "$PWD" >&2
 fi
 __hermes_c=$1; __hermes_m=$3
 set --
-trap 'printf "\n%s%s\n" "$__hermes_m" "$PWD"' EXIT
+trap 'printf %s "
+$__hermes_m$PWD
+"' EXIT
 eval "$__hermes_c""#;
 
 /// Starts a background command: `$1` the command line, `$2` the working
@@ -199,3 +205,35 @@ case "$3" in first|only)
 *) printf '%s' "$2" >> "$t" || { rm -f -- "$t"; echo nowrite; exit 0; };;
 esac
 case "$3" in only|last) mv -f -- "$t" "$f" || { rm -f -- "$t"; echo nowrite; exit 0; }; echo wrote;; esac"#;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// The marker line leaves bash in one write, its newline included:
+    /// stderr, on another pipe, can then never split it from the marker
+    /// (it did, with the newline flushed alone). Seen with strace, which
+    /// `scripts/test` installs.
+    #[test]
+    fn the_marker_line_is_one_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("trace");
+        let out = std::process::Command::new("strace")
+            .args(["-f", "-e", "trace=write", "-o"])
+            .arg(&trace)
+            .args(["bash", "-c", TERMINAL, "hermes-mcp"])
+            .args(["printf out; echo err >&2", "/", "@@M@@="])
+            .output()
+            .expect("strace (installed by scripts/test)");
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n@@M@@=/\n");
+        let trace = std::fs::read_to_string(&trace).unwrap();
+        let writes: Vec<&str> = trace.lines().filter(|l| l.contains("write(1,")).collect();
+        assert!(
+            writes.iter().any(|w| w.contains(r#""\n@@M@@=/\n""#)),
+            "{writes:#?}"
+        );
+    }
+}
