@@ -42,24 +42,16 @@ pub enum SandboxList {
 /// A labelled container.
 #[derive(Debug, Serialize)]
 pub struct ContainerRow {
-    #[serde(rename = "name")]
     pub name: String,
-    #[serde(rename = "profile")]
     pub profile: String,
-    #[serde(rename = "task")]
     pub task: String,
-    #[serde(rename = "state")]
     pub state: String,
     /// `yes`/`no` for the active profile's persistent sandboxes, `-` for
     /// the others, `unmanaged` without a spec hash.
-    #[serde(rename = "spec_matches")]
     pub spec_matches: String,
-    #[serde(rename = "age_seconds")]
     pub age_seconds: i64,
     /// Seconds since the last use, for a running sandbox with nothing inside.
-    #[serde(rename = "idle_seconds")]
     pub idle_seconds: Option<i64>,
-    #[serde(rename = "processes")]
     pub processes: Option<u32>,
     /// The AGE column.
     #[serde(skip)]
@@ -72,18 +64,12 @@ pub struct ContainerRow {
 /// A singularity instance.
 #[derive(Debug, Serialize)]
 pub struct InstanceRow {
-    #[serde(rename = "name")]
     pub name: String,
-    #[serde(rename = "profile")]
     pub profile: String,
-    #[serde(rename = "task")]
     pub task: String,
     /// Always `running`: a stopped instance does not exist.
-    #[serde(rename = "state")]
     pub state: &'static str,
-    #[serde(rename = "spec_matches")]
     pub spec_matches: String,
-    #[serde(rename = "pid")]
     pub pid: u32,
 }
 
@@ -91,18 +77,12 @@ pub struct InstanceRow {
 #[derive(Debug, Serialize)]
 pub struct CloudRow {
     /// The service's id of the sandbox, `-` when only a snapshot is left.
-    #[serde(rename = "name")]
     pub name: String,
-    #[serde(rename = "backend")]
     pub backend: String,
-    #[serde(rename = "profile")]
     pub profile: String,
-    #[serde(rename = "task")]
     pub task: String,
-    #[serde(rename = "state")]
     pub state: String,
     /// The snapshot recorded for the task, `-` for none.
-    #[serde(rename = "snapshot")]
     pub snapshot: String,
 }
 

@@ -84,17 +84,11 @@ pub struct SessionList {
 /// A session's container.
 #[derive(Debug, Serialize)]
 pub struct SessionRow {
-    #[serde(rename = "session")]
     pub session: String,
-    #[serde(rename = "task")]
     pub task: String,
-    #[serde(rename = "name")]
     pub name: String,
-    #[serde(rename = "state")]
     pub state: String,
-    #[serde(rename = "age_seconds")]
     pub age_seconds: i64,
-    #[serde(rename = "processes")]
     pub processes: Option<u32>,
     /// The AGE column.
     #[serde(skip)]
