@@ -13,6 +13,7 @@
 //! - [`sandbox`]: the Docker sandbox wanted: names, labels, hardened spec, spec hash.
 //! - [`observed`]: the labelled containers a pass saw.
 //! - [`homes`]: which hermes home a container belongs to.
+//! - [`profiles`]: Hermes Agent's profiles: which profile a home is, which home a profile is.
 //! - [`singularity`]: the Apptainer instance wanted: image cache, overlay, egress wiring.
 //! - [`ssh`]: the remote host of the SSH backend: target, workspace, what a pass found.
 //! - [`cloud`]: the remote sandbox services: credentials, the sandbox wanted, snapshot records.
@@ -31,6 +32,7 @@ pub mod keypath;
 pub mod names;
 pub mod observed;
 pub mod plan;
+pub mod profiles;
 pub mod providers;
 pub mod redact;
 pub mod sandbox;
