@@ -1,7 +1,9 @@
-//! `hermes`: the command-line edge. Parses arguments, sets up logging,
+//! The command-line edge of `hermes` (also installed as `hermesctl`, a
+//! name no other program takes): parses arguments, sets up logging,
 //! resolves `$HERMES_HOME` and the profile, runs one command and turns its
-//! result into an exit code. Everything that decides lives in the library
-//! crates; this binary only does IO and wiring.
+//! result into an exit code. Both binaries are [`main`] and nothing else.
+//! Everything that decides lives in the library crates; this one only does
+//! IO and wiring.
 
 // Every `println!`/`print!` below goes through [`stdout`]: a closed pipe
 // ends the output quietly instead of panicking. Defined before the modules
@@ -58,7 +60,9 @@ use crate::home::Home;
 /// `reconcile --dry-run`.
 const USAGE_ERROR: u8 = 64;
 
-fn main() -> ExitCode {
+/// Runs the command line of this process (`std::env::args_os`) and
+/// returns its exit code.
+pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
