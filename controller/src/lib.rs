@@ -50,8 +50,6 @@ mod stdout;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use crate::cli::{Cli, Command, LogFormat};
 use crate::home::Home;
 
@@ -61,9 +59,10 @@ use crate::home::Home;
 const USAGE_ERROR: u8 = 64;
 
 /// Runs the command line of this process (`std::env::args_os`) and
-/// returns its exit code.
+/// returns its exit code. Usage, help and `--version` name the binary as
+/// it was invoked.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse_args() {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout with exit 0; a closed stdout
@@ -96,6 +95,28 @@ pub fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     code
+}
+
+/// The command line, parsed under the name the binary was invoked as.
+fn parse_args() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let name = invoked_name(std::env::args_os().next());
+    let mut command = Cli::command().name(name.clone()).bin_name(name);
+    let matches = command.try_get_matches_from_mut(std::env::args_os())?;
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+}
+
+/// The file name of `argv0` (`hermesctl` for `/usr/local/bin/hermesctl`),
+/// or `hermes` when it has none in UTF-8.
+fn invoked_name(argv0: Option<std::ffi::OsString>) -> String {
+    argv0
+        .as_deref()
+        .map(std::path::Path::new)
+        .and_then(std::path::Path::file_name)
+        .and_then(std::ffi::OsStr::to_str)
+        .filter(|name| !name.is_empty())
+        .unwrap_or("hermes")
+        .to_string()
 }
 
 fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
