@@ -432,14 +432,14 @@ mod tests {
         let bg = terminal(&["sleep 1; echo done > marker"], None, true, at, "");
         assert_eq!(bg, (0, String::new(), String::new()));
         assert!(started.elapsed() < Duration::from_millis(900));
+        // The shell makes the file before it writes to it: wait for the
+        // content, not for the file.
         let until = std::time::Instant::now() + Duration::from_secs(10);
-        while !at.join("marker").exists() && std::time::Instant::now() < until {
+        let read = || std::fs::read_to_string(at.join("marker")).unwrap_or_default();
+        while read() != "done\n" && std::time::Instant::now() < until {
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert_eq!(
-            std::fs::read_to_string(at.join("marker")).unwrap(),
-            "done\n"
-        );
+        assert_eq!(read(), "done\n");
         assert_eq!(
             terminal(&["no-such-program-x", "a"], None, true, at, "").0,
             127
