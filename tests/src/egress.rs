@@ -83,20 +83,46 @@ pub fn free_port_pair(also: Option<std::net::IpAddr>) -> u16 {
 /// The gateway address of Docker's default bridge, where containers reach
 /// the host.
 pub fn bridge_gateway() -> std::net::IpAddr {
+    network_gateway("bridge")
+}
+
+/// The host's address on the bridge of the Docker network `network`, read
+/// the way the product reads it (`controller/src/egress/network.rs`): the
+/// IPv4 address of the bridge's interface. The engine's own view of it,
+/// `IPAM.Config[0].Gateway`, is empty on some engines (Debian's 20.10
+/// reports only the subnet of its default bridge).
+pub fn network_gateway(network: &str) -> std::net::IpAddr {
     let out = Command::new("docker")
         .args([
             "network",
             "inspect",
-            "bridge",
+            network,
             "--format",
-            "{{(index .IPAM.Config 0).Gateway}}",
+            "{{.Id}} {{index .Options \"com.docker.network.bridge.name\"}}",
         ])
         .output()
-        .unwrap_or_else(|e| panic!("docker network inspect: {e}"));
+        .unwrap_or_else(|e| panic!("docker network inspect {network}: {e}"));
     let text = String::from_utf8_lossy(&out.stdout);
-    text.trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("bridge gateway {text:?}: {e}"))
+    assert!(out.status.success(), "docker network inspect {network}: {out:?}");
+    let mut words = text.split_whitespace();
+    let id = words.next().unwrap_or_default();
+    // The engine names a bridge `br-<first 12 of the id>` unless the
+    // network's options name it.
+    let bridge = match words.next().filter(|w| *w != "<no" && !w.is_empty()) {
+        Some(name) => name.to_string(),
+        None => format!("br-{}", id.get(..12).unwrap_or(id)),
+    };
+    interface_ipv4(&bridge)
+        .unwrap_or_else(|| panic!("the bridge {bridge} of network {network} has no IPv4 address"))
+}
+
+/// The first IPv4 address of the host's interface `name`.
+pub fn interface_ipv4(name: &str) -> Option<std::net::IpAddr> {
+    nix::ifaddrs::getifaddrs().ok()?.find_map(|ifa| {
+        (ifa.interface_name == name)
+            .then(|| ifa.address.as_ref()?.as_sockaddr_in().map(|v4| v4.ip().into()))
+            .flatten()
+    })
 }
 
 impl Proxy {

@@ -14,7 +14,7 @@
 
 use hermes_tests::cli::{Run, TestHome};
 use hermes_tests::docker_cli::{ProfileCleanup, docker};
-use hermes_tests::egress::{bridge_gateway, free_port_pair};
+use hermes_tests::egress::{bridge_gateway, free_port_pair, network_gateway};
 use hermes_tests::upstream::Upstream;
 
 const OPENROUTER_KEY: &str = "sk-or-v1-e2e-REAL-transparent-0001";
@@ -207,15 +207,7 @@ fn programs_that_ignore_the_proxy_variables_reach_providers_through_the_proxy() 
     };
     assert_eq!(apply.code, 0, "{apply:?}");
     assert!(network.starts_with("hermes-egress-"), "{network}");
-    let gateway = docker(&[
-        "network",
-        "inspect",
-        "--format",
-        "{{(index .IPAM.Config 0).Gateway}}",
-        &network,
-    ])
-    .trim()
-    .to_string();
+    let gateway = network_gateway(&network).to_string();
     // The sandbox's name server is the proxy's DNS responder.
     assert_eq!(
         docker(&[
@@ -370,15 +362,7 @@ fn names_are_answered_locally_and_a_dead_proxy_or_responder_fails_closed_until_r
         network: network.clone(),
     };
     assert_eq!(apply.code, 0, "{apply:?}");
-    let gateway = docker(&[
-        "network",
-        "inspect",
-        "--format",
-        "{{(index .IPAM.Config 0).Gateway}}",
-        &network,
-    ])
-    .trim()
-    .to_string();
+    let gateway = network_gateway(&network).to_string();
 
     // TXT of an allowlisted name: no records, answered here. A random
     // subdomain of a name off the allowlist (what a DNS tunnel would ask):

@@ -3,6 +3,7 @@
 
 use hermes_tests::cli::TestHome;
 use hermes_tests::docker_cli::{ProfileCleanup, docker};
+use hermes_tests::egress::network_gateway;
 
 /// A profile name of this test's own.
 fn profile(tag: &str) -> String {
@@ -432,15 +433,7 @@ fn sandboxes_on_the_proxy_only_network_reach_neither_each_other_nor_is_the_proxy
     assert!(!connects(&b, &a_ip, 8000), "a sandbox reached another one");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     // The proxy answers on the network's gateway, and nowhere on docker0.
-    let gateway = docker(&[
-        "network",
-        "inspect",
-        "--format",
-        "{{(index .IPAM.Config 0).Gateway}}",
-        &network,
-    ])
-    .trim()
-    .to_string();
+    let gateway = network_gateway(&network).to_string();
     assert!(
         connects(&b, &gateway, port),
         "the proxy is not on the gateway"
