@@ -41,6 +41,33 @@ pub fn hermes_bin() -> PathBuf {
     bin
 }
 
+/// The same binary under its other name, `hermesctl`: beside
+/// [`hermes_bin`] (`cargo build -p hermes-controller --bins` makes both;
+/// `scripts/test` does).
+///
+/// # Panics
+///
+/// When it has not been built, or (without `HERMES_BIN`) is older than a
+/// source it is built from.
+pub fn hermesctl_bin() -> PathBuf {
+    let bin = hermes_bin().with_file_name("hermesctl");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build -p hermes-controller --bins` (scripts/test does)",
+        bin.display()
+    );
+    let chosen = std::env::var_os("HERMES_BIN").is_some_and(|b| !b.is_empty());
+    if let Some(newer) = newer_source(&bin).filter(|_| !chosen) {
+        panic!(
+            "{} is older than {}: rebuild it with `cargo build -p hermes-controller --bins` \
+             (scripts/test does)",
+            bin.display(),
+            newer.display()
+        );
+    }
+    bin
+}
+
 /// A file the binary is built from (as cargo's dep-info beside it,
 /// `hermes.d`, lists them) that changed after it was built, if any.
 fn newer_source(bin: &Path) -> Option<PathBuf> {

@@ -10,6 +10,7 @@
 
 use bollard::Docker;
 
+pub mod agent;
 pub mod aws;
 pub mod cli;
 pub mod docker_cli;

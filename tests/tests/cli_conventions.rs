@@ -113,3 +113,62 @@ fn an_error_names_its_cause_once() {
     assert_eq!(run.stderr.matches(cause).count(), 1, "{}", run.stderr);
     drop(held);
 }
+
+/// `hermes ARGS` as the binary `bin`, on `home`'s home.
+fn run_as(bin: &std::path::Path, home: &TestHome, args: &[&str]) -> Run {
+    std::process::Command::new(bin)
+        .arg("--home")
+        .arg(home.path())
+        .args(args)
+        .env_remove("HERMES_HOME")
+        .env_remove("HERMES_PROFILE")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+        .into()
+}
+
+#[test]
+fn hermesctl_is_the_same_command_and_names_itself_as_invoked() {
+    let home = TestHome::new();
+    let hermesctl = hermes_tests::cli::hermesctl_bin();
+    let version = env!("CARGO_PKG_VERSION");
+    let run = run_as(&hermesctl, &home, &["--version"]);
+    assert_eq!(
+        (run.code, run.stdout.as_str()),
+        (0, format!("hermesctl {version}\n").as_str()),
+        "{run:?}"
+    );
+    let help = run_as(&hermesctl, &home, &["--help"]);
+    assert_eq!(help.code, 0, "{help:?}");
+    assert!(
+        help.stdout.contains("Usage: hermesctl [OPTIONS] <COMMAND>"),
+        "{}",
+        help.stdout
+    );
+    assert!(help.stdout.contains("64 usage error"), "{}", help.stdout);
+    let help = run_as(&hermesctl, &home, &["reconcile", "--help"]);
+    assert!(
+        help.stdout.contains("Usage: hermesctl reconcile [OPTIONS]"),
+        "{}",
+        help.stdout
+    );
+    let bad = run_as(&hermesctl, &home, &["reconcile", "--no-such-flag"]);
+    assert_eq!(bad.code, 64, "{bad:?}");
+    assert!(bad.stderr.contains("Usage: hermesctl reconcile"), "{bad:?}");
+    // The other name says its own.
+    let run = home.run(["--version"]);
+    assert_eq!(run.stdout, format!("hermes {version}\n"));
+    // One program: the same plan under either name.
+    home.write_config("terminal:\n  backend: local\nproxy:\n  enabled: true\n");
+    let ctl = run_as(&hermesctl, &home, &["reconcile", "--dry-run"]);
+    let plain = home.run(["reconcile", "--dry-run"]);
+    assert_eq!(ctl.code, 2, "{ctl:?}");
+    assert_eq!((ctl.code, &ctl.stdout), (plain.code, &plain.stdout));
+    // Any name it is linked as: argv[0]'s file name.
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("sandboxctl");
+    std::os::unix::fs::symlink(&hermesctl, &link).unwrap();
+    let run = run_as(&link, &home, &["--version"]);
+    assert_eq!(run.stdout, format!("sandboxctl {version}\n"));
+}
