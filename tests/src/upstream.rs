@@ -9,8 +9,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,7 +30,7 @@ pub struct Upstream {
     pub addr: SocketAddr,
     /// The PEM of the CA that signed the upstream's certificate.
     pub ca_pem: String,
-    accepted: Arc<AtomicUsize>,
+    peers: Peers,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -44,9 +44,9 @@ impl Upstream {
             .set_nonblocking(true)
             .unwrap_or_else(|e| panic!("{e}"));
         let addr = std_listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-        let accepted = Arc::new(AtomicUsize::new(0));
+        let peers = Peers::default();
         let (stop, stopped) = tokio::sync::oneshot::channel();
-        let count = accepted.clone();
+        let seen = peers.clone();
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
@@ -66,10 +66,10 @@ impl Upstream {
                 let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
                 let serve = async {
                     loop {
-                        let Ok((tcp, _)) = listener.accept().await else {
+                        let Ok((tcp, peer)) = listener.accept().await else {
                             continue;
                         };
-                        count.fetch_add(1, Ordering::SeqCst);
+                        seen.push(peer);
                         let acceptor = acceptor.clone();
                         tokio::spawn(async move {
                             let Ok(tls) = acceptor.accept(tcp).await else {
@@ -101,14 +101,20 @@ impl Upstream {
         Upstream {
             addr,
             ca_pem,
-            accepted,
+            peers,
             _stop: stop,
         }
     }
 
     /// How many TCP connections the upstream has accepted.
     pub fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
+        self.peers.len()
+    }
+
+    /// How many connections the upstream accepted before one of the
+    /// caller's own, made now ([`Peers::before_a_probe`]).
+    pub fn accepted_before_a_probe(&self) -> usize {
+        self.peers.before_a_probe(self.addr, None)
     }
 }
 
@@ -309,7 +315,8 @@ fn websocket(req: &mut Request<Incoming>) -> Response<Body> {
 #[derive(Debug)]
 pub struct Counter {
     pub addr: SocketAddr,
-    accepted: Arc<AtomicUsize>,
+    peers: Peers,
+    netns: Option<String>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -317,17 +324,14 @@ impl Counter {
     /// Listens on `bind`, inside the network namespace `netns` (made with
     /// `ip netns add`) when given.
     pub fn start(bind: SocketAddr, netns: Option<&str>) -> Counter {
-        let accepted = Arc::new(AtomicUsize::new(0));
+        let peers = Peers::default();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
         let netns = netns.map(|n| format!("/run/netns/{n}"));
-        let (count, stopping) = (accepted.clone(), stop.clone());
+        let (seen, stopping, inside) = (peers.clone(), stop.clone(), netns.clone());
         std::thread::spawn(move || {
-            if let Some(path) = netns {
-                let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-                // Only this thread moves into the namespace.
-                nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
-                    .unwrap_or_else(|e| panic!("setns {path}: {e}"));
+            if let Some(path) = inside {
+                enter_netns(&path);
             }
             let listener =
                 std::net::TcpListener::bind(bind).unwrap_or_else(|e| panic!("bind {bind}: {e}"));
@@ -337,9 +341,7 @@ impl Counter {
             let _ = tx.send(listener.local_addr().unwrap_or_else(|e| panic!("{e}")));
             while !stopping.load(Ordering::SeqCst) {
                 match listener.accept() {
-                    Ok(_) => {
-                        count.fetch_add(1, Ordering::SeqCst);
-                    }
+                    Ok((_, peer)) => seen.push(peer),
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
             }
@@ -349,14 +351,85 @@ impl Counter {
             .unwrap_or_else(|e| panic!("counter did not start: {e}"));
         Counter {
             addr,
-            accepted,
+            peers,
+            netns,
             stop,
         }
     }
 
     pub fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
+        self.peers.len()
     }
+
+    /// How many connections the counter accepted before one of the
+    /// caller's own, made now from the counter's namespace
+    /// ([`Peers::before_a_probe`]).
+    pub fn accepted_before_a_probe(&self) -> usize {
+        self.peers.before_a_probe(self.addr, self.netns.as_deref())
+    }
+}
+
+/// The peers of the connections a listener accepted, in the order it
+/// accepted them.
+#[derive(Debug, Clone, Default)]
+pub struct Peers(Arc<Mutex<Vec<SocketAddr>>>);
+
+impl Peers {
+    fn push(&self, peer: SocketAddr) {
+        self.lock().push(peer);
+    }
+
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<SocketAddr>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Connects to the listener at `addr` (from the network namespace at
+    /// the path `netns`, when given), waits (at most 30 s) until it has
+    /// accepted that connection, and returns how many it accepted before.
+    /// A listener accepts connections in the order they were made, so
+    /// every connection made before this call is counted by then: a count
+    /// that no sleep can take too early.
+    fn before_a_probe(&self, addr: SocketAddr, netns: Option<&str>) -> usize {
+        let netns = netns.map(str::to_string);
+        let probe = std::thread::spawn(move || {
+            if let Some(path) = netns {
+                enter_netns(&path);
+            }
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("probe of {addr}: {e}"))
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("the probe of {addr} failed"));
+        let mine = probe.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let seen = self
+                .lock()
+                .iter()
+                .position(|p| (p.ip(), p.port()) == (mine.ip(), mine.port()));
+            if let Some(before) = seen {
+                return before;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the listener on {addr} never accepted its probe"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Moves this thread (only) into the network namespace at `path`.
+fn enter_netns(path: &str) {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
+        .unwrap_or_else(|e| panic!("setns {path}: {e}"));
 }
 
 impl Drop for Counter {

@@ -167,7 +167,7 @@ PY
     }
     assert_eq!(out.section("python"), "403 no-token");
     assert_eq!(
-        upstream.accepted(),
+        upstream.accepted_before_a_probe(),
         0,
         "a refused request reached the upstream"
     );
@@ -444,7 +444,7 @@ print(json.dumps({
     );
     assert_eq!(no_key["body"]["code"], "no-key", "{no_key}");
     assert_eq!(
-        upstream.accepted(),
+        upstream.accepted_before_a_probe(),
         0,
         "a refused request reached the upstream"
     );

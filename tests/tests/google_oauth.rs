@@ -416,7 +416,7 @@ fn a_grant_the_token_endpoint_refuses_fails_the_request_with_a_reason() {
     );
     assert_eq!(endpoint.refused.load(Ordering::SeqCst), 1);
     assert_eq!(
-        vertex.accepted(),
+        vertex.accepted_before_a_probe(),
         0,
         "a request without a token reached Vertex"
     );
@@ -578,5 +578,5 @@ fn a_missing_or_broken_service_account_is_a_clear_refusal_or_error() {
             && text.contains("no Google service account (GOOGLE_APPLICATION_CREDENTIALS)"),
         "{text}"
     );
-    assert_eq!(vertex.accepted(), 0);
+    assert_eq!(vertex.accepted_before_a_probe(), 0);
 }
