@@ -315,7 +315,17 @@ fn huge_paths_leave_the_log_bounded_in_size_files_and_lines() {
     }
     let response = send("/the-last-request", "elsewhere.test");
     assert!(response.starts_with("HTTP/1.1 403"), "{response:.200}");
-    std::thread::sleep(Duration::from_millis(500));
+    // The log is written in order, after the answers: once the last
+    // request's line is in, every rotation before it is done.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !proxy.log().contains("/the-last-request") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the last request is not in the log:\n{}",
+            proxy.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     let mut files: Vec<(String, u64)> = std::fs::read_dir(proxy.dir())
         .unwrap()
