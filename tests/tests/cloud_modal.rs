@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use hermes_backends::cloud::{CloudDriver, CloudSpec, CloudState};
 use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
 use hermes_backends::modal::{ModalDriver, ModalError};
+use hermes_tests::fakes::Gate;
 use hermes_tests::fakes::modal::FakeModal;
 use tokio::io::AsyncWrite;
 
@@ -140,29 +141,37 @@ async fn exec_streams_output_live_and_returns_the_exit_code() {
     let (_fake, driver) = setup().await;
     let sandbox = driver.create(&spec("stream"), None).await.unwrap();
 
-    let started = Instant::now();
+    // The command waits until the test has seen its first line.
+    let gate = Gate::default();
     let req = sh(
-        "echo first; sleep 2; echo second >&2; exit 3",
+        &format!(
+            "echo first; {} && {{ echo second >&2; exit 3; }}",
+            gate.shell()
+        ),
         Duration::from_secs(30),
     );
-    let (outcome, out, err) = run(&driver, &sandbox.id, &req, None).await;
-    let ended = Instant::now();
+    let (mut out, mut err) = (Recorder::default(), Recorder::default());
+    let seen = out.clone();
+    let io = ExecIo {
+        stdin: None,
+        stdout: &mut out,
+        stderr: &mut err,
+    };
+    let exec = driver.exec(&sandbox.id, &req, io);
+    let (outcome, ()) = tokio::join!(exec, gate.open_once(|| seen.first().is_some()));
 
+    assert_eq!(out.text(), "first\n");
     assert_eq!(
-        outcome,
+        err.text(),
+        "second\n",
+        "the first line came only once the command ended"
+    );
+    assert_eq!(
+        outcome.unwrap(),
         ExecOutcome {
             exit_code: 3,
             timed_out: false
         }
-    );
-    assert_eq!(out.text(), "first\n");
-    assert_eq!(err.text(), "second\n");
-    let first = out.first().unwrap();
-    assert!(
-        ended.duration_since(first) > Duration::from_millis(1500),
-        "stdout came only {:?} before the end (started {:?} before it)",
-        ended.duration_since(first),
-        first.duration_since(started)
     );
 
     let (outcome, _, _) = run(

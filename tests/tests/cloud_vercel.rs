@@ -12,7 +12,7 @@ use hermes_backends::cloud::{CloudDriver, CloudSpec, CloudState, RETRY_ATTEMPTS}
 use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
 use hermes_backends::vercel::{VercelDriver, VercelError};
 use hermes_tests::fakes::vercel::FakeVercel;
-use hermes_tests::fakes::{Capture, process_alive};
+use hermes_tests::fakes::{Capture, Gate, process_alive};
 
 const TOKEN: &str = "vercel_test_token_0123456789";
 const TEAM: &str = "team_fake";
@@ -234,25 +234,38 @@ async fn output_streams_before_the_command_ends() {
     let fake = FakeVercel::start(TOKEN, TEAM, PROJECT);
     let d = driver(&fake);
     let sandbox = d.create(&spec("python3.13"), None).await.unwrap();
+    // The command waits until the test has seen its first line.
+    let gate = Gate::default();
     let r = req(
         &[
             "sh",
             "-c",
-            "echo first; sleep 2; echo second >&2; echo third",
+            &format!(
+                "echo first; {} && {{ echo second >&2; echo third; }}",
+                gate.shell()
+            ),
         ],
         Duration::from_secs(20),
     );
-    let (outcome, out, err) = run(&d, &sandbox.id, &r).await;
-    let ended = Instant::now();
-    assert_eq!(outcome.exit_code, 0);
-    assert_eq!(out.text(), "first\nthird\n");
-    assert_eq!(err.text(), "second\n");
-    let first = out.arrived("first").unwrap();
-    assert!(
-        ended.duration_since(first) >= Duration::from_millis(1500),
-        "the first line came only {:?} before the end",
-        ended.duration_since(first)
+    let (mut out, mut err) = (Capture::default(), Capture::default());
+    let seen = out.clone();
+    let exec = d.exec(
+        &sandbox.id,
+        &r,
+        ExecIo {
+            stdin: None,
+            stdout: &mut out,
+            stderr: &mut err,
+        },
     );
+    let (outcome, ()) = tokio::join!(exec, gate.open_once(|| seen.arrived("first").is_some()));
+    assert_eq!(
+        out.text(),
+        "first\nthird\n",
+        "the first line came only once the command ended"
+    );
+    assert_eq!(err.text(), "second\n");
+    assert_eq!(outcome.unwrap().exit_code, 0);
 }
 
 #[tokio::test]

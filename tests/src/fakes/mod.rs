@@ -345,6 +345,54 @@ impl tokio::io::AsyncWrite for Capture {
     }
 }
 
+/// A file of this host that a command of a fake's sandbox (a local
+/// process) waits for: the test opens the gate once it has seen what it
+/// waits for, so that "while the command still runs" is an order of
+/// events, not a span of time.
+#[derive(Debug)]
+pub struct Gate {
+    dir: tempfile::TempDir,
+}
+
+impl Default for Gate {
+    fn default() -> Gate {
+        Gate {
+            dir: tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}")),
+        }
+    }
+}
+
+impl Gate {
+    /// sh that waits until the gate is open (at most 15 s) and succeeds
+    /// only if it was.
+    pub fn shell(&self) -> String {
+        let path = self.dir.path().join("open");
+        let path = path.display();
+        format!(
+            "i=0; while [ ! -e '{path}' ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; [ -e '{path}' ]"
+        )
+    }
+
+    pub fn open(&self) {
+        std::fs::write(self.dir.path().join("open"), "")
+            .unwrap_or_else(|e| panic!("opening the gate: {e}"));
+    }
+
+    /// Opens the gate once `seen` is true (looked at every 20 ms, for at
+    /// most 20 s; never opened otherwise, so a command that ends without
+    /// being let go shows it).
+    pub async fn open_once(&self, seen: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if seen() {
+                self.open();
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
 /// The exit code of a finished process as a shell reports it.
 fn exit_code(status: std::process::ExitStatus) -> i64 {
     use std::os::unix::process::ExitStatusExt as _;
