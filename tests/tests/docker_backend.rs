@@ -523,13 +523,16 @@ async fn exec_streams_ten_megabytes_intact_and_output_arrives_while_the_command_
     assert_eq!(ran.stderr.len(), 1024 * 1024);
     assert!(ran.stderr.iter().all(|b| *b == b'b'));
 
-    // Live: the first line is read while the command still sleeps.
+    // Live: the first line is read while the command waits (at most a
+    // minute) to be let go, which the reader does once it has that line.
     let (mut reader, writer) = tokio::io::duplex(64 * 1024);
-    let req = request(&["sh", "-c", "echo first; sleep 2; echo second"]);
-    let exec = async {
-        let outcome = f.engine.exec(&id, &req, writer, tokio::io::sink()).await;
-        (outcome, Instant::now())
-    };
+    let req = request(&[
+        "sh",
+        "-c",
+        "echo first; i=0; while [ ! -e /tmp/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; \
+         [ -e /tmp/go ] && echo second",
+    ]);
+    let exec = f.engine.exec(&id, &req, writer, tokio::io::sink());
     let read_first = async {
         let mut seen = Vec::new();
         let mut buf = [0u8; 64];
@@ -538,19 +541,18 @@ async fn exec_streams_ten_megabytes_intact_and_output_arrives_while_the_command_
             assert_ne!(n, 0, "the output ended before the first line");
             seen.extend_from_slice(&buf[..n]);
         }
-        let at = Instant::now();
+        let go = run(&f.engine, &id, &request(&["touch", "/tmp/go"])).await;
+        assert_eq!(go.outcome.exit_code, 0);
         let mut rest = Vec::new();
         reader.read_to_end(&mut rest).await.unwrap();
-        (at, rest)
+        rest
     };
-    let ((outcome, finished), (first_at, rest)) = tokio::join!(exec, read_first);
-    assert_eq!(outcome.unwrap().exit_code, 0);
-    assert_eq!(rest, b"second\n");
-    assert!(
-        finished.duration_since(first_at) >= Duration::from_millis(1500),
-        "the first line arrived only {:?} before the end",
-        finished.duration_since(first_at)
+    let (outcome, rest) = tokio::join!(exec, read_first);
+    assert_eq!(
+        rest, b"second\n",
+        "the first line arrived only once the command ended"
     );
+    assert_eq!(outcome.unwrap().exit_code, 0);
 
     f.engine.remove(&id).await.unwrap();
 }
@@ -567,7 +569,9 @@ async fn a_timed_out_exec_answers_124_and_kills_its_whole_process_tree() {
         // descendant), and the foreground.
         "echo started; sleep 1000 & env -i sleep 1001 & sleep 1002",
     ]);
-    req.timeout = Duration::from_secs(2);
+    // Time for a loaded machine's engine to start the command and pass
+    // its first line on before the timeout.
+    req.timeout = Duration::from_secs(6);
     let start = Instant::now();
     let ran = run(&f.engine, &id, &req).await;
     let took = start.elapsed();
@@ -580,7 +584,7 @@ async fn a_timed_out_exec_answers_124_and_kills_its_whole_process_tree() {
     );
     assert_eq!(ran.out(), "started\n", "output before the timeout arrived");
     assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_secs(12),
+        took >= Duration::from_secs(6) && took < Duration::from_secs(40),
         "{took:?}"
     );
 
@@ -594,13 +598,11 @@ async fn a_timed_out_exec_answers_124_and_kills_its_whole_process_tree() {
     );
     // The engine agrees: nothing runs besides the init and the keeper
     // (killed processes may take a moment to be reaped).
-    let mut processes = None;
-    for _ in 0..40 {
-        processes = f.observed(&spec.name).await.unwrap().processes;
-        if processes == Some(0) {
-            break;
-        }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut processes = f.observed(&spec.name).await.unwrap().processes;
+    while processes != Some(0) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
+        processes = f.observed(&spec.name).await.unwrap().processes;
     }
     assert_eq!(processes, Some(0));
 
@@ -716,11 +718,12 @@ async fn observing_containers_left_in_created_costs_one_list_call() {
             "a per-container call for a created container: {requests:#?}"
         );
     }
+    // What it costs is the calls counted above; the time is for the eye
+    // (a loaded machine's engine answers that one list slowly too).
     eprintln!(
         "observed {} containers ({COUNT} of them in created) in {took:?}",
         seen.len()
     );
-    assert!(took < Duration::from_secs(5), "{took:?}");
 
     let mut removing = tokio::task::JoinSet::new();
     for id in ids {
