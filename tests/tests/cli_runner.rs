@@ -91,11 +91,11 @@ impl Host {
         .collect()
     }
 
-    /// Waits (a few seconds at most) until `hermes sandbox list` counts
-    /// `n` processes in the sandbox: a command's handler may take a moment
-    /// to be reaped after the command's end.
+    /// Waits (at most 30 s) until `hermes sandbox list` counts `n`
+    /// processes in the sandbox: a command's handler may take a moment to
+    /// be reaped after the command's end.
     fn expect_processes(&self, n: u64) {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let now = self.processes();
             if now == n {
@@ -242,9 +242,18 @@ fn large_output_timeouts_and_background_commands_through_the_runner() {
     }
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
 
-    // Output is live: the first line is there before the command ends.
+    // Output is live: the first line is there while the command waits to
+    // be let go (at most a minute), which the test does only once it read
+    // that line.
     let mut child = host
-        .command(&["exec", "--", "sh", "-c", "echo first; sleep 4; echo second"])
+        .command(&[
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "echo first; i=0; while [ ! -e /tmp/rn-go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; \
+             if [ -e /tmp/rn-go ]; then echo second; else echo gave up; fi",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -252,12 +261,15 @@ fn large_output_timeouts_and_background_commands_through_the_runner() {
     let mut first = [0u8; 6];
     std::io::Read::read_exact(&mut stdout, &mut first).unwrap();
     assert_eq!(&first, b"first\n");
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the first line came only once the command ended"
-    );
     // While it runs the sandbox is busy; the runner itself is not.
     assert!(host.processes() >= 1);
+    docker(&["exec", &host.name(), "touch", "/tmp/rn-go"]);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert_eq!(
+        rest, "second\n",
+        "the first line came only once the command ended"
+    );
     assert!(child.wait().unwrap().success());
     host.expect_processes(0);
 
@@ -357,11 +369,14 @@ fn secrets_stay_off_command_lines_inspect_and_disk() {
             "--",
             "sh",
             "-c",
-            "echo ready; sleep 3",
+            "echo ready; i=0; while [ ! -e /tmp/rs-go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; \
+             [ -e /tmp/rs-go ]",
         ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    // Everything below is looked at while the command runs: it waits (at
+    // most a minute) until the test lets it go.
     let mut ready = [0u8; 6];
     std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut ready).unwrap();
     // Inside the container: on no command line.
@@ -388,7 +403,11 @@ fn secrets_stay_off_command_lines_inspect_and_disk() {
     // On disk: the environment file is gone once the runner read it.
     let on_disk = files_containing(&host.runner_dir(), SECRET);
     assert!(on_disk.is_empty(), "{on_disk:?}");
-    assert!(child.wait().unwrap().success());
+    docker(&["exec", &host.name(), "touch", "/tmp/rs-go"]);
+    assert!(
+        child.wait().unwrap().success(),
+        "the command ended before it was let go"
+    );
     assert!(files_containing(&host.runner_dir(), SECRET).is_empty());
 }
 
