@@ -111,8 +111,8 @@ fn a_pipe_the_sandbox_makes_is_never_handed_a_request_nor_answers_one() {
     assert_eq!(runners.split_whitespace().count(), 1, "{runners}");
     host.inside(&format!("kill -9 {}", runners.trim()));
     let impostor = r#"
-        cd /run/hermes && mkfifo ctl.0 && exec 3<>ctl.0 && : > /tmp/ready
-        end=$(( $(date +%s) + 60 ))
+        cd /run/hermes && mkfifo ctl.0 && exec 3<>ctl.0 && echo $$ > /tmp/impostor && : > /tmp/ready
+        end=$(( $(date +%s) + 300 ))
         while [ "$(date +%s)" -lt "$end" ] && IFS= read -r n <&3; do
           echo "$n" >> /tmp/asked
           cat "$n/env" >> /tmp/stolen 2>/dev/null
@@ -150,9 +150,27 @@ fn a_pipe_the_sandbox_makes_is_never_handed_a_request_nor_answers_one() {
             "round {round}: {run:?}"
         );
     }
-    let asked = host.inside("cat /tmp/asked 2>/dev/null || true");
+    // A line of the test's own, after whatever hermes may have written to
+    // the planted pipe: once the impostor has read it, it has read those.
+    // Through the impostor's own descriptor: hermes may have removed the
+    // pipe's name.
+    host.inside(
+        "mkdir -p /tmp/sentinel && exec 4<>/proc/$(cat /tmp/impostor)/fd/3 && echo /tmp/sentinel >&4",
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let asked = loop {
+        let asked = host.inside("cat /tmp/asked 2>/dev/null || true");
+        if asked.contains("/tmp/sentinel") {
+            break asked;
+        }
+        assert!(Instant::now() < deadline, "the impostor stopped reading");
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let stolen = host.inside("cat /tmp/stolen 2>/dev/null || true");
-    assert!(asked.is_empty(), "the planted pipe got requests: {asked}");
+    assert_eq!(
+        asked, "/tmp/sentinel\n",
+        "the planted pipe got requests: {asked}"
+    );
     assert!(!stolen.contains(SECRET), "{stolen}");
 }
 
@@ -164,8 +182,16 @@ fn a_pipe_the_sandbox_makes_is_never_handed_a_request_nor_answers_one() {
 fn the_runner_shows_the_sandbox_no_host_pid_and_no_script() {
     let host = Host::new("atl");
     assert_eq!(host.hermes(&["exec", "--", "true"]).code, 0);
+    // One process, which waits (at most a minute) until the test lets it
+    // go: everything below is looked at while it runs.
     let mut child = host
-        .command(&["exec", "--", "sh", "-c", "echo ready; exec sleep 3"])
+        .command(&[
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "mkfifo /tmp/atl-go && echo ready && exec bash -c 'exec 3<>/tmp/atl-go; read -t 60 -u 3 line'",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -190,8 +216,12 @@ fn the_runner_shows_the_sandbox_no_host_pid_and_no_script() {
     }
     // The command makes the sandbox busy; the runner does not.
     assert_eq!(host.processes(), 1);
-    assert!(child.wait().unwrap().success());
-    host.expect_processes(0, Duration::from_secs(5));
+    host.inside("echo go > /tmp/atl-go");
+    assert!(
+        child.wait().unwrap().success(),
+        "the command ended before it was let go"
+    );
+    host.expect_processes(0, Duration::from_secs(30));
 }
 
 /// The finding: a fork bomb filled the sandbox's pids limit; the kill of
@@ -217,7 +247,7 @@ fn a_fork_bomb_is_killed_at_its_timeout_under_a_full_pids_limit() {
     assert!(took < Duration::from_secs(30), "{took:?}");
 
     // Seen from the host (the engine's top needs no room in the sandbox).
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let top = docker(&["top", &host.name(), "-o", "pid,args"]);
         let left = top
@@ -235,7 +265,7 @@ fn a_fork_bomb_is_killed_at_its_timeout_under_a_full_pids_limit() {
         std::thread::sleep(Duration::from_millis(200));
     }
     // Not busy, and it still serves commands.
-    host.expect_processes(0, Duration::from_secs(10));
+    host.expect_processes(0, Duration::from_secs(30));
     let run = host.hermes(&["exec", "--", "echo", "alive"]);
     assert_eq!((run.code, run.stdout.as_str()), (0, "alive\n"), "{run:?}");
 }
