@@ -108,6 +108,8 @@ fn execs_racing_a_recreate_wait_for_it_and_succeed() {
 fn a_recreate_lets_a_running_command_end_first() {
     let (home, profile, _cleanup) = with_a_sandbox("chl");
 
+    // The command runs until the test lets it go (within the grace), once
+    // the reconcile says it waits for it.
     let running = spawn(
         &home,
         &[
@@ -115,23 +117,48 @@ fn a_recreate_lets_a_running_command_end_first() {
             &profile,
             "exec",
             "--",
-            "touch /workspace/started; sleep 3; echo finished",
+            "touch /workspace/started; i=0; while [ ! -e /workspace/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo finished",
         ],
     );
-    let marker = home
+    let workspace = home
         .path()
         .join("sandboxes/docker")
         .join(&profile)
-        .join("default/workspace/started");
+        .join("default/workspace");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !marker.exists() {
+    while !workspace.join("started").exists() {
         assert!(Instant::now() < deadline, "the command never started");
         std::thread::sleep(Duration::from_millis(20));
     }
     home.write_config(docker_config(1));
-    let reconcile = home.run(["--profile", &profile, "reconcile"]);
-    assert_eq!(reconcile.code, 0, "{reconcile:?}");
+    let mut reconcile = home
+        .command(["--profile", &profile, "reconcile"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = reconcile.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let lines = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            if line.contains("waiting for the commands running in the sandbox to end") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let waiting = rx.recv_timeout(Duration::from_secs(60));
+    std::fs::write(workspace.join("go"), "").unwrap();
     let (code, output) = finish(running);
+    let status = reconcile.wait().unwrap();
+    let log = lines.join().unwrap();
+    assert!(waiting.is_ok(), "the reconcile did not wait:\n{log}");
+    assert!(status.success(), "reconcile failed:\n{log}");
     assert_eq!(code, 0, "the running command was cut short:\n{output}");
     assert!(output.contains("stdout: finished"), "{output}");
     let now = containers_of(&profile);
@@ -243,8 +270,8 @@ fn docker_top(container: &str) -> String {
 }
 
 /// Docker (through the sandbox's runner): `kill -9` of `hermes exec` ends
-/// its command within a couple of seconds; a `--background` command
-/// survives the exec that started it.
+/// its command, long before the command would have ended; a
+/// `--background` command survives the exec that started it.
 #[test]
 fn a_killed_exec_takes_its_command_with_it_on_docker() {
     let profile = format!("chk{}", std::process::id());
@@ -269,12 +296,13 @@ fn a_killed_exec_takes_its_command_with_it_on_docker() {
         || docker_top(&container).contains("sleep 300"),
     );
     assert!(
-        eventually(Duration::from_secs(3), || !docker_top(&container)
+        eventually(Duration::from_secs(30), || !docker_top(&container)
             .contains("sleep 300")),
         "the command outlived its hermes exec:\n{}",
         docker_top(&container)
     );
 
+    let before = docker_top(&container);
     let started = home.run([
         "--profile",
         &profile,
@@ -286,7 +314,23 @@ fn a_killed_exec_takes_its_command_with_it_on_docker() {
         "sleep 301",
     ]);
     assert_eq!(started.code, 0, "{started:?}");
-    std::thread::sleep(Duration::from_secs(2));
+    // Whatever of the runner handled that request has ended (its
+    // processes are gone): it had its chance to take the command along.
+    let runner = |top: &str| -> Vec<String> {
+        top.lines()
+            .filter(|l| l.contains("# hermes-runner"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            runner(&docker_top(&container))
+                .iter()
+                .all(|p| before.contains(p))
+        }),
+        "the background request's handler did not end:\n{}",
+        docker_top(&container)
+    );
     assert!(
         docker_top(&container).contains("sleep 301"),
         "the background command did not survive its hermes exec:\n{}",
@@ -307,7 +351,7 @@ fn host_process_running(argv: &[&str]) -> bool {
 }
 
 /// Local: `kill -9` of `hermes exec` ends its command (and what it
-/// started) within a couple of seconds.
+/// started), long before the command would have ended.
 #[test]
 fn a_killed_exec_takes_its_command_with_it_on_local() {
     let home = TestHome::new();
@@ -318,15 +362,15 @@ fn a_killed_exec_takes_its_command_with_it_on_local() {
     let sleeping = || host_process_running(&["sleep", &sleep]);
     kill_9_mid_command(&home, &["exec", "--", "sh", "-c", &script], sleeping);
     assert!(
-        eventually(Duration::from_secs(3), || !sleeping()),
+        eventually(Duration::from_secs(30), || !sleeping()),
         "the command outlived its hermes exec"
     );
 }
 
 /// Docker through the engine's exec (an image without `setsid`, where the
-/// runner cannot run): `kill -9` of `hermes exec` ends its command within a
-/// couple of seconds; a command that ended on its own gives its exit code
-/// and output as before.
+/// runner cannot run): `kill -9` of `hermes exec` ends its command, long
+/// before the command would have ended; a command that ended on its own
+/// gives its exit code and output as before.
 #[test]
 fn a_killed_exec_takes_its_command_with_it_through_the_engines_exec() {
     let pid = std::process::id();
@@ -384,7 +428,7 @@ fn a_killed_exec_takes_its_command_with_it_through_the_engines_exec() {
         || docker_top(&container).contains("sleep 302"),
     );
     assert!(
-        eventually(Duration::from_secs(3), || !docker_top(&container)
+        eventually(Duration::from_secs(30), || !docker_top(&container)
             .contains("sleep 302")),
         "the command outlived its hermes exec:\n{}",
         docker_top(&container)
@@ -401,7 +445,14 @@ fn a_killed_exec_takes_its_command_with_it_through_the_engines_exec() {
         "sleep 303 >/dev/null 2>&1 &",
     ]);
     assert_eq!(left.code, 0, "{left:?}");
-    std::thread::sleep(Duration::from_secs(1));
+    // The command's watch, which would kill it, has ended: it had its
+    // chance.
+    assert!(
+        eventually(Duration::from_secs(30), || !docker_top(&container)
+            .contains("hermes-watch")),
+        "the watch outlived its command:\n{}",
+        docker_top(&container)
+    );
     assert!(
         docker_top(&container).contains("sleep 303"),
         "what the command left in the background was killed:\n{}",
@@ -420,8 +471,9 @@ impl Drop for ImageCleanup {
     }
 }
 
-/// SSH: `kill -9` of `hermes exec` ends the remote command within a couple
-/// of seconds (the connection holder kills its tree when its client goes).
+/// SSH: `kill -9` of `hermes exec` ends the remote command, long before it
+/// would have ended (the connection holder kills its tree when its client
+/// goes).
 #[test]
 fn a_killed_exec_takes_its_command_with_it_on_ssh() {
     let sshd = hermes_tests::sshd::Sshd::start();
@@ -436,7 +488,7 @@ fn a_killed_exec_takes_its_command_with_it_on_ssh() {
         || remote().contains("sleep 304"),
     );
     assert!(
-        eventually(Duration::from_secs(3), || !remote().contains("sleep 304")),
+        eventually(Duration::from_secs(30), || !remote().contains("sleep 304")),
         "the command outlived its hermes exec:\n{}",
         remote()
     );
