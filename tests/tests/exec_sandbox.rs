@@ -267,8 +267,26 @@ fn concurrent_commands_of_one_task_leave_the_directory_of_the_last_to_finish() {
             .unwrap()
     };
     // The slow one started first and finishes last: its directory stays.
-    let slow = spawn("cd /tmp && sleep 3; pwd");
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // It runs until the test lets it go (at most a minute).
+    let slow = spawn(
+        "cd /tmp && touch /tmp/slow-started && i=0; \
+         while [ ! -e /tmp/slow-go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; pwd",
+    );
+    let in_the_sandbox = |script: &str| {
+        std::process::Command::new("docker")
+            .args(["exec", &host.name(), "sh", "-c", script])
+            .status()
+            .unwrap()
+            .success()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !in_the_sandbox("[ -e /tmp/slow-started ]") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let quick = host.hermes(&["exec", "--", "cd /etc; pwd"]);
     assert_eq!(
         (quick.code, quick.stdout.as_str()),
@@ -279,6 +297,9 @@ fn concurrent_commands_of_one_task_leave_the_directory_of_the_last_to_finish() {
     // one left the task.
     let between = host.hermes(&["exec", "--", "pwd"]);
     assert_eq!(between.stdout, "/etc\n", "{between:?}");
+    // Let go through the engine, not hermes: no other command of the
+    // task ends meanwhile.
+    assert!(in_the_sandbox("touch /tmp/slow-go"));
     let slow: Run = slow.wait_with_output().unwrap().into();
     assert_eq!((slow.code, slow.stdout.as_str()), (0, "/tmp\n"), "{slow:?}");
     let after = host.hermes(&["exec", "--", "pwd"]);
