@@ -378,9 +378,15 @@ fn contract(b: &Backend) {
     assert_eq!(b.out(&["cd .."]), "", "{name}");
 
     // --background starts the command and returns at once, leaving it
-    // running.
+    // running: here it runs until the test lets it go (at most a minute),
+    // and says whether it was let go.
     let started = Instant::now();
-    let run = b.exec(&["--background", "--", "sleep 3; echo done > bg-marker"]);
+    let run = b.exec(&[
+        "--background",
+        "--",
+        "i=0; while [ ! -e bg-go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; \
+         if [ -e bg-go ]; then echo done; else echo gave up; fi > bg-marker",
+    ]);
     assert_eq!(run.code, 0, "{name}: {run:?}");
     assert!(
         run.stderr.contains("started in the background"),
@@ -396,12 +402,17 @@ fn contract(b: &Backend) {
         "not yet\n",
         "{name}"
     );
-    let until = Instant::now() + Duration::from_secs(20);
+    assert_eq!(b.out(&["touch bg-go"]), "", "{name}");
+    let until = Instant::now() + Duration::from_secs(30);
     loop {
         let now = b.out(&["cat bg-marker 2>/dev/null || echo not yet"]);
         if now == "done\n" {
             break;
         }
+        assert_ne!(
+            now, "gave up\n",
+            "{name}: the background command was not let go"
+        );
         assert!(
             Instant::now() < until,
             "{name}: the background command did not run"
@@ -432,9 +443,9 @@ fn contract(b: &Backend) {
     }
 }
 
-/// Runs `look` until it prints nothing (at most 10 s); its last output.
+/// Runs `look` until it prints nothing (at most 30 s); its last output.
 fn eventually_empty(look: impl Fn() -> String) -> String {
-    let until = Instant::now() + Duration::from_secs(10);
+    let until = Instant::now() + Duration::from_secs(30);
     loop {
         let now = look();
         if now.is_empty() || Instant::now() >= until {
