@@ -385,8 +385,12 @@ fn a_killed_proxy_fails_closed_and_reconcile_brings_it_back() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    let killed = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(60);
     let refused = loop {
+        // Gone, or a zombie: it answers nothing from then on.
+        let dead = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit(") ").next().is_some_and(|r| r.starts_with('Z'))
+        });
         let run = host.hermes(&["exec", "--", "echo", "ran"]);
         // While the killed process is still exiting it can be seen alive
         // but not answering: refused as "not healthy", fail closed too.
@@ -394,11 +398,11 @@ fn a_killed_proxy_fails_closed_and_reconcile_brings_it_back() {
             break run;
         }
         assert!(
-            run.code == 3 || killed.elapsed() < Duration::from_secs(2),
-            "exec still runs 2 s after the proxy died: {run:?}"
+            run.code == 3 || !dead,
+            "an exec started after the proxy died ran: {run:?}"
         );
         assert!(
-            killed.elapsed() < Duration::from_secs(10),
+            Instant::now() < deadline,
             "the killed proxy is still seen running: {run:?}"
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -511,8 +515,8 @@ fn a_running_controller_restarts_a_killed_proxy() {
             break;
         }
         assert!(
-            killed.elapsed() < Duration::from_secs(20),
-            "the proxy was not restarted within 20 s; controller log:\n{}",
+            killed.elapsed() < Duration::from_secs(60),
+            "the proxy was not restarted within 60 s; controller log:\n{}",
             std::fs::read_to_string(host.home.path().join("controller.log")).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(100));
