@@ -834,7 +834,8 @@ mod tests {
                 root,
                 pipe,
             };
-            for _ in 0..1000 {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
                 if runner.root.open_pipe(&runner.pipe).unwrap().is_some() {
                     return runner;
                 }
@@ -1117,7 +1118,7 @@ mod tests {
     #[tokio::test]
     async fn a_timeout_before_the_end_says_the_command_ran() {
         let runner = LocalRunner::start();
-        let cmd = script::command_file(Mode::Run, None, &["sleep".into(), "5".into()]).unwrap();
+        let cmd = script::command_file(Mode::Run, None, &["sleep".into(), "30".into()]).unwrap();
         let env = script::env_file(&marked(&[], "m")).unwrap();
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let started = Instant::now();
@@ -1135,7 +1136,8 @@ mod tests {
             matches!(ended, Ok(Ended::TimedOut { ran: true })),
             "{ended:?}"
         );
-        assert!(started.elapsed() < Duration::from_secs(3));
+        // Long before the command's end.
+        assert!(started.elapsed() < Duration::from_secs(20));
     }
 
     /// A "runner" that is only a reader of the pipe: it takes lines, and
@@ -1185,11 +1187,12 @@ mod tests {
     #[tokio::test]
     async fn a_request_claimed_late_is_never_withdrawn() {
         let (_base, dir, root, pipe, mut reader) = fake_runner();
+        // Claimed as soon as it is read (well inside the second hermes
+        // waits for an answer), and never answered.
         let claim = std::thread::spawn(move || {
             let mut line = [0u8; 128];
             let n = reader.read(&mut line).unwrap();
             let name = String::from_utf8_lossy(&line[..n]).trim().to_string();
-            std::thread::sleep(Duration::from_millis(100));
             std::fs::write(dir.join(name).join("claim"), "").unwrap();
         });
         let cmd = script::command_file(Mode::Run, None, &["true".into()]).unwrap();
@@ -1200,8 +1203,8 @@ mod tests {
             root.open_pipe(&pipe).unwrap().unwrap(),
             (&cmd, ""),
             (None, &mut out, &mut err),
-            Instant::now() + Duration::from_millis(800),
-            Duration::from_millis(300),
+            Instant::now() + Duration::from_secs(2),
+            Duration::from_secs(1),
         )
         .await;
         claim.join().unwrap();
@@ -1216,14 +1219,17 @@ mod tests {
     #[tokio::test]
     async fn background_commands_start_detached_or_say_why_not() {
         let runner = LocalRunner::start();
-        let marker = runner.dir.join("started");
-        let argv: Vec<String> = ["sh", "-c", "sleep 0.2; echo $$ > \"$1\"", "-"]
+        // The command waits (at most a minute) until the test lets it go,
+        // then writes its pid: start returns while it waits.
+        let (marker, go) = (runner.dir.join("started"), runner.dir.join("go"));
+        let line = "i=0; while [ ! -e \"$2\" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; \
+                      echo $$ > \"$1\"";
+        let argv: Vec<String> = ["sh", "-c", line, "-"]
             .iter()
             .map(|s| s.to_string())
-            .chain([marker.display().to_string()])
+            .chain([marker.display().to_string(), go.display().to_string()])
             .collect();
         let cmd = script::command_file(Mode::Background, None, &argv).unwrap();
-        let began = Instant::now();
         start(
             "c",
             &runner.root,
@@ -1234,14 +1240,14 @@ mod tests {
         )
         .await
         .unwrap();
-        assert!(began.elapsed() < Duration::from_millis(200) || !marker.exists());
-        for _ in 0..200 {
-            if marker.exists() {
-                break;
-            }
+        assert!(!marker.exists(), "start waited for the command's end");
+        std::fs::write(&go, "").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let pid = || std::fs::read_to_string(&marker).unwrap_or_default();
+        while !pid().ends_with('\n') && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert!(marker.exists());
+        assert!(pid().trim().parse::<u32>().is_ok(), "{:?}", pid());
 
         let cmd =
             script::command_file(Mode::Background, None, &["no-such-program".into()]).unwrap();
