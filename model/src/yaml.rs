@@ -711,10 +711,12 @@ mod tests {
             ));
             prev = name;
         }
+        // Refused, never expanded (ten billion nodes): a bound that only
+        // a hang misses, whatever the machine's load.
         let started = std::time::Instant::now();
         let e = parse(&text).unwrap_err();
         assert!(e.message.contains("nodes"), "{e}");
-        assert!(started.elapsed() < std::time::Duration::from_millis(500));
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
     }
 
     #[test]
