@@ -2,8 +2,9 @@
 //! (`mcp` from PyPI, in a virtualenv cached under the target directory)
 //! and the TypeScript SDK (`@modelcontextprotocol/sdk` from npm, cached
 //! there too), each spawning `hermes mcp` over stdio against the real
-//! Docker engine; and the streamable HTTP transport's token, over a raw
-//! socket.
+//! Docker engine; the streamable HTTP transport's token, over a raw
+//! socket; and, in raw JSON-RPC over stdio on the local backend, what
+//! the server itself sends: its name.
 //!
 //! The clients run `tests/clients/mcp_client.{py,mjs}`: a list of steps
 //! in, one JSON list of results out; the assertions are here.
@@ -672,4 +673,80 @@ fn the_http_transport_serves_only_requests_with_the_token() {
     assert!(text.contains("hermes"), "{text}");
     assert!(!text.contains(token.trim()));
     drop(server);
+}
+
+/// A `hermes mcp` over stdio spoken to in raw JSON-RPC, one message a
+/// line, with no SDK in between: what the server sends is what is
+/// checked. `initialize`, then each of `requests` (methods and params);
+/// the results, the initialize result first.
+fn raw_stdio(home: &TestHome, requests: &[(&str, Value)]) -> Vec<Value> {
+    let mut child = home
+        .command(["mcp"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let server = Server(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut send = |message: Value| writeln!(stdin, "{message}").unwrap();
+    let answer = |id: u64| -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no answer to request {id}: {e}"));
+            let message: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not JSON-RPC ({e}): {line}"));
+            if message["id"] == json!(id) {
+                assert!(message.get("error").is_none(), "{message}");
+                return message["result"].clone();
+            }
+        }
+    };
+    send(json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": { "name": "raw", "version": "1" }
+        }
+    }));
+    let mut results = vec![answer(0)];
+    send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+    for (id, (method, params)) in (1..).zip(requests) {
+        send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        results.push(answer(id));
+    }
+    drop(server);
+    results
+}
+
+/// `initialize` names the server: hermes at its own version (the one
+/// `hermes --version` prints), not the MCP library it is built on.
+#[test]
+fn the_initialize_result_names_hermes_at_its_version() {
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: local\n");
+    let r = raw_stdio(&home, &[]);
+    let info = &r[0]["serverInfo"];
+    assert_eq!(info["name"], "hermes", "{info}");
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"), "{info}");
+    let version = home.run(["--version"]);
+    assert_eq!(version.code, 0, "{version:?}");
+    assert_eq!(
+        version.stdout.trim(),
+        format!("hermes {}", env!("CARGO_PKG_VERSION"))
+    );
 }

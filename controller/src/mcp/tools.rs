@@ -16,7 +16,8 @@ use std::time::Duration;
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolResult, ContentBlock, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+    CallToolResult, ContentBlock, Implementation, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, schemars, tool, tool_handler, tool_router};
@@ -846,9 +847,11 @@ fn split_parts(text: &str, max: usize) -> Vec<&str> {
 #[tool_handler]
 impl ServerHandler for Hermes {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
-            "hermes: a hardened, persistent sandbox for this session. Run commands with `terminal`, manage background processes with `process`, and read and write files with `read_file` and `write_file`. The sandbox holds no real API keys: requests to allowed AI providers go through the host's credential proxy.",
-        )
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("hermes", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "hermes: a hardened, persistent sandbox for this session. Run commands with `terminal`, manage background processes with `process`, and read and write files with `read_file` and `write_file`. The sandbox holds no real API keys: requests to allowed AI providers go through the host's credential proxy.",
+            )
     }
 }
 
