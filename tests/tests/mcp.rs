@@ -4,7 +4,7 @@
 //! there too), each spawning `hermes mcp` over stdio against the real
 //! Docker engine; the streamable HTTP transport's token, over a raw
 //! socket; and, in raw JSON-RPC over stdio on the local backend, what
-//! the server itself sends: its name.
+//! the server itself sends: its name and every tool's schema.
 //!
 //! The clients run `tests/clients/mcp_client.{py,mjs}`: a list of steps
 //! in, one JSON list of results out; the assertions are here.
@@ -244,7 +244,7 @@ fn docker_config() -> String {
 fn scenario(client: Client, tag: &str) {
     let profile = format!("{tag}{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(docker_config());
     let procs = r#"for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'echo [t]ick'"#;
     let steps = json!([
@@ -427,7 +427,7 @@ fn typescript_sdk_drives_the_docker_sandbox() {
 fn a_command_refused_while_the_egress_proxy_is_down_is_a_tool_error() {
     let profile = format!("mcfc{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let port = hermes_tests::egress::free_port_pair(None);
     home.write_config(format!(
         "terminal:\n  backend: docker\n  docker_image: {}\nproxy:\n  enabled: true\n  tunnel_port: {port}\n",
@@ -472,7 +472,7 @@ fn a_command_refused_while_the_egress_proxy_is_down_is_a_tool_error() {
 fn a_connection_of_its_own_gets_a_sandbox_removed_at_its_end() {
     let profile = format!("mcown{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(format!(
         "{}  container_persistent: false\n",
         docker_config()
@@ -489,7 +489,7 @@ fn a_connection_of_its_own_gets_a_sandbox_removed_at_its_end() {
 fn an_http_session_of_its_own_gets_a_sandbox_removed_when_the_client_ends_it() {
     let profile = format!("mchttp{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(format!(
         "{}  container_persistent: false\n",
         docker_config()
@@ -731,6 +731,155 @@ fn raw_stdio(home: &TestHome, requests: &[(&str, Value)]) -> Vec<Value> {
     }
     drop(server);
     results
+}
+
+/// The keywords a strict tool-call backend refuses or cannot build a
+/// grammar from: references (llama.cpp, draft-07 validators), unions and
+/// combinators (Anthropic and OpenAI's Codex endpoint refuse them at the
+/// top of a schema), `const` (a one-value `enum` says the same) and
+/// OpenAPI's `nullable`.
+const UNFLAT: &[&str] = &[
+    "$ref",
+    "$defs",
+    "definitions",
+    "oneOf",
+    "anyOf",
+    "allOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "const",
+    "nullable",
+];
+
+/// What in the schema at `path` a strict backend would refuse, added to
+/// `problems`: a keyword of [`UNFLAT`], a node without exactly one
+/// non-null type, a `null` default or choice, a `format` off a string, an
+/// object without `properties` or open to other properties, a `required`
+/// name with no property, an array without one schema for its items, a
+/// property without a description for the model to read.
+fn unflat(path: &str, schema: &Value, problems: &mut Vec<String>) {
+    let Some(node) = schema.as_object() else {
+        problems.push(format!("{path}: {schema}, not a schema object"));
+        return;
+    };
+    for key in UNFLAT {
+        if node.contains_key(*key) {
+            problems.push(format!("{path}: {key}"));
+        }
+    }
+    let ty = match node.get("type") {
+        Some(Value::String(t)) if t != "null" => t.as_str(),
+        other => {
+            problems.push(format!("{path}: type {other:?}, not one non-null type"));
+            return;
+        }
+    };
+    if node.get("default") == Some(&Value::Null) {
+        problems.push(format!("{path}: a null default"));
+    }
+    if node.contains_key("format") && ty != "string" {
+        problems.push(format!("{path}: a format on a {ty}"));
+    }
+    if let Some(choices) = node.get("enum") {
+        let fits = |v: &Value| match ty {
+            "string" => v.is_string(),
+            "integer" => v.is_i64() || v.is_u64(),
+            "number" => v.is_number(),
+            "boolean" => v.is_boolean(),
+            _ => false,
+        };
+        match choices.as_array() {
+            Some(values) if !values.is_empty() && values.iter().all(fits) => {}
+            _ => problems.push(format!("{path}: enum {choices}, not values of its {ty}")),
+        }
+    }
+    match ty {
+        "object" => {
+            let Some(properties) = node.get("properties").and_then(Value::as_object) else {
+                problems.push(format!("{path}: an object without properties"));
+                return;
+            };
+            match node.get("additionalProperties") {
+                Some(Value::Bool(false)) => {}
+                Some(Value::Object(_)) => unflat(
+                    &format!("{path}.additionalProperties"),
+                    &node["additionalProperties"],
+                    problems,
+                ),
+                other => {
+                    problems.push(format!("{path}: additionalProperties {other:?}, not false"))
+                }
+            }
+            match node.get("required") {
+                Some(Value::Array(names)) => {
+                    for name in names {
+                        if !name.as_str().is_some_and(|n| properties.contains_key(n)) {
+                            problems.push(format!("{path}: required {name}, no such property"));
+                        }
+                    }
+                }
+                other => problems.push(format!("{path}: required {other:?}, not a list")),
+            }
+            for (name, property) in properties {
+                let at = format!("{path}.{name}");
+                if property["description"].as_str().is_none_or(str::is_empty) {
+                    problems.push(format!("{at}: no description"));
+                }
+                unflat(&at, property, problems);
+            }
+        }
+        "array" => match node.get("items") {
+            Some(items @ Value::Object(_)) => unflat(&format!("{path}[]"), items, problems),
+            other => problems.push(format!("{path}: items {other:?}, not one schema")),
+        },
+        "string" | "integer" | "number" | "boolean" => {}
+        other => problems.push(format!("{path}: type {other}")),
+    }
+}
+
+/// Every tool's input schema (and output schema, where it has one) as
+/// `tools/list` sends it holds only what every model's tool calling
+/// accepts: one flat object of typed properties, a choice as an `enum`,
+/// an optional argument simply not required.
+#[test]
+fn every_tool_schema_is_flat_enough_for_every_model() {
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: local\n");
+    let r = raw_stdio(&home, &[("tools/list", json!({}))]);
+    let tools = r[1]["tools"].as_array().unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["process", "read_file", "terminal", "write_file"]);
+    let mut problems = Vec::new();
+    for tool in tools {
+        let name = tool["name"].as_str().unwrap();
+        let input = &tool["inputSchema"];
+        assert_eq!(input["type"], "object", "{name}: {input}");
+        unflat(name, input, &mut problems);
+        if let Some(output) = tool.get("outputSchema") {
+            unflat(&format!("{name} (output)"), output, &mut problems);
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{}\n{}",
+        problems.join("\n"),
+        serde_json::to_string_pretty(tools).unwrap()
+    );
+    // A choice is an enum of its values; an optional argument is typed
+    // as itself and not required.
+    let process = tools.iter().find(|t| t["name"] == "process").unwrap();
+    let action = &process["inputSchema"]["properties"]["action"];
+    assert_eq!(action["enum"], json!(["list", "poll", "kill"]), "{action}");
+    assert_eq!(process["inputSchema"]["required"], json!(["action"]));
+    let terminal = tools.iter().find(|t| t["name"] == "terminal").unwrap();
+    assert_eq!(
+        terminal["inputSchema"]["properties"]["timeout"]["type"],
+        "integer"
+    );
+    assert_eq!(terminal["inputSchema"]["required"], json!(["command"]));
 }
 
 /// `initialize` names the server: hermes at its own version (the one

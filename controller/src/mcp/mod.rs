@@ -39,6 +39,7 @@
 mod capture;
 pub mod http;
 mod sandbox;
+mod schema;
 mod tools;
 
 use std::process::ExitCode;

@@ -10,10 +10,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use rmcp::handler::server::common::FromContextPart;
+use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
     CallToolResult, ContentBlock, Implementation, ProgressNotificationParam, ServerCapabilities,
@@ -844,7 +845,24 @@ fn split_parts(text: &str, max: usize) -> Vec<&str> {
     parts
 }
 
-#[tool_handler]
+/// The tools, each schema (input, and output where a tool has one) made
+/// flat ([`super::schema`]) once, for listing and for calls alike.
+pub(super) fn router() -> &'static ToolRouter<Hermes> {
+    static ROUTER: LazyLock<ToolRouter<Hermes>> = LazyLock::new(|| {
+        let mut router = Hermes::tool_router();
+        for route in router.map.values_mut() {
+            let tool = &mut route.attr;
+            tool.input_schema = Arc::new(super::schema::flatten(&tool.input_schema));
+            if let Some(output) = &tool.output_schema {
+                tool.output_schema = Some(Arc::new(super::schema::flatten(output)));
+            }
+        }
+        router
+    });
+    &ROUTER
+}
+
+#[tool_handler(router = router())]
 impl ServerHandler for Hermes {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
