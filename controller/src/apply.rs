@@ -12,6 +12,7 @@ use hermes_backends::docker::{CreateOutcome, DockerError, Engine};
 use hermes_model::action::{Action, Families, SandboxAction};
 use hermes_model::observed::ContainerState;
 use hermes_model::plan::{Describe, Op, Target};
+use hermes_model::migration::DataMove;
 use hermes_model::sandbox::SandboxSpec;
 use hermes_reconcilers::HostPlan;
 
@@ -238,12 +239,49 @@ pub async fn apply_sandbox(engine: &Engine, action: &SandboxAction) -> Result<()
             // Pull first: a failed pull must not cost the old container.
             ensure_image(engine, spec).await?;
             replace(engine, old_id, spec).await?;
+            crate::migrate::forget_adoption(&spec.home, old_id);
         }
-        SandboxAction::Remove { id, .. } => {
+        SandboxAction::Adopt { id, spec } => {
+            crate::migrate::record_adoption(&spec.home, id, spec.hash()).map_err(|e| {
+                DockerError::HostFiles {
+                    container: spec.name.clone(),
+                    message: format!("cannot record its adoption under run/adopted: {e}"),
+                }
+            })?;
+        }
+        SandboxAction::Migrate { old_id, spec, data } => {
+            ensure_image(engine, spec).await?;
+            match old_id {
+                Some(old_id) => {
+                    replace_moving(engine, old_id, spec, Some(data)).await?;
+                    crate::migrate::forget_adoption(&spec.home, old_id);
+                }
+                None => {
+                    let _gate = crate::sandbox_locks::gate(spec).await?;
+                    move_data(spec, data)?;
+                    create_and_start(engine, spec).await?;
+                }
+            }
+        }
+        SandboxAction::Remove { id, disk, .. } => {
             engine.remove(id).await?;
+            if let Some(disk) = disk {
+                crate::disk::release(disk).await?;
+            }
+        }
+        SandboxAction::ReleaseDisk(disk) => {
+            crate::disk::release(disk).await?;
         }
     }
     Ok(())
+}
+
+/// Moves a sandbox's data to the shared layout ([`crate::migrate`]).
+fn move_data(spec: &SandboxSpec, data: &DataMove) -> Result<(), DockerError> {
+    crate::migrate::move_data(data).map_err(|e| DockerError::HostFiles {
+        container: spec.name.clone(),
+        message: format!("its files were not moved to the shared layout: {e}"),
+    })
 }
 
 async fn ensure_image(engine: &Engine, spec: &SandboxSpec) -> Result<(), DockerError> {
@@ -291,6 +329,19 @@ pub async fn replace(
     old_id: &str,
     spec: &SandboxSpec,
 ) -> Result<String, DockerError> {
+    replace_moving(engine, old_id, spec, None).await
+}
+
+/// [`replace`], moving the sandbox's data from hermes's earlier layout
+/// once the old container is stopped and before the new one starts (its
+/// disk image made or mounted only then, at the new place). A move that
+/// fails starts the old one again, as a failed start does.
+pub async fn replace_moving(
+    engine: &Engine,
+    old_id: &str,
+    spec: &SandboxSpec,
+    data: Option<&DataMove>,
+) -> Result<String, DockerError> {
     // One replacement of a sandbox at a time across hermes processes (a
     // controller, a reconcile, execs): two would start two containers on
     // the same data. The loser finds the old container gone and the new
@@ -302,9 +353,14 @@ pub async fn replace(
         Err(e) => hermes_backends::docker::is_not_found(&e),
     };
     if old_gone {
+        if let Some(data) = data {
+            move_data(spec, data)?;
+        }
         return create_and_start(engine, spec).await;
     }
-    crate::disk::prepare(spec).await?;
+    if data.is_none() {
+        crate::disk::prepare(spec).await?;
+    }
     let mut next = spec.clone();
     next.name = format!("{}-next-{}", spec.name, suffix());
     next.labels
@@ -335,8 +391,18 @@ pub async fn replace(
         discard(engine, &id, &next.name).await;
         return Err(e);
     }
-    let started = match crate::disk::remount(engine, &id).await {
-        Ok(()) => engine.start(&id).await,
+    let moved = match data {
+        Some(data) => match move_data(spec, data) {
+            Ok(()) => crate::disk::prepare(spec).await,
+            Err(e) => Err(e),
+        },
+        None => Ok(()),
+    };
+    let started = match moved {
+        Ok(()) => match crate::disk::remount(engine, &id).await {
+            Ok(()) => engine.start(&id).await,
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
     if let Err(e) = started {

@@ -28,8 +28,12 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "DIR", help_heading = GLOBAL, display_order = 900)]
     pub home: Option<PathBuf>,
 
-    /// The active profile (default: $HERMES_PROFILE, else `default`).
+    /// The profile, as Hermes Agent's `-p NAME`: the home becomes
+    /// `<root>/profiles/NAME` (`default`: the root itself). Default:
+    /// $HERMES_PROFILE, else the root's `active_profile`, else the profile
+    /// the home is.
     #[arg(
+        short = 'p',
         long,
         global = true,
         value_name = "NAME",

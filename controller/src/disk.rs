@@ -3,7 +3,7 @@
 //!
 //! The sandbox's `/workspace` and `/root` are bind mounts of
 //! `<data>/workspace` and `<data>/home` (`<data>` is
-//! `sandboxes/docker/<profile>/<task>`). For a sandbox made after this
+//! `<sandbox_dir>/docker/<task>`, Hermes Agent's layout). For a sandbox made after this
 //! existed, `<data>` is the mount point of a filesystem image of its own:
 //! a sparse file of `container_disk` MB beside it, `.<task>.disk` (a task
 //! name never starts with a dot, so it is never another task's
@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use hermes_backends::docker::DockerError;
 use hermes_backends::host_dir::{HostDirError, make_below};
-use hermes_model::sandbox::{SandboxSpec, data_dir};
+use hermes_model::sandbox::SandboxSpec;
 
 /// Whether this process warned already that the limit is not enforced.
 static WARNED: AtomicBool = AtomicBool::new(false);
@@ -104,10 +104,12 @@ fn failed(spec: &SandboxSpec, path: &Path, message: String) -> DockerError {
 /// on its own image, made (of `spec.disk_mb`) or mounted again, or kept
 /// plain as described in the module doc.
 pub async fn prepare(spec: &SandboxSpec) -> Result<(), DockerError> {
-    if spec.key.session.is_some() || spec.disk_mb == 0 {
+    if spec.disk_mb == 0 {
         return Ok(());
     }
-    let data = data_dir(&spec.home, &spec.key);
+    let Some(data) = spec.data_dir() else {
+        return Ok(());
+    };
     let Some(image) = image_of(&data) else {
         return Ok(());
     };
@@ -117,7 +119,7 @@ pub async fn prepare(spec: &SandboxSpec) -> Result<(), DockerError> {
     // One process at a time per profile: two execs racing to make one
     // sandbox must not both make, mount or remove its image.
     let parent = data.parent().unwrap_or(&data);
-    let dir = make_below(&spec.home, parent).map_err(|source| DockerError::HostDir {
+    let dir = make_below(spec.base_of(parent), parent).map_err(|source| DockerError::HostDir {
         container: spec.name.clone(),
         path: parent.to_path_buf(),
         source,
@@ -127,7 +129,7 @@ pub async fn prepare(spec: &SandboxSpec) -> Result<(), DockerError> {
         return Ok(());
     }
     if image.exists() {
-        make_below(&spec.home, &data).map_err(|source| DockerError::HostDir {
+        make_below(spec.base_of(&data), &data).map_err(|source| DockerError::HostDir {
             container: spec.name.clone(),
             path: data.clone(),
             source,
@@ -146,7 +148,7 @@ pub async fn prepare(spec: &SandboxSpec) -> Result<(), DockerError> {
         warn_once(&why);
         return Ok(());
     }
-    make_below(&spec.home, &data).map_err(|source| DockerError::HostDir {
+    make_below(spec.base_of(&data), &data).map_err(|source| DockerError::HostDir {
         container: spec.name.clone(),
         path: data.clone(),
         source,
@@ -298,6 +300,127 @@ async fn mount_image(image: &Path, data: &Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(data, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| format!("cannot set the mode of {}: {e}", data.display()))
+}
+
+/// The disk images mounted below `<sandbox_dir>/docker` (this home's
+/// persistent sandboxes of `profile`), from the host's mount table, with
+/// the containers (by id, from `sources`: each container's bind sources)
+/// that bind something from inside each.
+pub fn observe(
+    sandbox_dir: &Path,
+    profile: &str,
+    sources: &std::collections::HashMap<String, Vec<String>>,
+) -> Vec<hermes_model::observed::MountedDisk> {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let below = sandbox_dir.join("docker");
+    let mut disks: Vec<hermes_model::observed::MountedDisk> = Vec::new();
+    for line in table.lines() {
+        // `id parent major:minor root mount-point options … - fstype source …`
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(dash) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        let (Some(point), Some(fstype), Some(source)) =
+            (fields.get(4), fields.get(dash + 1), fields.get(dash + 2))
+        else {
+            continue;
+        };
+        let point = PathBuf::from(unescape(point));
+        if *fstype != "ext4" || !source.starts_with("/dev/loop") || point.parent() != Some(&below)
+        {
+            continue;
+        }
+        let Some(image) = image_of(&point) else {
+            continue;
+        };
+        let Some(task) = point.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let deleted = std::fs::read_to_string(format!(
+            "/sys/block/{}/loop/backing_file",
+            source.trim_start_matches("/dev/")
+        ))
+        .is_ok_and(|f| f.trim_end().ends_with("(deleted)"));
+        match disks.iter_mut().find(|d| d.mount_point == point) {
+            Some(d) => d.devices.push((*source).to_string()),
+            None => {
+                let users = sources
+                    .iter()
+                    .filter(|(_, binds)| binds.iter().any(|b| Path::new(b).starts_with(&point)))
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                disks.push(hermes_model::observed::MountedDisk {
+                    profile: hermes_model::sandbox::sanitize(profile),
+                    task: task.to_string(),
+                    mount_point: point.clone(),
+                    image,
+                    devices: vec![(*source).to_string()],
+                    deleted,
+                    users,
+                });
+            }
+        }
+    }
+    disks
+}
+
+/// A mount table path: `\040` and its kin back to their bytes.
+fn unescape(field: &str) -> String {
+    let mut out = String::new();
+    let mut chars = field.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            let code: String = chars.by_ref().take(3).collect();
+            match u8::from_str_radix(&code, 8) {
+                Ok(b) => out.push(char::from(b)),
+                Err(_) => {
+                    out.push(c);
+                    out.push_str(&code);
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Releases a disk image: unmounts every mount of it from its data
+/// directory (a loop mount frees its device as it goes). The image file
+/// stays.
+pub async fn release(disk: &hermes_model::observed::MountedDisk) -> Result<(), DockerError> {
+    for _ in &disk.devices {
+        if !is_mount_point(&disk.mount_point) {
+            break;
+        }
+        let out = tokio::process::Command::new("umount")
+            .arg(&disk.mount_point)
+            .output()
+            .await;
+        let failed_with = match out {
+            Ok(out) if out.status.success() => continue,
+            Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            Err(e) => format!("cannot run umount: {e}"),
+        };
+        return Err(DockerError::HostFiles {
+            container: format!("{}/{}", disk.profile, disk.task),
+            message: format!(
+                "cannot unmount its disk image from {}: {failed_with}",
+                disk.mount_point.display()
+            ),
+        });
+    }
+    // A device the mount did not free (mounted without autoclear).
+    for device in &disk.devices {
+        let _ = tokio::process::Command::new("losetup")
+            .arg("-d")
+            .arg(device)
+            .output()
+            .await;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -72,6 +72,12 @@ impl ExecTarget {
                 Values::default(),
             )),
             Seam::Docker => {
+                // Never a sandbox made other than as the config says.
+                if let Some(reason) = &desired.docker_blocked {
+                    anyhow::bail!(
+                        "the Docker sandboxes are blocked by config.yaml: {reason}; fix terminal.docker_extra_args"
+                    );
+                }
                 let spec = desired.exec_sandbox(which.task, which.session);
                 let engine = Engine::connect().await?.for_home(home.scope());
                 let (found, in_use) = ensure_sandbox(&engine, desired, &spec)
@@ -231,12 +237,18 @@ impl Values {
 }
 
 /// The values every command in a Docker sandbox gets: the
-/// `docker_forward_env` values found, and the egress proxy's variables and
+/// `docker_forward_env` and `env_passthrough` values found, and the egress
+/// proxy's variables and
 /// tokens. None of them is in the container's spec: a token rotation or
 /// another forwarded value reaches the next command without a recreate.
 fn docker_values(desired: &Desired) -> Values {
     Values {
-        base: desired.forward_env.clone(),
+        base: desired
+            .forward_env
+            .iter()
+            .chain(&desired.passthrough_env)
+            .cloned()
+            .collect(),
         pinned: match &desired.egress {
             Egress::On { wiring, .. } => wiring.env(),
             _ => Vec::new(),
@@ -302,7 +314,36 @@ async fn ready(
     desired: &Desired,
     spec: &SandboxSpec,
 ) -> anyhow::Result<ObservedContainer> {
-    let found = engine.find(&spec.key).await?;
+    let found = match engine.find(&spec.key).await? {
+        Some(c) => Some(c),
+        None => made_by_agent(engine, spec).await?,
+    };
+    if let Some(c) = &found
+        && c.spec_hash().is_none()
+    {
+        // Hermes Agent's container of the task: used as it is (a plan
+        // adopts it, `hermes reconcile` carries that out).
+        let op = Op {
+            changes: Vec::new(),
+            target: hermes_model::plan::Target::Sandbox {
+                profile: spec.key.profile.clone(),
+                task: spec.key.task.clone(),
+                session: spec.key.session.clone(),
+            },
+            action: Action::Sandbox(SandboxAction::Start { id: c.id.clone() }),
+            cause: format!("container {} made by Hermes Agent, {}", c.name, c.state.as_str()),
+        };
+        if c.state != ContainerState::Running {
+            say(&op);
+            apply_one(engine, &op).await?;
+        }
+        crate::notices::warning(format!(
+            "sandbox {} is Hermes Agent's container {}; the command runs in it as it is: \
+             `hermes reconcile` adopts it",
+            spec.name, c.name
+        ));
+        return Ok(c.clone());
+    }
     if let Some(c) = &found {
         match c.state {
             ContainerState::Running => {
@@ -338,6 +379,9 @@ async fn ready(
     only.sandboxes = vec![spec.clone()];
     let observed = Observed {
         containers: found.into_iter().collect(),
+        legacy: crate::migrate::legacy_of(&desired_root(desired), spec)
+            .into_iter()
+            .collect(),
         ..Observed::default()
     };
     let ops: Vec<Op<Action>> = hermes_reconcilers::persistence::plan(
@@ -355,7 +399,11 @@ async fn ready(
     if let Some(op) = ops.iter().find(|op| {
         !matches!(
             op.action,
-            Action::Sandbox(SandboxAction::Create(_) | SandboxAction::Start { .. })
+            Action::Sandbox(
+                SandboxAction::Create(_)
+                    | SandboxAction::Start { .. }
+                    | SandboxAction::Migrate { old_id: None, .. }
+            )
         )
     }) {
         anyhow::bail!(
@@ -374,6 +422,42 @@ async fn ready(
         Some(c) => Ok(c),
         None => anyhow::bail!("sandbox {} was not created", spec.name),
     }
+}
+
+/// The running (else the last made) container Hermes Agent made for the
+/// task of `spec`: its labels, no spec hash label.
+async fn made_by_agent(
+    engine: &Engine,
+    spec: &SandboxSpec,
+) -> anyhow::Result<Option<ObservedContainer>> {
+    if spec.key.session.is_some() {
+        return Ok(None);
+    }
+    let profile = hermes_model::sandbox::sanitize(&spec.key.profile);
+    let task = hermes_model::sandbox::sanitize(&spec.key.task);
+    let mut all = engine.observe_profile(&profile).await?;
+    crate::migrate::read_adoptions(&spec.home, &mut all);
+    Ok(all
+        .into_iter()
+        .filter(|c| {
+            c.profile() == Some(profile.as_str())
+                && c.task() == Some(task.as_str())
+                && c.session().is_none()
+        })
+        .max_by_key(|c| {
+            (
+                c.state == ContainerState::Running,
+                c.started_at.unwrap_or(i64::MIN),
+                c.created,
+            )
+        }))
+}
+
+/// The root the home of `desired` is a profile of.
+fn desired_root(desired: &Desired) -> std::path::PathBuf {
+    crate::home::Home::resolve(Some(desired.home.clone()))
+        .map(|h| h.profiles_root())
+        .unwrap_or_else(|_| desired.home.clone())
 }
 
 /// How long ago a stopped container last ran, for a start's cause.

@@ -1,5 +1,7 @@
 //! Where hermes keeps its files: `$HERMES_HOME` (default `~/.hermes`,
-//! `--home DIR` overrides both).
+//! `--home DIR` overrides both), switched to a profile's home by
+//! `--profile NAME` as Hermes Agent's `-p NAME` switches it
+//! ([`hermes_model::profiles`]).
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +44,59 @@ impl Home {
         &self.root
     }
 
+    /// The home of profile `name` (`--profile`, `$HERMES_PROFILE`), or,
+    /// with none given, of the root's `active_profile` unless this home
+    /// names a profile itself: Hermes Agent's rule for `-p NAME`. A
+    /// profile other than `default` must exist, as the agent requires.
+    pub fn select_profile(self, name: Option<&str>) -> anyhow::Result<Home> {
+        use hermes_model::profiles;
+        let given = match name {
+            Some(name) => Some((name.to_string(), "--profile")),
+            None if profiles::names_a_profile(&self.root) => None,
+            None => {
+                let root = profiles::root_of(&canonical(&self.root), &native_home());
+                let file = root.join(profiles::ACTIVE_PROFILE_FILE);
+                std::fs::read_to_string(&file)
+                    .ok()
+                    .map(|text| text.trim().to_string())
+                    .filter(|n| !n.is_empty() && n != profiles::DEFAULT)
+                    .map(|n| (n, "the active_profile file"))
+            }
+        };
+        let Some((name, origin)) = given else {
+            return Ok(self);
+        };
+        if name != profiles::DEFAULT && !profiles::is_profile_id(&name) {
+            anyhow::bail!(
+                "profile {name:?} (from {origin}) is not a profile name: 1 to 64 lowercase \
+                 letters, digits, `_` and `-`, starting with a letter or a digit"
+            );
+        }
+        let root = profiles::root_of(&canonical(&self.root), &native_home());
+        let home = profiles::profile_home(&root, &name);
+        if name != profiles::DEFAULT && !home.is_dir() {
+            anyhow::bail!(
+                "profile {name} (from {origin}) does not exist: no directory {}; make it with \
+                 Hermes Agent's `hermes profile create {name}`, or `mkdir -p {}`",
+                home.display(),
+                home.display()
+            );
+        }
+        Ok(Home { root: home })
+    }
+
+    /// The root this home's profile is under (the home itself unless it
+    /// is `<root>/profiles/NAME`, or inside `~/.hermes`).
+    pub fn profiles_root(&self) -> PathBuf {
+        hermes_model::profiles::root_of(&canonical(&self.root), &native_home())
+    }
+
+    /// The profile this home is, by Hermes Agent's rule: `default` for a
+    /// root, `NAME` for `<root>/profiles/NAME`, `custom` otherwise.
+    pub fn profile(&self) -> String {
+        hermes_model::profiles::profile_of(&canonical(&self.root), &native_home())
+    }
+
     /// This home's identity ([`hermes_model::homes`]): its path with
     /// symlinks resolved (those of the part that exists, for a home not
     /// made yet) hashed, and the directories its sandboxes bind from.
@@ -71,6 +126,15 @@ impl Home {
                 root = self.root.display()
             )
         })
+    }
+}
+
+/// The user's `~/.hermes`, symlinks resolved: the root of every home
+/// inside it. Without `$HOME`, a path no home is in.
+fn native_home() -> PathBuf {
+    match std::env::var_os("HOME") {
+        Some(home) if !home.is_empty() => canonical(&PathBuf::from(home).join(".hermes")),
+        _ => PathBuf::from("/nonexistent/.hermes"),
     }
 }
 
@@ -135,5 +199,49 @@ mod tests {
         assert_eq!(before, after);
         assert!(after.dirs[0].starts_with(std::fs::canonicalize(&real).unwrap()));
         assert_eq!(after.dirs[1], home.root());
+    }
+
+    #[test]
+    fn a_profile_is_a_home_under_the_root_as_the_agent_has_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let home = || Home::resolve(Some(root.clone())).unwrap();
+        assert_eq!(home().profile(), "default");
+        // A profile that does not exist is refused, with the way to make it.
+        let err = home().select_profile(Some("coder")).unwrap_err().to_string();
+        assert!(err.contains("does not exist"), "{err}");
+        assert!(err.contains("profiles/coder"), "{err}");
+        std::fs::create_dir_all(root.join("profiles/coder")).unwrap();
+        let coder = home().select_profile(Some("coder")).unwrap();
+        assert_eq!(coder.root(), root.join("profiles/coder"));
+        assert_eq!(coder.profile(), "coder");
+        // From a profile's home, `default` is the root again.
+        let back = coder.select_profile(Some("default")).unwrap();
+        assert_eq!(back.root(), root);
+        // Not a profile id of the agent's: refused.
+        let bad = home().select_profile(Some("Coder")).unwrap_err().to_string();
+        assert!(bad.contains("not a profile name"), "{bad}");
+        let bad = home().select_profile(Some("../x")).unwrap_err().to_string();
+        assert!(bad.contains("not a profile name"), "{bad}");
+    }
+
+    #[test]
+    fn the_active_profile_file_applies_to_the_root_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("profiles/ops")).unwrap();
+        std::fs::create_dir_all(root.join("profiles/dev")).unwrap();
+        std::fs::write(root.join("active_profile"), "ops\n").unwrap();
+        let home = Home::resolve(Some(root.clone())).unwrap();
+        assert_eq!(home.select_profile(None).unwrap().profile(), "ops");
+        // A home that names a profile keeps it.
+        let dev = Home::resolve(Some(root.join("profiles/dev"))).unwrap();
+        assert_eq!(dev.select_profile(None).unwrap().profile(), "dev");
+        // A flag wins over the file.
+        let home = Home::resolve(Some(root.clone())).unwrap();
+        assert_eq!(home.select_profile(Some("dev")).unwrap().profile(), "dev");
+        std::fs::write(root.join("active_profile"), "default").unwrap();
+        let home = Home::resolve(Some(root.clone())).unwrap();
+        assert_eq!(home.select_profile(None).unwrap().root(), root);
     }
 }

@@ -38,6 +38,7 @@ mod fsio;
 mod home;
 mod mcp;
 mod metrics;
+mod migrate;
 mod notices;
 mod pass;
 mod proxy_ops;
@@ -75,7 +76,10 @@ pub fn main() -> ExitCode {
             };
         }
     };
-    let home = Home::resolve(cli.home.clone());
+    // The profile is a home, as Hermes Agent has it: `--profile` (or
+    // `$HERMES_PROFILE`) switches to `<root>/profiles/NAME`.
+    let home = Home::resolve(cli.home.clone())
+        .and_then(|home| home.select_profile(profile_flag(cli.profile.as_deref())?.as_deref()));
     let default_level = match cli.command {
         // The controller says what it does: one line per change, error and
         // recovery (nothing while idle).
@@ -119,25 +123,24 @@ fn invoked_name(argv0: Option<std::ffi::OsString>) -> String {
         .to_string()
 }
 
+/// The profile asked for: `--profile`, else `$HERMES_PROFILE`; none when
+/// neither is set.
+fn profile_flag(flag: Option<&str>) -> anyhow::Result<Option<String>> {
+    if let Some(name) = flag {
+        return Ok(Some(name.to_string()));
+    }
+    match std::env::var("HERMES_PROFILE") {
+        Ok(p) if !p.is_empty() => Ok(Some(p)),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            anyhow::bail!("HERMES_PROFILE is not UTF-8")
+        }
+        _ => Ok(None),
+    }
+}
+
 fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
     let home = home?;
-    let profile = match cli.profile {
-        Some(profile) => profile,
-        None => match std::env::var("HERMES_PROFILE") {
-            Ok(p) if !p.is_empty() => {
-                hermes_model::names::validate(hermes_model::names::NameKind::Profile, &p)
-                    .map_err(|e| e.from_origin("HERMES_PROFILE"))?;
-                p
-            }
-            Err(std::env::VarError::NotUnicode(_)) => {
-                anyhow::bail!(
-                    "HERMES_PROFILE is not UTF-8; a profile name must be {}",
-                    hermes_model::names::RULE
-                )
-            }
-            _ => "default".to_string(),
-        },
-    };
+    let profile = home.profile();
     match cli.command {
         Command::Config(command) => commands::config::run(&home, command),
         Command::Reconcile(args) => {

@@ -101,10 +101,10 @@ async fn remove_network(home: &Home, engine: &Engine) -> Result<(), ProxyError> 
         .inspect_internal_network(&network.name, &network.bridge)
         .await
         .map_err(|e| ProxyError::Network(e.into()))?;
-    if let Some(net) = found.as_ref().filter(|net| net.containers > 0) {
+    if let Some(net) = found.as_ref().filter(|net| !net.attached.is_empty()) {
         return Err(ProxyError::InUse {
             network: network.name,
-            containers: net.containers,
+            containers: net.attached.len(),
         });
     }
     let chain = network.clone();

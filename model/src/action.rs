@@ -10,6 +10,7 @@
 //! ([`Action::Keep`]). Each applier takes its own family and matches it
 //! whole: a new operation cannot be forgotten by one of them.
 
+use crate::observed::MountedDisk;
 use crate::plan::{Describe, Kind, Op};
 use crate::sandbox::SandboxSpec;
 use crate::singularity::InstanceSpec;
@@ -48,8 +49,33 @@ pub enum SandboxAction {
         old_id: String,
         spec: Box<SandboxSpec>,
     },
-    /// Remove a container (a duplicate, or one that is reaped).
-    Remove { id: String, name: String },
+    /// Remove a container (a duplicate, or one that is reaped); with
+    /// `disk`, then release its sandbox's disk image (as
+    /// [`SandboxAction::ReleaseDisk`]) once no container uses it.
+    Remove {
+        id: String,
+        name: String,
+        disk: Option<Box<MountedDisk>>,
+    },
+    /// Adopt a container Hermes Agent made, whose settings are those of
+    /// `spec`, as it is: hermes records the spec's hash as the container's
+    /// (it cannot label a container after the fact), in its home, and
+    /// manages it from then on.
+    Adopt { id: String, spec: Box<SandboxSpec> },
+    /// Move the task's data from hermes's earlier layout to the one it
+    /// shares with Hermes Agent (renames only), then make the sandbox of
+    /// `spec`: as a replacement of `old_id` when a container of the task
+    /// exists (stopped first, its running commands ended first as a
+    /// replacement's are), else as a create.
+    Migrate {
+        old_id: Option<String>,
+        spec: Box<SandboxSpec>,
+        data: Box<crate::migration::DataMove>,
+    },
+    /// Release a disk image whose sandbox's container is gone: unmount it
+    /// from the data directory and free its loop device. The image file,
+    /// and so the sandbox's files, stay; the next create mounts it again.
+    ReleaseDisk(Box<MountedDisk>),
 }
 
 /// An operation on the egress proxy daemon.
@@ -146,8 +172,11 @@ impl Describe for SandboxAction {
         match self {
             SandboxAction::Create(_) => Kind::Create,
             // A stopped container exists: starting it changes it.
-            SandboxAction::Start { .. } | SandboxAction::Recreate { .. } => Kind::Change,
-            SandboxAction::Remove { .. } => Kind::Remove,
+            SandboxAction::Start { .. }
+            | SandboxAction::Recreate { .. }
+            | SandboxAction::Adopt { .. }
+            | SandboxAction::Migrate { .. } => Kind::Change,
+            SandboxAction::Remove { .. } | SandboxAction::ReleaseDisk(_) => Kind::Remove,
         }
     }
 
@@ -156,7 +185,10 @@ impl Describe for SandboxAction {
             SandboxAction::Create(_) => "create",
             SandboxAction::Start { .. } => "start",
             SandboxAction::Recreate { .. } => "recreate",
+            SandboxAction::Adopt { .. } => "adopt",
+            SandboxAction::Migrate { .. } => "migrate",
             SandboxAction::Remove { .. } => "remove",
+            SandboxAction::ReleaseDisk(_) => "release-disk",
         }
     }
 }

@@ -40,6 +40,17 @@ impl HostEnv {
             .map(String::as_str)
             .or_else(|| crate::dotenv::get(&self.dotenv, name))
     }
+
+    /// The `TERMINAL_*` variables that lay values over config.yaml
+    /// ([`crate::config::env`]): `.env`'s over the process's, as Hermes
+    /// Agent loads `.env` over its environment.
+    pub fn terminal_vars(&self) -> BTreeMap<String, String> {
+        let mut vars = crate::config::env::terminal_vars(&self.process);
+        for (k, v) in crate::config::env::terminal_vars(self.dotenv.iter().map(|(k, v)| (k, v))) {
+            vars.insert(k, v);
+        }
+        vars
+    }
 }
 
 /// The desired state of one host for one profile.
@@ -55,8 +66,17 @@ pub struct Desired {
     /// first, then `.env`): every command gets them, no container holds
     /// them.
     pub forward_env: Vec<(String, String)>,
+    /// The `env_passthrough` values that were found (as `forward_env`'s),
+    /// less Hermes Agent's provider credentials and the names
+    /// `docker_forward_env` has: every command in a Docker sandbox gets
+    /// them too.
+    pub passthrough_env: Vec<(String, String)>,
     /// `docker_extra_args`, mapped.
     pub extra_args: ExtraArgs,
+    /// Why the Docker sandboxes must not be made or started: the config's
+    /// errors of `docker_extra_args` ([`Config::sandbox_errors`]). Their
+    /// operations are blocked with it, the rest of the host converges.
+    pub docker_blocked: Option<String>,
     /// Things worth a word that do not stop the plan (a forwarded variable
     /// that is set nowhere, say).
     pub warnings: Vec<String>,
@@ -143,8 +163,32 @@ impl Desired {
                 )),
             }
         }
-        // Validation has refused unsupported options already.
-        let extra_args = sandbox::parse_extra_args(&t.docker_extra_args).unwrap_or_default();
+        let mut passthrough_env: Vec<(String, String)> = Vec::new();
+        for name in &t.env_passthrough {
+            let name = name.trim();
+            let skip = !crate::config::is_env_name(name)
+                || crate::config::agent::is_passthrough_blocked(name)
+                || t.docker_forward_env.iter().any(|f| f == name)
+                || passthrough_env.iter().any(|(n, _)| n == name);
+            if skip {
+                continue;
+            }
+            // As Hermes Agent: a name set nowhere, or empty, is not passed.
+            if let Some(value) = env.lookup(name).filter(|v| !v.is_empty()) {
+                passthrough_env.push((name.to_string(), value.to_string()));
+            }
+        }
+        // What cannot be mapped is in the config's sandbox errors, which
+        // block the Docker sandboxes.
+        let (extra_args, _) = sandbox::map_extra_args(&t.docker_extra_args);
+        let docker_blocked = (!config.sandbox_errors.is_empty()).then(|| {
+            config
+                .sandbox_errors
+                .iter()
+                .map(crate::config::Issue::brief)
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
         // The default task's sandbox is kept warm unless it is to go away
         // when idle.
         let wants_sandbox = t.backend == Backend::Docker
@@ -159,7 +203,9 @@ impl Desired {
             home: home.to_path_buf(),
             sandboxes: Vec::new(),
             forward_env,
+            passthrough_env,
             extra_args,
+            docker_blocked,
             warnings,
             doubt: None,
             egress: Egress::Off,
@@ -400,6 +446,77 @@ mod tests {
         assert!(check_session("a.b_c-1").is_ok());
         assert!(check_session("a b").is_err());
         assert!(check_session("..").is_err());
+    }
+
+    #[test]
+    fn env_passthrough_forwards_what_is_set_but_never_an_agents_provider_credential() {
+        let env = HostEnv {
+            process: [
+                (
+                    "PIP_INDEX_URL".to_string(),
+                    "https://pypi.example".to_string(),
+                ),
+                ("OPENAI_API_KEY".to_string(), "sk-real".to_string()),
+                ("EMPTY".to_string(), String::new()),
+            ]
+            .into(),
+            dotenv: vec![("NOTION_TOKEN".to_string(), "nt".to_string())],
+            ..HostEnv::default()
+        };
+        let d = build(
+            "terminal:\n  backend: docker\n  docker_forward_env: [PIP_INDEX_URL]\n  env_passthrough: [PIP_INDEX_URL, OPENAI_API_KEY, EMPTY, NOTION_TOKEN, UNSET]\n",
+            &env,
+        );
+        assert_eq!(
+            d.passthrough_env,
+            [("NOTION_TOKEN".to_string(), "nt".to_string())]
+        );
+        assert_eq!(d.forward_env[0].0, "PIP_INDEX_URL");
+        // Per command, like docker_forward_env's: no container holds them.
+        assert!(d.sandboxes[0].env.is_empty());
+    }
+
+    #[test]
+    fn errors_of_docker_extra_args_block_the_docker_sandboxes_with_their_place() {
+        let d = build(
+            "terminal:\n  backend: docker\n  docker_extra_args: [--shm-size=2g, --privileged]\n",
+            &HostEnv::default(),
+        );
+        let blocked = d.docker_blocked.unwrap();
+        assert!(
+            blocked.starts_with("terminal.docker_extra_args[1]: `--privileged` gives the sandbox"),
+            "{blocked}"
+        );
+        assert!(blocked.ends_with("(config.yaml line 3)"), "{blocked}");
+        // What maps is still mapped.
+        assert_eq!(d.extra_args.shm_size_bytes, Some(2 << 30));
+        assert!(
+            build("terminal:\n  backend: docker\n", &HostEnv::default())
+                .docker_blocked
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_terminal_variables_of_dotenv_win_over_the_processs() {
+        let env = HostEnv {
+            process: [
+                ("TERMINAL_ENV".to_string(), "docker".to_string()),
+                ("TERMINAL_TIMEOUT".to_string(), "5".to_string()),
+                ("PATH".to_string(), "/bin".to_string()),
+            ]
+            .into(),
+            dotenv: vec![("TERMINAL_ENV".to_string(), "ssh".to_string())],
+            ..HostEnv::default()
+        };
+        let vars: Vec<(String, String)> = env.terminal_vars().into_iter().collect();
+        assert_eq!(
+            vars,
+            [
+                ("TERMINAL_ENV".to_string(), "ssh".to_string()),
+                ("TERMINAL_TIMEOUT".to_string(), "5".to_string())
+            ]
+        );
     }
 
     #[test]

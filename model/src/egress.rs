@@ -11,15 +11,24 @@
 //! only reachable service is the proxy, so the variables are not advice but
 //! the only way out.
 //!
-//! The variables (proxy, CA trust, tokens) are not the container's: they
-//! reach each command through the exec path ([`EgressWiring::env`]), so a
-//! token rotation or a new proxy port needs no recreate. The one exception
-//! is `GOOGLE_APPLICATION_CREDENTIALS`, which names the placeholder file
-//! mounted with the container and changes only with that mount. The fingerprint
-//! covers every egress setting that `docker create` fixes (the proxy's
-//! address in `/etc/hosts`, the CA's mount, the network): a change of any
-//! of them changes the spec hash, and the plan recreates the sandbox (its
-//! data kept).
+//! The variables are the container's as well as each command's: every
+//! process in the sandbox sees them, a command that `hermes exec` runs and
+//! one that Hermes Agent runs with its own `docker exec` alike. The
+//! container's environment fixes the proxy variables and the CA trust
+//! ([`EgressWiring::container_env`], part of the spec hash: a new proxy
+//! port is a planned recreate) and holds the tokens as they were when it
+//! was made (their values outside the hash: a rotation recreates
+//! nothing). The current tokens are in a script the sandbox reads
+//! ([`SANDBOX_ENV_SCRIPT`], bound read-only from the proxy's files and
+//! named by `BASH_ENV`), which every `bash` sources as it starts: a
+//! rotation reaches the next shell, the agent's included, without a
+//! recreate; a program started without bash keeps the container's
+//! values, which the proxy refuses once rotated out. `hermes exec` gives
+//! each command the current values too ([`EgressWiring::env`]).
+//! The fingerprint covers every egress setting that `docker create`
+//! fixes (the proxy's address in `/etc/hosts`, the CA's mount, the
+//! network): a change of any of them changes the spec hash, and the plan
+//! recreates the sandbox (its data kept).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -29,6 +38,17 @@ use crate::sandbox::{Bind, LABEL_EGRESS, SandboxSpec};
 
 /// Where the CA certificate appears inside a sandbox.
 pub const CA_IN_SANDBOX: &str = "/etc/ssl/certs/hermes-egress-ca.crt";
+
+/// Where a Docker sandbox sees the proxy's directory of sandbox files
+/// (read-only): [`SANDBOX_ENV_SCRIPT`] is in it.
+pub const SANDBOX_ENV_DIR: &str = "/etc/hermes-egress/env";
+
+/// The script of `export` lines holding the current tokens, in a
+/// sandbox: `BASH_ENV` names it, so every `bash` started there sources it.
+pub const SANDBOX_ENV_SCRIPT: &str = "/etc/hermes-egress/env/tokens.sh";
+
+/// The name of [`SANDBOX_ENV_SCRIPT`] in its directory.
+pub const SANDBOX_ENV_SCRIPT_NAME: &str = "tokens.sh";
 
 /// Where a Docker sandbox finds its Google application default
 /// credentials: an `authorized_user` file holding only the `gcp` proxy
@@ -56,6 +76,10 @@ pub struct EgressWiring {
     /// The placeholder Google credentials file on the host (holding the
     /// `gcp` token only), mounted read-only at [`GCP_ADC_IN_SANDBOX`].
     pub gcp_adc_host_path: Option<PathBuf>,
+    /// The proxy's directory of sandbox files on the host (holding
+    /// [`SANDBOX_ENV_SCRIPT_NAME`]), mounted read-only at
+    /// [`SANDBOX_ENV_DIR`] in a Docker sandbox.
+    pub env_dir_host_path: Option<PathBuf>,
 }
 
 impl EgressWiring {
@@ -73,18 +97,50 @@ impl EgressWiring {
         if let Some(path) = &self.gcp_adc_host_path {
             field("gcp_adc", &path.display().to_string());
         }
+        if let Some(path) = &self.env_dir_host_path {
+            field("env_dir", &path.display().to_string());
+        }
         h.finish()
+    }
+
+    /// The environment a Docker sandbox's container is made with, tokens
+    /// aside: the proxy variables, the CA trust and `BASH_ENV`.
+    pub fn container_env(&self) -> Vec<(String, String)> {
+        let mut env = self.fixed_env();
+        if self.env_dir_host_path.is_some() {
+            env.push(("BASH_ENV".to_string(), SANDBOX_ENV_SCRIPT.to_string()));
+        }
+        env
+    }
+
+    /// The script [`SANDBOX_ENV_SCRIPT`] holds: an `export` line per
+    /// token variable, each value single-quoted.
+    pub fn env_script(tokens: &[(String, String)]) -> String {
+        let mut text = String::from(
+            "# hermes: the egress proxy's tokens (never a key); rewritten on rotation\n",
+        );
+        for (k, v) in tokens {
+            text.push_str(&format!("export {k}='{}'\n", v.replace('\'', "'\\''")));
+        }
+        text
     }
 
     /// The environment every command in the sandbox gets, in a fixed
     /// order.
     pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = self.fixed_env();
+        env.extend(self.tokens.iter().cloned());
+        env
+    }
+
+    /// The proxy variables and the CA trust.
+    fn fixed_env(&self) -> Vec<(String, String)> {
         let https = format!("http://{PROXY_HOST_NAME}:{}", self.tunnel_port);
         let http = format!(
             "http://{PROXY_HOST_NAME}:{}",
             self.tunnel_port.saturating_add(1)
         );
-        let mut env: Vec<(String, String)> = [
+        [
             ("HTTPS_PROXY", https.as_str()),
             ("https_proxy", https.as_str()),
             ("HTTP_PROXY", http.as_str()),
@@ -100,18 +156,28 @@ impl EgressWiring {
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        env.extend(self.tokens.iter().cloned());
-        env
+        .collect()
     }
 }
 
 impl SandboxSpec {
     /// The spec wired to the proxy: the CA mount, the proxy's host name,
-    /// the network, the label, and a new hash. The variables are not the
-    /// container's: each command gets them ([`EgressWiring::env`]).
+    /// the network, the label, the variables and tokens of the container
+    /// (see the module doc), and a new hash.
     #[must_use]
     pub fn with_egress(mut self, wiring: &EgressWiring) -> SandboxSpec {
+        for (k, v) in wiring.container_env() {
+            self.env.retain(|(name, _)| *name != k);
+            self.env.push((k, v));
+        }
+        self.egress_tokens = wiring.tokens.clone();
+        if let Some(dir) = &wiring.env_dir_host_path {
+            self.binds.push(Bind {
+                host: dir.display().to_string(),
+                container: SANDBOX_ENV_DIR.to_string(),
+                options: Some("ro".to_string()),
+            });
+        }
         self.binds.push(Bind {
             host: wiring.ca_host_path.display().to_string(),
             container: CA_IN_SANDBOX.to_string(),
@@ -206,6 +272,7 @@ mod tests {
             )],
             network: None,
             gcp_adc_host_path: None,
+            env_dir_host_path: None,
         }
     }
 
@@ -221,10 +288,31 @@ mod tests {
     #[test]
     fn a_wired_sandbox_gets_the_ca_and_a_new_hash_and_each_command_the_proxy_and_tokens() {
         let plain = spec("");
-        let wired = spec("").with_egress(&wiring());
-        // None of the variables is the container's.
-        assert_eq!(wired.env, plain.env);
-        let per_command = wiring().env();
+        let mut w = wiring();
+        w.env_dir_host_path = Some(PathBuf::from("/h/proxy/sandbox-env"));
+        let wired = spec("").with_egress(&w);
+        // The container holds the proxy variables, the CA trust and
+        // BASH_ENV; the tokens beside them.
+        let container = |k: &str| {
+            wired
+                .env
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(
+            container("HTTPS_PROXY"),
+            Some("http://host.docker.internal:9090")
+        );
+        assert_eq!(
+            container("https_proxy"),
+            Some("http://host.docker.internal:9090")
+        );
+        assert_eq!(container("NODE_EXTRA_CA_CERTS"), Some(CA_IN_SANDBOX));
+        assert_eq!(container("BASH_ENV"), Some(SANDBOX_ENV_SCRIPT));
+        assert_eq!(container("OPENAI_API_KEY"), None);
+        assert_eq!(wired.egress_tokens, w.tokens);
+        let per_command = w.env();
         let env = |k: &str| {
             per_command
                 .iter()
@@ -238,16 +326,46 @@ mod tests {
             env("OPENAI_API_KEY"),
             Some("openai-0123456789abcdef0123456789abcdef")
         );
-        assert!(
-            wired
-                .binds
-                .iter()
-                .any(|b| b.to_engine() == "/h/proxy/ca.crt:/etc/ssl/certs/hermes-egress-ca.crt:ro")
-        );
+        for bind in [
+            "/h/proxy/ca.crt:/etc/ssl/certs/hermes-egress-ca.crt:ro",
+            "/h/proxy/sandbox-env:/etc/hermes-egress/env:ro",
+        ] {
+            assert!(wired.binds.iter().any(|b| b.to_engine() == bind), "{bind}");
+        }
         assert_eq!(wired.add_hosts, ["host.docker.internal:172.17.0.1"]);
-        assert_eq!(wired.labels[LABEL_EGRESS], wiring().fingerprint());
+        assert_eq!(wired.labels[LABEL_EGRESS], w.fingerprint());
         assert_ne!(wired.hash(), plain.hash());
         assert_eq!(wired.hash(), wired.compute_hash());
+    }
+
+    #[test]
+    fn a_rotated_token_leaves_the_hash_and_a_new_port_or_provider_changes_it() {
+        let hash = |w: &EgressWiring| spec("").with_egress(w).hash().to_string();
+        let before = wiring();
+        let mut rotated = wiring();
+        rotated.tokens[0].1 = "openai-ffffffffffffffffffffffffffffffff".to_string();
+        assert_eq!(hash(&rotated), hash(&before));
+        let mut port = wiring();
+        port.tunnel_port = 9100;
+        assert_ne!(hash(&port), hash(&before));
+        let mut provider = wiring();
+        provider
+            .tokens
+            .push(("ANTHROPIC_API_KEY".to_string(), "anthropic-x".to_string()));
+        assert_ne!(hash(&provider), hash(&before));
+    }
+
+    #[test]
+    fn the_token_script_exports_each_value_quoted() {
+        let script = EgressWiring::env_script(&[
+            ("OPENAI_API_KEY".to_string(), "openai-abc".to_string()),
+            ("ODD".to_string(), "a'b".to_string()),
+        ]);
+        assert!(
+            script.contains("export OPENAI_API_KEY='openai-abc'\n"),
+            "{script}"
+        );
+        assert!(script.contains("export ODD='a'\\''b'\n"), "{script}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The pure data model of hermes: no IO, no async runtime, no clock.
 //!
 //! - [`action`]: the operations of the host plan.
+//! - [`adoption`]: comparing a sandbox Hermes Agent made with the one hermes wants.
 //! - [`yaml`]: a positioned YAML tree, read with limits against hostile input.
 //! - [`value`]: plain config values, the merged view, YAML and JSON rendering.
 //! - [`schema`]: every known key with its type and default.
@@ -8,6 +9,7 @@
 //! - [`keypath`]: dotted key paths, with quoted keys for names holding a dot.
 //! - [`edit`]: `config set`/`unset` as text edits that keep comments and order.
 //! - [`dotenv`]: reading and editing `.env` files.
+//! - [`migration`]: moving a sandbox's data from hermes's earlier layout to the one it shares with Hermes Agent.
 //! - [`names`]: the one rule for task, session and profile names (paths, labels).
 //! - [`desired`]: what the host should look like, derived from the config.
 //! - [`sandbox`]: the Docker sandbox wanted: names, labels, hardened spec, spec hash.
@@ -20,6 +22,7 @@
 //! - [`plan`]: the operations a pass would carry out, each with its cause.
 
 pub mod action;
+pub mod adoption;
 pub mod cloud;
 pub mod config;
 pub mod desired;
@@ -29,6 +32,7 @@ pub mod egress;
 pub mod fingerprint;
 pub mod homes;
 pub mod keypath;
+pub mod migration;
 pub mod names;
 pub mod observed;
 pub mod plan;

@@ -3,11 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::sandbox::{LABEL_PROFILE, LABEL_SESSION, LABEL_SPEC_HASH, LABEL_TASK};
+use crate::sandbox::{
+    LABEL_PROFILE, LABEL_SESSION, LABEL_SESSION_TASK, LABEL_SPEC_HASH, LABEL_TASK,
+};
 
 /// The engine's state of a container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum ContainerState {
+    #[default]
     Created,
     Running,
     Paused,
@@ -45,7 +48,7 @@ impl ContainerState {
 }
 
 /// One container labelled `hermes-agent=1`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObservedContainer {
     pub id: String,
     /// Without the engine's leading `/`.
@@ -61,6 +64,37 @@ pub struct ObservedContainer {
     /// Processes running inside, besides the init, when known (read only
     /// for running containers the plan may replace).
     pub processes: Option<u32>,
+    /// For a container without a spec hash (made by Hermes Agent, which
+    /// labels its sandboxes as hermes does but records no spec), what its
+    /// inspect says of the settings that shape it; `None` for hermes's own
+    /// and for one not inspected (still `created`).
+    pub made_by_agent: Option<AgentMade>,
+    /// The spec hash hermes recorded when it adopted this container as it
+    /// was (it cannot label a container after the fact); `None` unless
+    /// adopted.
+    pub adopted_hash: Option<String>,
+}
+
+/// A container Hermes Agent made, as its inspect shows it: what hermes
+/// compares with the sandbox it wants before adopting it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentMade {
+    pub image: String,
+    pub nano_cpus: i64,
+    pub memory_bytes: i64,
+    pub shm_size_bytes: i64,
+    pub pids_limit: Option<i64>,
+    /// `none`, `bridge`, a network's name.
+    pub network_mode: String,
+    /// `host:container[:options]`, as the engine keeps them.
+    pub binds: Vec<String>,
+    /// Mount point → options.
+    pub tmpfs: BTreeMap<String, String>,
+    pub env: Vec<(String, String)>,
+    pub cap_add: Vec<String>,
+    pub devices: Vec<String>,
+    pub extra_hosts: Vec<String>,
+    pub init: bool,
 }
 
 impl ObservedContainer {
@@ -72,16 +106,26 @@ impl ObservedContainer {
         self.label(LABEL_PROFILE)
     }
 
+    /// The task: a persistent sandbox's `hermes-task-id`, a session's
+    /// `hermes-session-task` (or, made before that label, its
+    /// `hermes-task-id`).
     pub fn task(&self) -> Option<&str> {
-        self.label(LABEL_TASK)
+        match self.session() {
+            Some(_) => self.label(LABEL_SESSION_TASK).or(self.label(LABEL_TASK)),
+            None => self.label(LABEL_TASK),
+        }
     }
 
     pub fn session(&self) -> Option<&str> {
         self.label(LABEL_SESSION)
     }
 
+    /// The spec hash: its label, or the one hermes recorded when it
+    /// adopted the container.
     pub fn spec_hash(&self) -> Option<&str> {
-        self.label(LABEL_SPEC_HASH).filter(|h| !h.is_empty())
+        self.label(LABEL_SPEC_HASH)
+            .or(self.adopted_hash.as_deref())
+            .filter(|h| !h.is_empty())
     }
 }
 
@@ -100,6 +144,32 @@ pub struct Observed {
     pub cloud: Option<crate::cloud::CloudObserved>,
     /// The singularity instances, when that is the backend.
     pub singularity: Option<crate::singularity::SingularityObserved>,
+    /// The sandboxes' disk images (`terminal.container_disk`) mounted under
+    /// this home, seen only when the containers were (an engine answered).
+    pub disks: Vec<MountedDisk>,
+    /// The wanted sandboxes' data still in hermes's earlier layout.
+    pub legacy: Vec<crate::migration::LegacyData>,
+}
+
+/// A persistent sandbox's disk image mounted on its data directory
+/// (`<home>/sandboxes/docker/<profile>/<task>`, the image `.<task>.disk`
+/// beside it), as the host's mount table shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountedDisk {
+    /// The profile and the task, as the data directory's path names them.
+    pub profile: String,
+    pub task: String,
+    /// The data directory the image is mounted on.
+    pub mount_point: std::path::PathBuf,
+    /// The image file.
+    pub image: std::path::PathBuf,
+    /// The loop devices mounted there (`/dev/loop3`), first mounted first.
+    pub devices: Vec<String>,
+    /// Whether the image file was deleted: what it holds is then reachable
+    /// through this mount only, and goes once it is unmounted.
+    pub deleted: bool,
+    /// The containers (any, by id) with a bind mount from inside it.
+    pub users: Vec<String>,
 }
 
 /// The egress proxy daemon.
@@ -127,8 +197,8 @@ pub struct ProxyNetworkObserved {
     pub name: String,
     /// Whether the Docker network exists.
     pub exists: bool,
-    /// How many containers are attached to it.
-    pub containers: usize,
+    /// The containers attached to it (their ids).
+    pub attached: Vec<String>,
     /// The host firewall chain's name.
     pub chain: String,
     /// Whether the chain (or its rules) is in the host firewall.
@@ -185,6 +255,8 @@ mod tests {
             started_at: Some(200),
             finished_at: None,
             processes,
+            made_by_agent: None,
+            adopted_hash: None,
         }
     }
 

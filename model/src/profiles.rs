@@ -128,7 +128,10 @@ mod tests {
         }
         let root = root_of(Path::new("/opt/data/profiles/coder"), native);
         assert_eq!(root, Path::new("/opt/data"));
-        assert_eq!(profile_home(&root, "ops"), Path::new("/opt/data/profiles/ops"));
+        assert_eq!(
+            profile_home(&root, "ops"),
+            Path::new("/opt/data/profiles/ops")
+        );
         // A profile's home is that profile, both ways.
         for name in ["default", "ops", "a-1_b"] {
             assert_eq!(profile_of(&profile_home(&root, name), native), name);

@@ -20,6 +20,11 @@ use crate::config::{Config, Volume};
 pub const LABEL_AGENT: &str = "hermes-agent";
 pub const LABEL_PROFILE: &str = "hermes-profile";
 pub const LABEL_TASK: &str = "hermes-task-id";
+/// A session sandbox's task. Not [`LABEL_TASK`]: Hermes Agent takes any
+/// container with `hermes-agent=1` and its task's `hermes-task-id` as that
+/// task's persistent sandbox, and a session's sandbox must never be taken
+/// so (its end would remove it under the agent).
+pub const LABEL_SESSION_TASK: &str = "hermes-session-task";
 pub const LABEL_SESSION: &str = "hermes-session";
 pub const LABEL_EGRESS: &str = "hermes-egress";
 pub const LABEL_SPEC_HASH: &str = "hermes-spec-hash";
@@ -123,113 +128,11 @@ impl Bind {
     }
 }
 
-/// The options of `docker_extra_args` that map onto the create call.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ExtraArgs {
-    pub cap_add: Vec<String>,
-    pub devices: Vec<String>,
-    pub add_hosts: Vec<String>,
-    pub env: Vec<(String, String)>,
-    /// `name=soft[:hard]`.
-    pub ulimits: Vec<(String, i64, i64)>,
-    pub shm_size_bytes: Option<u64>,
-    pub labels: Vec<(String, String)>,
-}
-
-/// Why a `docker_extra_args` entry was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ExtraArgError {
-    /// The index of the offending list item.
-    pub index: usize,
-    pub message: String,
-}
-
-/// The options `docker_extra_args` may use.
-pub const EXTRA_OPTIONS: &[&str] = &[
-    "--cap-add",
-    "--device",
-    "--add-host",
-    "-e",
-    "--env",
-    "--ulimit",
-    "--shm-size",
-    "--label",
-    "-l",
-];
-
-/// Parses `docker_extra_args` (`--opt value` or `--opt=value`).
-pub fn parse_extra_args(args: &[String]) -> Result<ExtraArgs, ExtraArgError> {
-    let mut out = ExtraArgs::default();
-    let mut i = 0;
-    while i < args.len() {
-        let arg = &args[i];
-        let at = i;
-        let err = |message: String| ExtraArgError { index: at, message };
-        let (option, inline) = match arg.split_once('=') {
-            Some((o, v)) if o.starts_with('-') => (o, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        if !EXTRA_OPTIONS.contains(&option) {
-            return Err(err(format!(
-                "`{option}` is not supported in docker_extra_args; supported: {}",
-                EXTRA_OPTIONS.join(", ")
-            )));
-        }
-        let value = match inline {
-            Some(v) => v,
-            None => {
-                i += 1;
-                match args.get(i) {
-                    Some(v) => v.clone(),
-                    None => return Err(err(format!("`{option}` needs a value"))),
-                }
-            }
-        };
-        match option {
-            "--cap-add" => out.cap_add.push(value.to_ascii_uppercase()),
-            "--device" => out.devices.push(value),
-            "--add-host" => {
-                if !value.contains(':') {
-                    return Err(err(format!("`--add-host {value}` must be host:address")));
-                }
-                out.add_hosts.push(value);
-            }
-            "-e" | "--env" => match value.split_once('=') {
-                Some((k, v)) if crate::config::is_env_name(k) => {
-                    out.env.push((k.to_string(), v.to_string()));
-                }
-                _ => return Err(err(format!("`{option} {value}` must be NAME=value"))),
-            },
-            "--ulimit" => out.ulimits.push(parse_ulimit(&value).map_err(err)?),
-            "--shm-size" => match crate::config::parse_size(&value) {
-                Some(n) if n > 0 => out.shm_size_bytes = Some(n),
-                _ => return Err(err(format!("`--shm-size {value}` is not a size"))),
-            },
-            _ => match value.split_once('=') {
-                Some((k, v)) if !k.is_empty() => out.labels.push((k.to_string(), v.to_string())),
-                _ => return Err(err(format!("`{option} {value}` must be key=value"))),
-            },
-        }
-        i += 1;
-    }
-    Ok(out)
-}
-
-fn parse_ulimit(value: &str) -> Result<(String, i64, i64), String> {
-    let bad = || format!("`--ulimit {value}` must be name=soft[:hard]");
-    let (name, limits) = value.split_once('=').ok_or_else(bad)?;
-    let (soft, hard) = match limits.split_once(':') {
-        Some((s, h)) => (s, h),
-        None => (limits, limits),
-    };
-    let soft: i64 = soft.parse().map_err(|_| bad())?;
-    let hard: i64 = hard.parse().map_err(|_| bad())?;
-    if name.is_empty() {
-        return Err(bad());
-    }
-    Ok((name.to_string(), soft, hard))
-}
+mod extra_args;
+pub use extra_args::{
+    EXTRA_OPTIONS, ExtraArgError, ExtraArgs, ExtraOption, GpuRequest, map_extra_args, options,
+    parse_extra_args,
+};
 
 /// Everything the engine needs to create one sandbox container.
 #[derive(Debug, Clone, PartialEq)]
@@ -242,12 +145,20 @@ pub struct SandboxSpec {
     /// Environment values. Passed in the create call's body, never on a
     /// command line.
     pub env: Vec<(String, String)>,
+    /// The egress proxy's tokens, in the container's environment beside
+    /// `env` (see `crate::egress`): their names are part of the spec hash,
+    /// their values are not, so a rotation recreates nothing.
+    pub egress_tokens: Vec<(String, String)>,
     pub binds: Vec<Bind>,
-    /// Directories on the host that the binds need, all below `home`.
+    /// Directories on the host that the binds need, each below `home` or
+    /// below `sandbox_dir` ([`SandboxSpec::base_of`]).
     pub host_dirs: Vec<PathBuf>,
     /// The hermes home: `host_dirs` are made from there without following
     /// a symbolic link. Not part of the spec hash (the binds are).
     pub home: PathBuf,
+    /// The sandbox directory ([`sandbox_dir`]): the data directories are
+    /// made from there as from the home. Not part of the spec hash.
+    pub sandbox_dir: PathBuf,
     /// `terminal.container_disk`, in MB: the size of a persistent
     /// sandbox's data image when one is made (fixed then; not part of the
     /// spec hash).
@@ -272,6 +183,14 @@ pub struct SandboxSpec {
     /// where the egress proxy's DNS responder answers); empty: the engine's.
     pub dns: Vec<String>,
     pub ulimits: Vec<(String, i64, i64)>,
+    /// `--user` of `docker_extra_args`; `None`: the image's user.
+    pub user: Option<String>,
+    /// `--gpus` of `docker_extra_args`: the engine's device requests.
+    pub gpus: Vec<GpuRequest>,
+    /// `--cpuset-cpus` of `docker_extra_args`.
+    pub cpuset_cpus: Option<String>,
+    /// `--runtime` of `docker_extra_args`; `None`: the engine's default.
+    pub runtime: Option<String>,
     pub cmd: Vec<String>,
     pub working_dir: String,
     /// The host directory of the sandbox's runner ([`runner_dir`]), mounted
@@ -289,12 +208,33 @@ pub fn runner_dir(home: &Path, container_name: &str) -> PathBuf {
     home.join("run").join("sandboxes").join(container_name)
 }
 
-/// Where a persistent sandbox keeps its data on the host.
-pub fn data_dir(home: &Path, key: &SandboxKey) -> PathBuf {
-    home.join("sandboxes")
+/// The host's root of all sandbox data, as Hermes Agent has it:
+/// `terminal.sandbox_dir` (which `$TERMINAL_SANDBOX_DIR` sets when the
+/// file does not; a relative one is taken from the home), else
+/// `<home>/sandboxes`.
+pub fn sandbox_dir(config: &Config, home: &Path) -> PathBuf {
+    match config.terminal.sandbox_dir.as_deref() {
+        Some(dir) if !dir.is_empty() => home.join(dir),
+        _ => home.join("sandboxes"),
+    }
+}
+
+/// Where a persistent Docker sandbox keeps its data on the host:
+/// `<sandbox_dir>/docker/<task>`, with `workspace` and `home` in it
+/// (bound to `/workspace` and `/root`): Hermes Agent's layout, so either
+/// program finds the task's files.
+pub fn data_dir(sandbox_dir: &Path, task: &str) -> PathBuf {
+    sandbox_dir.join("docker").join(sanitize(task))
+}
+
+/// Where hermes kept a persistent sandbox's data before it shared the
+/// agent's layout: `<root>/sandboxes/docker/<profile>/<task>`, every
+/// profile under one home (`root`, the home a profile's home is under).
+pub fn legacy_data_dir(root: &Path, profile: &str, task: &str) -> PathBuf {
+    root.join("sandboxes")
         .join("docker")
-        .join(sanitize(&key.profile))
-        .join(sanitize(&key.task))
+        .join(sanitize(profile))
+        .join(sanitize(task))
 }
 
 impl SandboxSpec {
@@ -305,6 +245,7 @@ impl SandboxSpec {
     /// session to the next.
     pub fn new(config: &Config, key: SandboxKey, home: &Path, extra: &ExtraArgs) -> SandboxSpec {
         let t = &config.terminal;
+        let sandbox_dir = sandbox_dir(config, home);
         let mut binds = Vec::new();
         let mut host_dirs = Vec::new();
         let mut tmpfs = BTreeMap::new();
@@ -315,7 +256,7 @@ impl SandboxSpec {
             );
             tmpfs.insert("/root".to_string(), "rw,exec,nosuid,size=1g".to_string());
         } else {
-            let data = data_dir(home, &key);
+            let data = data_dir(&sandbox_dir, &key.task);
             for (dir, container) in [("workspace", "/workspace"), ("home", "/root")] {
                 let host = data.join(dir);
                 binds.push(Bind {
@@ -366,9 +307,14 @@ impl SandboxSpec {
         }
         labels.insert(LABEL_AGENT.to_string(), "1".to_string());
         labels.insert(LABEL_PROFILE.to_string(), sanitize(&key.profile));
-        labels.insert(LABEL_TASK.to_string(), sanitize(&key.task));
-        if let Some(session) = &key.session {
-            labels.insert(LABEL_SESSION.to_string(), sanitize(session));
+        match &key.session {
+            None => {
+                labels.insert(LABEL_TASK.to_string(), sanitize(&key.task));
+            }
+            Some(session) => {
+                labels.insert(LABEL_SESSION_TASK.to_string(), sanitize(&key.task));
+                labels.insert(LABEL_SESSION.to_string(), sanitize(session));
+            }
         }
         labels.insert(LABEL_EGRESS.to_string(), "off".to_string());
         labels.insert(LABEL_RUNNER.to_string(), "1".to_string());
@@ -387,9 +333,11 @@ impl SandboxSpec {
             image: t.docker_image.clone(),
             labels,
             env,
+            egress_tokens: Vec::new(),
             binds,
             host_dirs,
             home: home.to_path_buf(),
+            sandbox_dir,
             disk_mb: t.container_disk_mb,
             tmpfs,
             cap_drop: vec!["ALL".to_string()],
@@ -406,10 +354,15 @@ impl SandboxSpec {
             add_hosts: extra.add_hosts.clone(),
             dns: Vec::new(),
             ulimits: extra.ulimits.clone(),
+            user: None,
+            gpus: Vec::new(),
+            cpuset_cpus: None,
+            runtime: None,
             cmd: vec!["sleep".to_string(), "infinity".to_string()],
             working_dir: "/workspace".to_string(),
             runner_dir: Some(runner),
         };
+        spec.apply_extra_args(extra);
         spec.rehash();
         spec
     }
@@ -421,7 +374,10 @@ impl SandboxSpec {
         let mut field = |name: &str, value: &str| h.field(name, value);
         field("name", &self.name);
         field("image", &self.image);
-        for (k, v) in self
+        // A session's task label is hashed under the name it had before it
+        // moved out of the agent's sight: a session sandbox made then is
+        // not recreated (its files lost) for the rename.
+        let mut labels: Vec<(&str, &str)> = self
             .labels
             .iter()
             // The home's label is identity, not a setting: a sandbox made
@@ -432,11 +388,24 @@ impl SandboxSpec {
                     && *k != crate::homes::LABEL_HOME
                     && *k != crate::settings::LABEL_SETTINGS
             })
-        {
+            .map(|(k, v)| {
+                let k = if k == LABEL_SESSION_TASK {
+                    LABEL_TASK
+                } else {
+                    k.as_str()
+                };
+                (k, v.as_str())
+            })
+            .collect();
+        labels.sort_unstable();
+        for (k, v) in labels {
             field("label", &format!("{k}={v}"));
         }
         for (k, v) in &self.env {
             field("env", &format!("{k}={v}"));
+        }
+        for (k, _) in &self.egress_tokens {
+            field("egress_token", k);
         }
         let runner = self.runner_bind();
         for b in self.binds.iter().filter(|b| runner.as_ref() != Some(*b)) {
@@ -478,6 +447,20 @@ impl SandboxSpec {
             field("cmd", c);
         }
         field("workdir", &self.working_dir);
+        // Hashed only when set: a sandbox made before they existed keeps
+        // its hash.
+        if let Some(user) = &self.user {
+            field("user", user);
+        }
+        for gpu in &self.gpus {
+            field("gpus", &gpu.to_string());
+        }
+        if let Some(cpus) = &self.cpuset_cpus {
+            field("cpuset_cpus", cpus);
+        }
+        if let Some(runtime) = &self.runtime {
+            field("runtime", runtime);
+        }
         h.finish()
     }
 
@@ -489,6 +472,25 @@ impl SandboxSpec {
         let settings = self.settings_label();
         self.labels
             .insert(crate::settings::LABEL_SETTINGS.to_string(), settings);
+    }
+
+    /// The directory a persistent sandbox's data is in; none for a
+    /// session's (tmpfs).
+    pub fn data_dir(&self) -> Option<PathBuf> {
+        self.key
+            .session
+            .is_none()
+            .then(|| data_dir(&self.sandbox_dir, &self.key.task))
+    }
+
+    /// The directory `dir` (one of `host_dirs`) is made from: the sandbox
+    /// directory for the data, the home for the rest.
+    pub fn base_of(&self, dir: &Path) -> &Path {
+        if dir.starts_with(&self.sandbox_dir) {
+            &self.sandbox_dir
+        } else {
+            &self.home
+        }
     }
 
     /// The bind of the runner's directory, when the spec has one.
@@ -540,11 +542,11 @@ mod tests {
         assert_eq!(s.cmd, ["sleep", "infinity"]);
         assert_eq!(
             s.binds[0].to_engine(),
-            "/h/sandboxes/docker/default/default/workspace:/workspace"
+            "/h/sandboxes/docker/default/workspace:/workspace"
         );
         assert_eq!(
             s.binds[1].to_engine(),
-            "/h/sandboxes/docker/default/default/home:/root"
+            "/h/sandboxes/docker/default/home:/root"
         );
         assert_eq!(s.labels[LABEL_AGENT], "1");
         assert_eq!(s.labels[LABEL_EGRESS], "off");
@@ -654,7 +656,8 @@ mod tests {
             parse_extra_args(&["--cap-add=X".to_string(), "--privileged".to_string()]).unwrap_err();
         assert_eq!(e.index, 1);
         assert!(
-            e.message.starts_with("`--privileged` is not supported"),
+            e.message
+                .starts_with("`--privileged` gives the sandbox every capability"),
             "{e}"
         );
         let e = parse_extra_args(&["--device".to_string()]).unwrap_err();

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::sandbox::{CAP_ADD, LABEL_EGRESS, SandboxSpec, data_dir};
+use crate::sandbox::{CAP_ADD, LABEL_EGRESS, SandboxSpec};
 
 /// The label holding a sandbox's settings as a JSON object of strings.
 pub const LABEL_SETTINGS: &str = "hermes-settings";
@@ -74,11 +74,15 @@ impl SandboxSpec {
             self.shm_size_bytes.to_string(),
         );
         s.insert("docker_network".to_string(), self.network.to_string());
-        let data = data_dir(&self.home, &self.key);
-        let own = [
-            data.join("workspace").display().to_string(),
-            data.join("home").display().to_string(),
-        ];
+        let own: Vec<String> = self
+            .data_dir()
+            .map(|data| {
+                vec![
+                    data.join("workspace").display().to_string(),
+                    data.join("home").display().to_string(),
+                ]
+            })
+            .unwrap_or_default();
         let runner = self.runner_bind();
         let volumes: Vec<String> = self
             .binds
@@ -117,6 +121,37 @@ impl SandboxSpec {
             ("label", labels.join(", ")),
         ] {
             s.insert(format!("docker_extra_args.{name}"), list);
+        }
+        // Kept only when set, so that a sandbox labelled before they
+        // existed shows no change of them.
+        let extra_security: Vec<&str> = self
+            .security_opt
+            .iter()
+            .map(String::as_str)
+            .filter(|o| *o != "no-new-privileges")
+            .collect();
+        let gpus: Vec<String> = self.gpus.iter().map(ToString::to_string).collect();
+        for (name, value) in [
+            ("user", self.user.clone().unwrap_or_default()),
+            (
+                "network_name",
+                self.network_name.clone().unwrap_or_default(),
+            ),
+            ("dns", self.dns.join(", ")),
+            ("docker_extra_args.gpus", gpus.join(", ")),
+            (
+                "docker_extra_args.cpuset_cpus",
+                self.cpuset_cpus.clone().unwrap_or_default(),
+            ),
+            (
+                "docker_extra_args.runtime",
+                self.runtime.clone().unwrap_or_default(),
+            ),
+            ("docker_extra_args.security_opt", extra_security.join(", ")),
+        ] {
+            if !value.is_empty() {
+                s.insert(name.to_string(), value);
+            }
         }
         s.insert(
             "egress".to_string(),

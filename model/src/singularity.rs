@@ -284,6 +284,7 @@ mod tests {
             )],
             network: None,
             gcp_adc_host_path: None,
+            env_dir_host_path: None,
         }
     }
 

@@ -185,6 +185,7 @@ mod tests {
             )],
             network: None,
             gcp_adc_host_path: None,
+            env_dir_host_path: None,
         };
         let ca = remote_ca("p", "t").unwrap();
         assert_eq!(ca, ".hermes-sandbox/p/t/hermes-egress-ca.crt");

@@ -12,7 +12,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use hermes_model::cloud::{CloudObserved, CloudSandboxState};
 use hermes_model::config::load;
 use hermes_model::desired::{Desired, HostEnv};
-use hermes_model::observed::{ContainerState, Observed, ObservedContainer};
+use hermes_model::observed::{ContainerState, MountedDisk, Observed, ObservedContainer};
 use hermes_model::sandbox::{
     LABEL_AGENT, LABEL_PROFILE, LABEL_SESSION, LABEL_SPEC_HASH, LABEL_TASK,
 };
@@ -56,6 +56,8 @@ fn container(
         started_at: running.then_some(NOW - 3600),
         finished_at: (state == ContainerState::Exited).then_some(NOW - 600),
         processes: running.then_some(3),
+        made_by_agent: None,
+        adopted_hash: None,
     }
 }
 
@@ -199,6 +201,52 @@ fn a_session_host_with_idle_busy_stuck_orphaned_and_unwanted_sandboxes() {
     check_both("docker-reaping", &plan_stages(&d, &observed, now));
 }
 
+/// The sandboxes' disk images: one whose container was removed by hand
+/// (released, its file kept), one whose file was deleted too (released,
+/// saying what goes), one whose idle container is reaped (released by the
+/// removal), and the warm sandbox's, in use (kept).
+#[test]
+fn a_docker_host_with_disk_images_left_mounted() {
+    let d = desired("terminal:\n  backend: docker\n  container_disk: 1024\n");
+    let hash = d.sandboxes[0].hash().to_string();
+    let warm = container(
+        "c1",
+        "hermes-default-default",
+        "default",
+        ContainerState::Running,
+        Some(&hash),
+    );
+    let mut idle = container(
+        "c2",
+        "hermes-default-review",
+        "review",
+        ContainerState::Running,
+        Some(&hash),
+    );
+    idle.processes = Some(0);
+    let disk = |task: &str, users: &[&str], deleted: bool, loop_n: u32| MountedDisk {
+        profile: "default".to_string(),
+        task: task.to_string(),
+        mount_point: PathBuf::from(format!("/h/sandboxes/docker/default/{task}")),
+        image: PathBuf::from(format!("/h/sandboxes/docker/default/.{task}.disk")),
+        devices: vec![format!("/dev/loop{loop_n}")],
+        deleted,
+        users: users.iter().map(|u| u.to_string()).collect(),
+    };
+    let observed = Observed {
+        containers: vec![warm, idle],
+        activity: [("hermes-default-review".to_string(), NOW - 400)].into(),
+        disks: vec![
+            disk("default", &["c1"], false, 0),
+            disk("gone", &[], false, 1),
+            disk("home-removed", &[], true, 2),
+            disk("review", &["c2"], false, 3),
+        ],
+        ..Observed::default()
+    };
+    check_both("docker-disks", &plan_observed(&d, observed));
+}
+
 #[test]
 fn a_fresh_docker_host() {
     let d = desired("terminal:\n  backend: docker\n");
@@ -305,4 +353,24 @@ fn a_fresh_singularity_host() {
         ..Observed::default()
     };
     check_both("singularity-fresh", &plan_observed(&d, observed));
+}
+
+/// A Docker host whose `docker_extra_args` hermes will not honour: the
+/// warm sandbox is blocked with the reason and where it is, and the rest
+/// of the host converges (an exited session sandbox is still reaped).
+#[test]
+fn a_docker_host_whose_extra_args_hermes_cannot_honour() {
+    let d = desired(
+        "terminal:\n  backend: docker\n  lifetime_seconds: 60\n  docker_extra_args: [--shm-size=2g, --privileged]\n",
+    );
+    let mut gone = container(
+        "c4",
+        "hermes-default-default-gone",
+        "default",
+        ContainerState::Exited,
+        Some("0123456789ab"),
+    );
+    gone.labels
+        .insert(LABEL_SESSION.to_string(), "gone".to_string());
+    check_both("docker-refused", &plan(&d, vec![gone]));
 }

@@ -17,6 +17,8 @@
 //! - [`cloud`]: the sandbox on a cloud service (modal, daytona,
 //!   vercel_sandbox): created from the task's snapshot, resumed, recreated
 //!   when dead, blocked without credentials.
+//! - [`disks`]: the sandboxes' disk images, released once no container
+//!   uses them.
 //!
 //! [`plan_stages`] is the plan a pass prints and carries out: the plan of
 //! now, then, while a stage changes the egress proxy, the stages that
@@ -27,7 +29,9 @@
 //! the last good one stands in) removes nothing: each removal becomes a
 //! report that says why it is held back.
 
+mod adoption;
 pub mod cloud;
+pub mod disks;
 pub mod persistence;
 pub mod proxy;
 pub mod reaping;
@@ -95,8 +99,9 @@ pub fn plan_stages(desired: &Desired, observed: &Observed, now: SystemTime) -> S
 
 /// Makes `observed` what a stage's operations on Docker sandboxes leave
 /// behind, for the plan of the stage after it: a create or a recreate
-/// leaves a running container of its spec, a start a running container,
-/// a removal none.
+/// leaves a running container of its spec (on its disk image, when one is
+/// mounted), a start a running container, a removal none (and its image
+/// released with it, when it releases one), a release no image.
 fn after_sandboxes(observed: &mut Observed, ops: &[hermes_model::plan::Op<Action>], now: i64) {
     let made = |spec: &hermes_model::sandbox::SandboxSpec| ObservedContainer {
         id: format!("{}-to-be-made", spec.name),
@@ -107,16 +112,41 @@ fn after_sandboxes(observed: &mut Observed, ops: &[hermes_model::plan::Op<Action
         started_at: Some(now),
         finished_at: None,
         processes: Some(0),
+        made_by_agent: None,
+        adopted_hash: None,
     };
     for op in ops {
         let Action::Sandbox(action) = &op.action else {
             continue;
         };
         match action {
-            SandboxAction::Create(spec) => observed.containers.push(made(spec)),
+            SandboxAction::Create(spec) => {
+                let c = made(spec);
+                uses_its_disk(observed, spec, &c.id);
+                observed.containers.push(c);
+            }
             SandboxAction::Recreate { old_id, spec } => {
                 observed.containers.retain(|c| &c.id != old_id);
-                observed.containers.push(made(spec));
+                for disk in &mut observed.disks {
+                    disk.users.retain(|u| u != old_id);
+                }
+                let c = made(spec);
+                uses_its_disk(observed, spec, &c.id);
+                observed.containers.push(c);
+            }
+            SandboxAction::Migrate { old_id, spec, .. } => {
+                if let Some(old_id) = old_id {
+                    observed.containers.retain(|c| &c.id != old_id);
+                }
+                observed.legacy.retain(|l| l.data.task != spec.key.task);
+                let c = made(spec);
+                uses_its_disk(observed, spec, &c.id);
+                observed.containers.push(c);
+            }
+            SandboxAction::Adopt { id, spec } => {
+                for c in observed.containers.iter_mut().filter(|c| &c.id == id) {
+                    c.adopted_hash = Some(spec.hash().to_string());
+                }
             }
             SandboxAction::Start { id } => {
                 for c in observed.containers.iter_mut().filter(|c| &c.id == id) {
@@ -124,7 +154,32 @@ fn after_sandboxes(observed: &mut Observed, ops: &[hermes_model::plan::Op<Action
                     c.started_at = Some(now);
                 }
             }
-            SandboxAction::Remove { id, .. } => observed.containers.retain(|c| &c.id != id),
+            SandboxAction::Remove { id, disk, .. } => {
+                observed.containers.retain(|c| &c.id != id);
+                for d in &mut observed.disks {
+                    d.users.retain(|u| u != id);
+                }
+                if let Some(disk) = disk {
+                    observed.disks.retain(|d| d.mount_point != disk.mount_point);
+                }
+            }
+            SandboxAction::ReleaseDisk(disk) => {
+                observed.disks.retain(|d| d.mount_point != disk.mount_point);
+            }
+        }
+    }
+}
+
+/// The container `id`, made of `spec`, uses the disk image mounted for its
+/// sandbox, if one is.
+fn uses_its_disk(observed: &mut Observed, spec: &hermes_model::sandbox::SandboxSpec, id: &str) {
+    if spec.key.session.is_some() {
+        return;
+    }
+    let (profile, task) = (sanitize(&spec.key.profile), sanitize(&spec.key.task));
+    for disk in &mut observed.disks {
+        if disk.profile == profile && disk.task == task {
+            disk.users.push(id.to_string());
         }
     }
 }
@@ -167,23 +222,65 @@ pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> Host
     let warm = persistence::plan(desired, observed, now);
     let mut sandbox_ops = warm.ops;
     sandbox_ops.extend(reaping::plan(desired, observed, now, &warm.claimed));
+    disks::plan(observed, &mut sandbox_ops);
     sandbox_ops.extend(instance_ops);
+    if let Some(reason) = &desired.docker_blocked {
+        block_refused(&mut sandbox_ops, desired, reason);
+    }
     if let Some(reason) = proxy::fail_closed_reason(desired, &observed.proxy) {
         proxy::block_sandboxes(&mut sandbox_ops, &reason);
     }
     ops.extend(sandbox_ops);
     if let Some(doubt) = &desired.doubt {
         for op in &mut ops {
-            if let Action::Sandbox(SandboxAction::Remove { id, .. }) = &op.action {
-                op.action = Action::Keep {
-                    id: id.clone(),
-                    verb: "kept",
-                };
-                op.cause = format!("would remove ({}), but {doubt}", op.cause);
-            }
+            let (id, verb) = match &op.action {
+                Action::Sandbox(SandboxAction::Remove { id, .. }) => (id.clone(), "remove"),
+                Action::Sandbox(SandboxAction::ReleaseDisk(disk)) => {
+                    (disk.mount_point.display().to_string(), "release-disk")
+                }
+                _ => continue,
+            };
+            op.action = Action::Keep { id, verb: "kept" };
+            op.cause = format!("would {verb} ({}), but {doubt}", op.cause);
         }
     }
     Plan::new(ops)
+}
+
+/// Blocks the Docker sandboxes of a config whose `docker_extra_args`
+/// hermes will not honour ([`Desired::docker_blocked`]): every operation
+/// that would make or start one is refused with `reason`, and a warm
+/// sandbox that has none (it runs as it was made) gets a refusal too, so
+/// the plan and `hermes status` say it is not as the config says. Its
+/// container is left as it is; removals and everything else go on.
+fn block_refused(ops: &mut Vec<hermes_model::plan::Op<Action>>, desired: &Desired, reason: &str) {
+    for op in ops.iter_mut() {
+        if let Action::Sandbox(
+            SandboxAction::Create(_) | SandboxAction::Start { .. } | SandboxAction::Recreate { .. },
+        ) = &op.action
+        {
+            op.cause = format!("{reason}; wanted: {} ({})", op.action.verb(), op.cause);
+            op.action = Action::Blocked;
+        }
+    }
+    for spec in &desired.sandboxes {
+        let target = hermes_model::plan::Target::Sandbox {
+            profile: spec.key.profile.clone(),
+            task: spec.key.task.clone(),
+            session: spec.key.session.clone(),
+        };
+        if !ops
+            .iter()
+            .any(|op| op.target == target && op.action == Action::Blocked)
+        {
+            ops.push(hermes_model::plan::Op {
+                target,
+                action: Action::Blocked,
+                cause: format!("{reason}; the sandbox is left as it was made"),
+                changes: Vec::new(),
+            });
+        }
+    }
 }
 
 /// The running containers (by id) whose process count a plan reads: those
@@ -302,6 +399,8 @@ mod tests {
                 started_at: None,
                 finished_at: None,
                 processes: None,
+                made_by_agent: None,
+                adopted_hash: None,
             }
         };
         let observed = Observed {
@@ -352,6 +451,48 @@ mod tests {
             processes_needed(&desired, &observed),
             ["drifted", "other-task"]
         );
+    }
+
+    #[test]
+    fn a_warm_sandbox_whose_extra_args_hermes_cannot_honour_is_blocked_and_left_as_it_was_made() {
+        let build = |text: &str| {
+            Desired::build(
+                load(text).unwrap().config,
+                "default",
+                Path::new("/h"),
+                &HostEnv::default(),
+            )
+            .unwrap()
+        };
+        let docker = "terminal:\n  backend: docker\n  docker_extra_args: ";
+        let good = build(&format!("{docker}[--shm-size=2g]\n"));
+        let mut observed = Observed::default();
+        let made = plan_all(&good, &observed, SystemTime::UNIX_EPOCH);
+        after_sandboxes(&mut observed, &made.ops, 0);
+        assert!(!plan_all(&good, &observed, SystemTime::UNIX_EPOCH).is_pending());
+        // The same, with a flag hermes will not map: nothing to do to the
+        // container, and still not as the config says.
+        let refused = build(&format!("{docker}[--shm-size=2g, --privileged]\n"));
+        let plan = plan_all(&refused, &observed, SystemTime::UNIX_EPOCH);
+        let rows: Vec<(String, &str, &str)> = plan
+            .ops
+            .iter()
+            .map(|op| (op.target.to_string(), op.action.verb(), op.cause.as_str()))
+            .collect();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!((rows[0].0.as_str(), rows[0].1), ("sandbox default/default", "blocked"));
+        assert!(
+            rows[0].2.starts_with("terminal.docker_extra_args[1]: `--privileged`")
+                && rows[0].2.ends_with("; the sandbox is left as it was made"),
+            "{rows:?}"
+        );
+        // Changed besides: the recreate is what is blocked.
+        let drifted = build(&format!("{docker}[--shm-size=4g, --privileged]\n"));
+        let plan = plan_all(&drifted, &observed, SystemTime::UNIX_EPOCH);
+        assert_eq!(plan.ops.len(), 1);
+        assert_eq!(plan.ops[0].action, Action::Blocked);
+        assert!(plan.ops[0].cause.contains("; wanted: recreate ("), "{}", plan.ops[0].cause);
+        assert_eq!(blocked(&plan).len(), 1);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use hermes_model::plan::{Op, Target};
 use hermes_model::sandbox::{SandboxSpec, sanitize};
 use hermes_model::settings::{self, LABEL_SETTINGS};
 
-use crate::age;
+use crate::{adoption, age};
 
 /// How long a container may stay `created` before it counts as a start
 /// that failed.
@@ -83,6 +83,54 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
         }
         let (managed, unmanaged): (Vec<_>, Vec<_>) =
             ours.into_iter().partition(|c| c.spec_hash().is_some());
+        if spec.key.session.is_none() {
+            // A persistent sandbox's containers without a spec hash are
+            // Hermes Agent's: adopted, or removed as duplicates.
+            for c in managed.iter().chain(&unmanaged) {
+                claimed.insert(c.id.clone());
+            }
+            let keep = pick_keeper(&managed);
+            for c in &managed {
+                if keep.is_some_and(|k| k.id != c.id) {
+                    ops.push(duplicate_of(c, keep, &target));
+                }
+            }
+            let task = sanitize(&spec.key.task);
+            if let Some(legacy) = observed.legacy.iter().find(|l| l.data.task == task) {
+                ops.extend(adoption::plan_agent_made(
+                    spec,
+                    &target,
+                    &unmanaged,
+                    keep.or(unmanaged.first().copied()),
+                    |c| recreate_cost(spec, c),
+                ));
+                let cost = keep.map(|k| recreate_cost(spec, k)).unwrap_or_default();
+                ops.push(adoption::plan_legacy(spec, &target, legacy, keep, &cost));
+                continue;
+            }
+            ops.extend(adoption::plan_agent_made(
+                spec,
+                &target,
+                &unmanaged,
+                keep,
+                |c| recreate_cost(spec, c),
+            ));
+            match keep {
+                Some(keep) => {
+                    if let Some(op) = converge_one(spec, keep, target, now) {
+                        ops.push(op);
+                    }
+                }
+                None if unmanaged.is_empty() => ops.push(Op {
+                    changes: Vec::new(),
+                    target,
+                    action: Action::Sandbox(SandboxAction::Create(Box::new(spec.clone()))),
+                    cause: "no container with these labels".to_string(),
+                }),
+                None => {}
+            }
+            continue;
+        }
         for c in &unmanaged {
             claimed.insert(c.id.clone());
             ops.push(unmanaged_op(c));
@@ -115,21 +163,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
         for c in &managed {
             claimed.insert(c.id.clone());
             if c.id != keep.id {
-                ops.push(Op {
-                    changes: Vec::new(),
-                    target: target.clone(),
-                    action: Action::Sandbox(SandboxAction::Remove {
-                        id: c.id.clone(),
-                        name: c.name.clone(),
-                    }),
-                    cause: format!(
-                        "duplicate {} ({}); {} {} is kept",
-                        c.name,
-                        c.state.as_str(),
-                        keep.state.as_str(),
-                        keep.name
-                    ),
-                });
+                ops.push(duplicate_of(c, Some(keep), &target));
             }
         }
         if let Some(op) = converge_one(spec, keep, target, now) {
@@ -137,6 +171,27 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
         }
     }
     Planned { ops, claimed }
+}
+
+/// The removal of a duplicate of hermes's own beside `keep`.
+fn duplicate_of(
+    c: &ObservedContainer,
+    keep: Option<&ObservedContainer>,
+    target: &Target,
+) -> Op<Action> {
+    let kept = keep.map_or_else(String::new, |k| {
+        format!("; {} {} is kept", k.state.as_str(), k.name)
+    });
+    Op {
+        changes: Vec::new(),
+        target: target.clone(),
+        action: Action::Sandbox(SandboxAction::Remove {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            disk: None,
+        }),
+        cause: format!("duplicate {} ({}){kept}", c.name, c.state.as_str()),
+    }
 }
 
 pub(crate) fn target_of(spec: &SandboxSpec) -> Target {
@@ -183,6 +238,7 @@ fn holder_op(holder: &ObservedContainer, target: &Target, now: i64) -> Op<Action
         action: Action::Sandbox(SandboxAction::Remove {
             id: holder.id.clone(),
             name: holder.name.clone(),
+            disk: None,
         }),
         cause: format!(
             "container {} ({}, {whose}) holds the name; removed before the create",

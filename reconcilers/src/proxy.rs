@@ -9,7 +9,9 @@
 //! - the proxy-only network (or its firewall chain) there while
 //!   `proxy.enforce_network` is off (or the proxy disabled) → remove both;
 //!   kept, and reported, while containers are attached to it (they are
-//!   recreated off it first, and the pass plans again).
+//!   recreated off it first — the warm sandboxes by the persistence
+//!   planner, those made on demand removed by the reaping planner — and
+//!   the pass plans again).
 //!
 //! A plan whose proxy operations change the daemon or wait on the network
 //! is followed by more stages ([`crate::plan_stages`]): [`predict`] says
@@ -54,7 +56,7 @@ fn network(desired: &Desired, observed: &Observed) -> Option<Op<Action>> {
     } else {
         "the proxy is disabled"
     };
-    if net.exists && net.containers > 0 {
+    if net.exists && !net.attached.is_empty() {
         return Some(Op {
             changes: Vec::new(),
             target: Target::Proxy,
@@ -64,7 +66,9 @@ fn network(desired: &Desired, observed: &Observed) -> Option<Op<Action>> {
             },
             cause: format!(
                 "{why}; the network {} and its firewall chain {} are kept while {} container(s) are attached, removed once they are off it",
-                net.name, net.chain, net.containers
+                net.name,
+                net.chain,
+                net.attached.len()
             ),
         });
     }
@@ -162,8 +166,11 @@ pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
             Action::Sandbox(a) => match a {
                 SandboxAction::Create(_)
                 | SandboxAction::Start { .. }
-                | SandboxAction::Recreate { .. } => true,
-                SandboxAction::Remove { .. } => false,
+                | SandboxAction::Recreate { .. }
+                | SandboxAction::Migrate { .. } => true,
+                SandboxAction::Remove { .. }
+                | SandboxAction::ReleaseDisk(_)
+                | SandboxAction::Adopt { .. } => false,
             },
             Action::Instance(a) => match a {
                 InstanceAction::Start(_) | InstanceAction::Restart(_) => true,
@@ -205,7 +212,8 @@ pub const AFTER_SETUP: &str = "made-by-the-setup";
 /// restarts it), a start or a restart leaves it running and healthy
 /// on the desired settings, a stop leaves it stopped, the network's
 /// removal leaves no network, and a network kept in use empties once the
-/// stage moves at least as many containers off it (recreates, removals).
+/// stage moves every container attached to it off it (recreates,
+/// removals).
 /// Returns what the next stage waits for, in words; `None` when `ops`
 /// change nothing of the proxy (no next stage to plan).
 pub fn predict(
@@ -214,15 +222,16 @@ pub fn predict(
     ops: &[Op<Action>],
 ) -> Option<String> {
     let mut after = Vec::new();
-    let moved = ops
+    // The containers the stage takes off the network: those it recreates
+    // (the new one is made off it) or removes.
+    let moved: Vec<&str> = ops
         .iter()
-        .filter(|op| {
-            matches!(
-                op.action,
-                Action::Sandbox(SandboxAction::Recreate { .. } | SandboxAction::Remove { .. })
-            )
+        .filter_map(|op| match &op.action {
+            Action::Sandbox(SandboxAction::Recreate { old_id, .. }) => Some(old_id.as_str()),
+            Action::Sandbox(SandboxAction::Remove { id, .. }) => Some(id.as_str()),
+            _ => None,
         })
-        .count();
+        .collect();
     for op in ops.iter().filter(|op| op.target == Target::Proxy) {
         match &op.action {
             Action::Proxy(ProxyAction::Setup) => {
@@ -236,6 +245,7 @@ pub fn predict(
                         tokens: Vec::new(),
                         network: proxy.enforce_network.then(|| AFTER_SETUP.to_string()),
                         gcp_adc_host_path: None,
+                        env_dir_host_path: Some(std::path::PathBuf::from(AFTER_SETUP)),
                     };
                     desired.set_egress(Egress::On {
                         wiring,
@@ -278,10 +288,10 @@ pub fn predict(
                 let Some(net) = observed.proxy.network.as_mut() else {
                     continue;
                 };
-                if moved < net.containers {
+                net.attached.retain(|id| !moved.contains(&id.as_str()));
+                if !net.attached.is_empty() {
                     continue;
                 }
-                net.containers = 0;
                 after.push("the sandboxes are off the proxy-only network");
             }
             Action::Sandbox(_)

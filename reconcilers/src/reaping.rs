@@ -7,6 +7,10 @@
 //!   that failed);
 //! - exited or dead, finished longer than 2 × max(60, `lifetime_seconds`)
 //!   ago, with `docker_orphan_reaper` → removed as an orphan;
+//! - made on demand and still on the proxy-only network once
+//!   `proxy.enforce_network` is off (or the proxy disabled), where the
+//!   proxy no longer listens → removed when idle (the next exec makes it
+//!   anew, off the network, and the network can go), kept while busy;
 //! - a sandbox made on demand (a session's, another task's, or the default
 //!   task's when it is not kept warm), idle longer than its limit →
 //!   removed; busy (an exec or a background process inside) or of unknown
@@ -72,12 +76,20 @@ fn plan_one(
             action: Action::Sandbox(SandboxAction::Remove {
                 id: c.id.clone(),
                 name: c.name.clone(),
+                disk: None,
             }),
             cause,
         })
     };
     if c.state == ContainerState::Created && now - c.created > STUCK_SECONDS {
         return remove(stuck_cause(c, now));
+    }
+    if let Some(why) = off_the_network(desired, observed, c) {
+        return match observed.idleness(c) {
+            // Kept: the network waits for it (its report says so).
+            Idleness::Busy { .. } | Idleness::Unknown => None,
+            Idleness::NotRunning | Idleness::IdleSince(_) => remove(why),
+        };
     }
     if desired.config.terminal.docker_orphan_reaper
         && matches!(c.state, ContainerState::Exited | ContainerState::Dead)
@@ -135,6 +147,33 @@ fn plan_one(
     }
 }
 
+/// Why `c` must leave the proxy-only network, when it is attached to it
+/// and the network is no longer wanted: the cause of its removal.
+fn off_the_network(desired: &Desired, observed: &Observed, c: &ObservedContainer) -> Option<String> {
+    let proxy = &desired.config.proxy;
+    if proxy.enabled && proxy.enforce_network {
+        return None;
+    }
+    let net = observed.proxy.network.as_ref()?;
+    if !net.exists || !net.attached.contains(&c.id) {
+        return None;
+    }
+    let why = if proxy.enabled {
+        "proxy.enforce_network is off"
+    } else {
+        "the proxy is disabled"
+    };
+    let lost = if c.session().is_some() {
+        "every file in it is lost"
+    } else {
+        "files outside /workspace and /root are lost"
+    };
+    Some(format!(
+        "on the proxy-only network {}, which goes ({why}); the next exec makes it anew off it; {lost}",
+        net.name
+    ))
+}
+
 /// The sandbox a container is, from its labels.
 /// The operations of `hermes session end ID`: the removal of every
 /// container of `profile` labelled with session `session`, whatever its
@@ -153,6 +192,7 @@ pub fn end_session(profile: &str, session: &str, observed: &Observed) -> Vec<Op<
             action: Action::Sandbox(SandboxAction::Remove {
                 id: c.id.clone(),
                 name: c.name.clone(),
+                disk: None,
             }),
             cause: format!("session {session} ended by hand"),
         })

@@ -92,10 +92,13 @@ pub const CLOUD_CREDENTIALS: &[&str] = &[
     "VERCEL_TEAM_ID",
 ];
 
-/// A `$HERMES_HOME` in a temporary directory, removed when dropped.
+/// A `$HERMES_HOME` in a temporary directory, removed when dropped: the
+/// directory itself, or the home of a profile below it
+/// ([`TestHome::with_profile`]).
 #[derive(Debug)]
 pub struct TestHome {
     dir: tempfile::TempDir,
+    home: PathBuf,
 }
 
 /// What a run of `hermes` printed and how it exited.
@@ -153,10 +156,33 @@ impl TestHome {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
             .unwrap_or_else(|e| panic!("chmod 700 {}: {e}", dir.path().display()));
-        TestHome { dir }
+        let home = dir.path().to_path_buf();
+        TestHome { dir, home }
     }
 
+    /// The home of profile `name` under a new root: `<root>/profiles/NAME`,
+    /// where `hermes --profile NAME` (and Hermes Agent's `-p NAME`) points
+    /// from the root. Commands run with `--home` set to it, and their
+    /// containers carry `hermes-profile=NAME`.
+    pub fn with_profile(name: &str) -> TestHome {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut t = TestHome::new();
+        t.home = t.dir.path().join("profiles").join(name);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&t.home)
+            .unwrap_or_else(|e| panic!("mkdir {}: {e}", t.home.display()));
+        t
+    }
+
+    /// The home hermes runs with.
     pub fn path(&self) -> &Path {
+        &self.home
+    }
+
+    /// The root the home is in (the home itself unless it is a profile's).
+    pub fn root(&self) -> &Path {
         self.dir.path()
     }
 
@@ -191,6 +217,12 @@ impl TestHome {
         for name in CLOUD_CREDENTIALS {
             cmd.env_remove(name);
         }
+        // Hermes Agent's `TERMINAL_*` variables lay values over the file.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("TERMINAL_") {
+                cmd.env_remove(name);
+            }
+        }
         cmd
     }
 
@@ -218,7 +250,7 @@ impl Drop for TestHome {
         let mut below: Vec<&str> = mountinfo
             .lines()
             .filter_map(|line| line.split(' ').nth(4))
-            .filter(|point| Path::new(point).starts_with(self.path()))
+            .filter(|point| Path::new(point).starts_with(self.dir.path()))
             .collect();
         below.sort_by_key(|p| std::cmp::Reverse(p.len()));
         for point in below {

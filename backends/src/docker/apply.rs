@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig, ResourcesUlimits};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, RemoveContainerOptionsBuilder,
     RenameContainerOptionsBuilder, StopContainerOptionsBuilder,
@@ -63,7 +63,7 @@ impl Engine {
     /// call's body: environment values never appear on a command line.
     pub async fn create(&self, spec: &SandboxSpec) -> Result<CreateOutcome, DockerError> {
         for dir in &spec.host_dirs {
-            let (home, path) = (spec.home.clone(), dir.clone());
+            let (home, path) = (spec.base_of(dir).to_path_buf(), dir.clone());
             tokio::task::spawn_blocking(move || crate::host_dir::make_below(&home, &path))
                 .await
                 .map_err(|e| DockerError::HostDir {
@@ -273,9 +273,24 @@ fn create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody, DockerError> {
         cap_add: Some(spec.cap_add.clone()),
         security_opt: Some(spec.security_opt.clone()),
         pids_limit: Some(spec.pids_limit),
-        nano_cpus: Some(spec.nano_cpus),
-        memory: Some(spec.memory_bytes),
+        // 0: no limit (terminal.container_cpu, container_memory: 0).
+        nano_cpus: (spec.nano_cpus > 0).then_some(spec.nano_cpus),
+        memory: (spec.memory_bytes > 0).then_some(spec.memory_bytes),
         shm_size: Some(spec.shm_size_bytes),
+        cpuset_cpus: spec.cpuset_cpus.clone(),
+        runtime: spec.runtime.clone(),
+        device_requests: (!spec.gpus.is_empty()).then(|| {
+            spec.gpus
+                .iter()
+                .map(|g| DeviceRequest {
+                    driver: g.driver.clone(),
+                    count: g.count,
+                    device_ids: (!g.device_ids.is_empty()).then(|| g.device_ids.clone()),
+                    capabilities: Some(vec![g.capabilities.clone()]),
+                    options: None,
+                })
+                .collect()
+        }),
         init: Some(true),
         network_mode: if spec.network {
             spec.network_name.clone()
@@ -301,7 +316,14 @@ fn create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody, DockerError> {
         image: Some(spec.image.clone()),
         cmd: Some(spec.cmd.clone()),
         working_dir: Some(spec.working_dir.clone()),
-        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        user: spec.user.clone(),
+        env: Some(
+            spec.env
+                .iter()
+                .chain(&spec.egress_tokens)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
+        ),
         labels: Some(
             spec.labels
                 .iter()
@@ -474,6 +496,49 @@ mod tests {
         );
         let device = &host.devices.unwrap()[0];
         assert_eq!(device.path_on_host.as_deref(), Some("/dev/fuse"));
+    }
+
+    #[test]
+    fn the_flags_of_docker_extra_args_and_no_limits_reach_the_create_body() {
+        let config = load(
+            "terminal:\n  container_cpu: 0\n  container_memory: 0\n  \
+             docker_extra_args: [--gpus, all, --user=1000:1000, --cpuset-cpus=0-1, \
+             --runtime=runsc, -v, \"/srv/data:/data:ro\", --network, ml, --dns=1.1.1.1, \
+             --security-opt, apparmor=docker-default, --label, team=ml, --shm-size=2g]\n",
+        )
+        .unwrap()
+        .config;
+        assert!(config.sandbox_errors.is_empty(), "{:?}", config.sandbox_errors);
+        let extra = parse_extra_args(&config.terminal.docker_extra_args).unwrap();
+        let spec = SandboxSpec::new(
+            &config,
+            SandboxKey::persistent("p", "t"),
+            Path::new("/h"),
+            &extra,
+        );
+        let body = create_body(&spec).unwrap();
+        assert_eq!(body.user.as_deref(), Some("1000:1000"));
+        assert_eq!(body.labels.as_ref().unwrap()["team"], "ml");
+        let host = body.host_config.unwrap();
+        // 0: no --cpus, no --memory.
+        assert_eq!((host.nano_cpus, host.memory), (None, None));
+        assert_eq!(host.cpuset_cpus.as_deref(), Some("0-1"));
+        assert_eq!(host.runtime.as_deref(), Some("runsc"));
+        assert_eq!(host.network_mode.as_deref(), Some("ml"));
+        assert_eq!(host.dns.as_deref(), Some(&["1.1.1.1".to_string()][..]));
+        assert_eq!(host.shm_size, Some(2 << 30));
+        assert_eq!(
+            host.security_opt.as_deref(),
+            Some(&["no-new-privileges".to_string(), "apparmor=docker-default".to_string()][..])
+        );
+        assert!(
+            host.binds
+                .unwrap()
+                .contains(&"/srv/data:/data:ro".to_string())
+        );
+        let gpu = &host.device_requests.unwrap()[0];
+        assert_eq!(gpu.count, Some(-1));
+        assert_eq!(gpu.capabilities, Some(vec![vec!["gpu".to_string()]]));
     }
 
     #[test]

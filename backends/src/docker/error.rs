@@ -102,6 +102,11 @@ pub enum DockerError {
     #[error("network {network} exists but {reason}; remove it or turn proxy.enforce_network off")]
     ForeignNetwork { network: String, reason: String },
 
+    /// A step on the host's own files for a sandbox failed (its data
+    /// moved to another layout, its adoption recorded): what and why.
+    #[error("sandbox {container}: {message}")]
+    HostFiles { container: String, message: String },
+
     /// Any other answer of the engine: `action` on `target` failed (the
     /// engine's own message, or, when it could not be reached, the cause
     /// once and what to check).

@@ -32,8 +32,8 @@ pub struct InternalNetwork {
     pub name: String,
     /// The bridge's address on the host (the network's gateway).
     pub gateway: Option<IpAddr>,
-    /// How many containers are attached.
-    pub containers: usize,
+    /// The ids of the containers attached.
+    pub attached: Vec<String>,
     /// Whether its containers can reach each other (a network made before
     /// hermes turned that off).
     pub icc: bool,
@@ -65,7 +65,7 @@ impl Engine {
             }
             tracing::info!(
                 network = name,
-                containers = found.containers,
+                containers = found.attached.len(),
                 "replacing the network: its containers can reach each other"
             );
             attached = self.detach_all(name).await?;
@@ -182,7 +182,11 @@ impl Engine {
         Ok(Some(InternalNetwork {
             name: name.to_string(),
             gateway,
-            containers: net.containers.map_or(0, |c| c.len()),
+            attached: {
+                let mut ids: Vec<String> = net.containers.unwrap_or_default().into_keys().collect();
+                ids.sort();
+                ids
+            },
             icc,
             replaced: false,
             labels: net.labels.unwrap_or_default(),

@@ -17,7 +17,7 @@ use bollard::models::{
 };
 use bollard::query_parameters::ListContainersOptionsBuilder;
 use futures_util::{StreamExt, TryStreamExt};
-use hermes_model::observed::{ContainerState, ObservedContainer};
+use hermes_model::observed::{AgentMade, ContainerState, ObservedContainer};
 use hermes_model::sandbox::{LABEL_AGENT, SandboxKey};
 
 use super::Engine;
@@ -119,6 +119,21 @@ impl Engine {
         Ok((seen, main_pids))
     }
 
+    /// The host sources of every container's mounts, by id, labelled or
+    /// not: one list call.
+    pub async fn mount_sources(&self) -> Result<HashMap<String, Vec<String>>, DockerError> {
+        let options = ListContainersOptionsBuilder::default().all(true).build();
+        let summaries = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| DockerError::engine("list containers", "all", e))?;
+        Ok(summaries
+            .into_iter()
+            .filter_map(|s| Some((s.id.clone()?, mount_sources(s.mounts.as_deref()))))
+            .collect())
+    }
+
     /// Reads the process count of the running containers among `containers`
     /// whose id is in `ids` (one inspect and one `top` each). Best effort: a
     /// count that cannot be read stays `None`.
@@ -184,6 +199,9 @@ impl Engine {
             Err(e) => return Err(DockerError::engine("inspect container", &container.name, e)),
         };
         let main_pid = info.state.as_ref().and_then(|s| s.pid);
+        if container.spec_hash().is_none() {
+            container.made_by_agent = Some(agent_made(&info));
+        }
         let inspected = from_inspect(info, &container.name);
         // The inspect is newer than the list.
         container.state = inspected.state;
@@ -206,6 +224,39 @@ impl Engine {
                 None
             }
         }
+    }
+}
+
+/// What the inspect of a container without a spec hash says of the
+/// settings that shape it (see [`AgentMade`]).
+fn agent_made(info: &ContainerInspectResponse) -> AgentMade {
+    let host = info.host_config.clone().unwrap_or_default();
+    let config = info.config.clone().unwrap_or_default();
+    AgentMade {
+        image: config.image.unwrap_or_default(),
+        nano_cpus: host.nano_cpus.unwrap_or(0),
+        memory_bytes: host.memory.unwrap_or(0),
+        shm_size_bytes: host.shm_size.unwrap_or(0),
+        pids_limit: host.pids_limit.filter(|p| *p > 0),
+        network_mode: host.network_mode.unwrap_or_default(),
+        binds: host.binds.unwrap_or_default(),
+        tmpfs: host.tmpfs.unwrap_or_default().into_iter().collect(),
+        env: config
+            .env
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        cap_add: host.cap_add.unwrap_or_default(),
+        devices: host
+            .devices
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|d| d.path_on_host.clone())
+            .collect(),
+        extra_hosts: host.extra_hosts.unwrap_or_default(),
+        init: host.init.unwrap_or(false),
     }
 }
 
@@ -242,6 +293,8 @@ fn from_summary(summary: ContainerSummary) -> Option<ObservedContainer> {
         started_at: None,
         finished_at: None,
         processes: None,
+        made_by_agent: None,
+        adopted_hash: None,
     })
 }
 
@@ -265,6 +318,8 @@ fn from_inspect(info: ContainerInspectResponse, fallback_name: &str) -> Observed
         started_at: state.started_at.as_deref().and_then(parse_engine_time),
         finished_at: state.finished_at.as_deref().and_then(parse_engine_time),
         processes: None,
+        made_by_agent: None,
+        adopted_hash: None,
     }
 }
 

@@ -244,6 +244,7 @@ mod tests {
             tokens: vec![("OPENAI_API_KEY".to_string(), "openai-tok".to_string())],
             network: None,
             gcp_adc_host_path: None,
+            env_dir_host_path: None,
         }
     }
 

@@ -51,7 +51,7 @@ use hermes_bench::stats::{Ms, Samples, header, ratio, row};
 use hermes_model::config::Config;
 use hermes_model::desired::{Desired, HostEnv};
 use hermes_model::observed::ContainerState;
-use hermes_model::sandbox::{LABEL_SESSION, LABEL_TASK, SandboxSpec};
+use hermes_model::sandbox::SandboxSpec;
 
 /// hermes's time over the CLI's, p50s.
 const TARGET: f64 = 0.5;
@@ -356,8 +356,8 @@ async fn wait_exited(bench: &Bench, count: usize) -> anyhow::Result<()> {
 fn target_of(profile: &str, spec: &SandboxSpec) -> String {
     format!(
         "sandbox {profile}/{}@{}",
-        spec.labels.get(LABEL_TASK).map_or("", String::as_str),
-        spec.labels.get(LABEL_SESSION).map_or("", String::as_str),
+        spec.key.task,
+        spec.key.session.as_deref().unwrap_or_default(),
     )
 }
 

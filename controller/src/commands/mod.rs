@@ -73,6 +73,12 @@ pub async fn observe_for(
     let profile = hermes_model::sandbox::sanitize(&desired.profile);
     let containers = engine.observe_profile(&profile).await?;
     let mut observed = with_activity(containers, home).await?;
+    observed.legacy = crate::migrate::observe_legacy(home, desired);
+    if desired.config.terminal.backend == hermes_model::config::Backend::Docker {
+        let sources = engine.mount_sources().await?;
+        let dir = hermes_model::sandbox::sandbox_dir(&desired.config, &desired.home);
+        observed.disks = crate::disk::observe(&dir, &desired.profile, &sources);
+    }
     observed.proxy.network =
         crate::egress::pass::observe_network(home, engine, &desired.config).await;
     let needed = hermes_reconcilers::processes_needed(desired, &observed);
@@ -90,13 +96,13 @@ async fn with_activity(
     let activity = Activity::new(home)
         .read_all()
         .context("reading the sandboxes' activity records")?;
+    let mut containers = containers;
+    crate::migrate::read_adoptions(home.root(), &mut containers);
     Ok(Observed {
         containers,
         activity,
         proxy: crate::egress::pass::observe(home).await,
-        ssh: None,
-        cloud: None,
-        singularity: None,
+        ..Observed::default()
     })
 }
 
@@ -105,7 +111,8 @@ async fn with_activity(
 pub fn load_config(home: &Home) -> anyhow::Result<hermes_model::config::Config> {
     let file = home.config().display().to_string();
     let text = config::read_config_text(home)?.unwrap_or_default();
-    let loaded = load_text(home, &text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
+    let loaded = load_text(home, &text, &host_env(home)?)
+        .map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
     for w in &loaded.warnings {
         crate::notices::warning(w.render(&file));
     }
@@ -117,20 +124,23 @@ pub fn load_config(home: &Home) -> anyhow::Result<hermes_model::config::Config> 
 pub fn load_desired(home: &Home, profile: &str) -> anyhow::Result<Desired> {
     let file = home.config().display().to_string();
     let text = config::read_config_text(home)?.unwrap_or_default();
-    let loaded = load_text(home, &text).map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
+    let loaded = load_text(home, &text, &host_env(home)?)
+        .map_err(|e| anyhow::anyhow!("{}", e.render(&file)))?;
     desired_of(home, profile, loaded)
 }
 
 /// Loads config text knowing this home, as given and with symlinks
-/// resolved, so that a volume of it is refused.
+/// resolved, so that a volume of it is refused; with the `TERMINAL_*`
+/// variables of `env` over it, as Hermes Agent lays them.
 pub fn load_text(
     home: &Home,
     text: &str,
+    env: &HostEnv,
 ) -> Result<hermes_model::config::Loaded, hermes_model::config::ConfigError> {
     let canonical = std::fs::canonicalize(home.root()).ok();
     let mut spellings = vec![home.root()];
     spellings.extend(canonical.as_deref());
-    hermes_model::config::load_for(text, &spellings)
+    hermes_model::config::load_with(text, &spellings, &env.terminal_vars())
 }
 
 /// The desired state of a dry run: from `file` when given (a candidate
@@ -164,7 +174,8 @@ pub fn load_for_dry_run(
         // No config.yaml on a host that never had one: the defaults.
         return load_desired(home, profile);
     };
-    let loaded = load_text(home, &text).map_err(|e| anyhow::anyhow!("{}", e.render(&shown)))?;
+    let loaded = load_text(home, &text, &host_env(home)?)
+        .map_err(|e| anyhow::anyhow!("{}", e.render(&shown)))?;
     anyhow::ensure!(
         !loaded.empty,
         "{shown} is empty: a pass would keep the last good config and remove nothing"
@@ -190,6 +201,12 @@ fn desired_from(
 ) -> anyhow::Result<Desired> {
     for w in &loaded.warnings {
         crate::notices::warning(w.render(file));
+    }
+    for e in &loaded.config.sandbox_errors {
+        crate::notices::error(format!(
+            "{} (the Docker sandboxes are blocked; the rest of the host converges)",
+            e.render(file)
+        ));
     }
     if let Some(w) = home.exposure_warning() {
         crate::notices::warning(w);
@@ -226,8 +243,9 @@ pub fn load_for_pass(home: &Home, profile: &str) -> anyhow::Result<PassDesired> 
     hermes_model::desired::check_profile(profile)?;
     let file = home.config().display().to_string();
     let last_good = last_good_path(home);
+    let env = host_env(home)?;
     let (problem, detail) = match config::read_config_text(home) {
-        Ok(Some(text)) => match load_text(home, &text) {
+        Ok(Some(text)) => match load_text(home, &text, &env) {
             Ok(loaded) if !loaded.empty => {
                 remember_good(&last_good, &text);
                 return Ok(PassDesired {
@@ -251,7 +269,7 @@ pub fn load_for_pass(home: &Home, profile: &str) -> anyhow::Result<PassDesired> 
         .ok()
         .flatten()
         .and_then(|bytes| String::from_utf8(bytes).ok())
-        .and_then(|text| hermes_model::config::load(&text).ok());
+        .and_then(|text| hermes_model::config::load_with(&text, &[], &env.terminal_vars()).ok());
     let (config, stands_in) = match good {
         Some(loaded) => (loaded.config, "the last good config stands in"),
         None => (
@@ -259,7 +277,7 @@ pub fn load_for_pass(home: &Home, profile: &str) -> anyhow::Result<PassDesired> 
             "no good config was ever seen: the defaults stand in",
         ),
     };
-    let mut desired = Desired::build(config, profile, home.root(), &host_env(home)?)?;
+    let mut desired = Desired::build(config, profile, home.root(), &env)?;
     wire_egress(home, &mut desired);
     desired.doubt = Some(format!(
         "config.yaml is {problem} ({stands_in}; nothing is removed)"

@@ -51,6 +51,16 @@ impl Paths {
     pub(crate) fn config(&self) -> PathBuf {
         self.dir.join(CONFIG_FILE)
     }
+    /// The directory bound read-only into Docker sandboxes at
+    /// `/etc/hermes-egress/env` (0700, like this one).
+    pub(crate) fn sandbox_env_dir(&self) -> PathBuf {
+        self.dir.join("sandbox-env")
+    }
+    /// The sandboxes' `BASH_ENV` script: the current tokens.
+    pub(crate) fn sandbox_env_script(&self) -> PathBuf {
+        self.sandbox_env_dir()
+            .join(hermes_model::egress::SANDBOX_ENV_SCRIPT_NAME)
+    }
     pub(crate) fn tokens(&self) -> PathBuf {
         self.dir.join(TOKENS_FILE)
     }
@@ -240,6 +250,18 @@ pub(crate) fn write_setup(
         MappingsFile::with_aws_hosts(&config.proxy.aws_hosts)
             .render()
             .as_bytes(),
+        SECRET_MODE,
+    )?;
+    // The tokens as the sandboxes' shells read them (`BASH_ENV`): in a
+    // directory of their own, bound read-only, which a rename inside
+    // reaches (a bound file would keep its old inode).
+    let mappings = MappingsFile::with_aws_hosts(&config.proxy.aws_hosts);
+    let env = super::pass::token_env(&tokens, &mappings, &config.proxy.aws_region);
+    fsio::ensure_dir(&paths.sandbox_env_dir(), DIR_MODE)
+        .with_context(|| format!("cannot create {}", paths.sandbox_env_dir().display()))?;
+    write_file(
+        &paths.sandbox_env_script(),
+        hermes_model::egress::EgressWiring::env_script(&env).as_bytes(),
         SECRET_MODE,
     )?;
     if let Some(token) = tokens.tokens.get(hermes_egress::google::PROVIDER) {

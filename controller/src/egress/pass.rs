@@ -104,22 +104,12 @@ pub fn desired(home: &Home, config: &Config) -> Egress {
                 .to_string(),
         };
     };
-    let mut token_env: Vec<(String, String)> = Vec::new();
-    for mapping in &mappings.mappings {
-        if let Some(token) = tokens.tokens.get(&mapping.provider) {
-            for name in &mapping.env {
-                token_env.push((name.clone(), token.clone()));
-            }
-        }
+    let token_env = token_env(&tokens, &mappings, &config.proxy.aws_region);
+    if read(paths.sandbox_env_script()).is_none() {
+        return Egress::NotSetUp {
+            missing: "sandbox-env/tokens.sh (the sandboxes' tokens)".to_string(),
+        };
     }
-    if let Some(secret) = tokens.tokens.get(hermes_egress::tokens::AWS_SECRET_TOKEN) {
-        token_env.extend(hermes_model::egress::aws_env(
-            secret,
-            &config.proxy.aws_region,
-        ));
-    }
-    token_env.sort();
-    token_env.dedup_by(|a, b| a.0 == b.0);
     let Some(settings) = settings_fingerprint(home, &paths) else {
         return Egress::NotSetUp {
             missing: "a proxy file changed while it was read".to_string(),
@@ -134,9 +124,33 @@ pub fn desired(home: &Home, config: &Config) -> Egress {
             tokens: token_env,
             network: network.map(|(name, _)| name),
             gcp_adc_host_path: Some(paths.gcp_adc()).filter(|p| p.is_file()),
+            env_dir_host_path: Some(paths.sandbox_env_dir()),
         },
         settings,
     }
+}
+
+/// Every provider variable with its proxy token, and the AWS
+/// placeholder's variables: what a sandbox's commands get.
+pub(crate) fn token_env(
+    tokens: &TokensFile,
+    mappings: &MappingsFile,
+    aws_region: &str,
+) -> Vec<(String, String)> {
+    let mut token_env: Vec<(String, String)> = Vec::new();
+    for mapping in &mappings.mappings {
+        if let Some(token) = tokens.tokens.get(&mapping.provider) {
+            for name in &mapping.env {
+                token_env.push((name.clone(), token.clone()));
+            }
+        }
+    }
+    if let Some(secret) = tokens.tokens.get(hermes_egress::tokens::AWS_SECRET_TOKEN) {
+        token_env.extend(hermes_model::egress::aws_env(secret, aws_region));
+    }
+    token_env.sort();
+    token_env.dedup_by(|a, b| a.0 == b.0);
+    token_env
 }
 
 /// With `proxy.enforce_network`: the proxy-only network's name and
@@ -275,7 +289,7 @@ pub async fn observe_network(
     Some(ProxyNetworkObserved {
         name: network.name,
         exists: true,
-        containers: net.containers,
+        attached: net.attached,
         chain: network.chain,
         chain_exists,
     })

@@ -43,6 +43,7 @@ impl Config {
                 container_cpu: r.number(schema_key!("terminal.container_cpu")),
                 container_memory_mb: r.uint(schema_key!("terminal.container_memory")),
                 container_disk_mb: r.uint(schema_key!("terminal.container_disk")),
+                sandbox_dir: r.opt_string(schema_key!("terminal.sandbox_dir")),
                 container_persistent: r.bool(schema_key!("terminal.container_persistent")),
                 docker_persist_across_processes: r
                     .bool(schema_key!("terminal.docker_persist_across_processes")),

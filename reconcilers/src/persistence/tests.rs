@@ -42,6 +42,8 @@ fn container(id: &str, state: ContainerState, hash: Option<&str>) -> ObservedCon
         started_at: (state == ContainerState::Running).then_some(NOW - 1800),
         finished_at: (state == ContainerState::Exited).then_some(NOW - 14 * 60),
         processes: (state == ContainerState::Running).then_some(0),
+        made_by_agent: None,
+        adopted_hash: None,
     }
 }
 
@@ -277,16 +279,152 @@ fn without_a_running_duplicate_the_one_created_last_is_kept() {
     );
 }
 
+/// A container as Hermes Agent makes the default task's, with its
+/// defaults: its labels, no spec hash, the shared data layout.
+fn agent_made(id: &str, image: &str, shm: i64) -> ObservedContainer {
+    let mut c = container(id, ContainerState::Running, None);
+    c.name = format!("hermes-{id}0000000");
+    c.made_by_agent = Some(hermes_model::observed::AgentMade {
+        image: image.to_string(),
+        nano_cpus: 1_000_000_000,
+        memory_bytes: 5120 << 20,
+        shm_size_bytes: shm,
+        pids_limit: Some(256),
+        network_mode: "bridge".to_string(),
+        binds: vec![
+            "/h/sandboxes/docker/default/home:/root".to_string(),
+            "/h/sandboxes/docker/default/workspace:/workspace".to_string(),
+        ],
+        tmpfs: [
+            ("/tmp", "rw,nosuid,size=512m"),
+            ("/var/tmp", "rw,noexec,nosuid,size=256m"),
+            ("/run", "rw,noexec,nosuid,size=64m"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        env: Vec::new(),
+        cap_add: ["DAC_OVERRIDE", "CHOWN", "FOWNER", "SETUID", "SETGID"]
+            .iter()
+            .map(|c| c.to_string())
+            .collect(),
+        devices: Vec::new(),
+        extra_hosts: Vec::new(),
+        init: true,
+    });
+    c
+}
+
 #[test]
-fn a_container_without_a_spec_hash_is_reported_never_removed() {
-    let d = docker();
-    let plan_text = render(&d, vec![container("u", ContainerState::Running, None)]);
-    assert_eq!(
-        plan_text,
-        "! sandbox default/default            blocked     container hermes-default-default (no hermes-spec-hash label) holds the name; remove it by hand\n\
-         ? container hermes-default-default   unmanaged   no hermes-spec-hash label; left alone\n\
-         Plan: 0 to create, 0 to change, 0 to remove, 1 blocked."
+fn a_container_hermes_agent_made_on_the_config_s_settings_is_adopted_as_it_is() {
+    let d = desired("terminal:\n  backend: docker\n  docker_image: img:1\n  docker_shm_size: 64m\n");
+    let plan = crate::plan_all(
+        &d,
+        &Observed {
+            containers: vec![agent_made("a", "img:1", 64 << 20)],
+            ..Observed::default()
+        },
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(NOW as u64),
     );
+    assert_eq!(
+        plan.to_string(),
+        "~ sandbox default/default   adopt       container hermes-a0000000 made by Hermes Agent has the config's settings: managed as it is\n\
+         Plan: 0 to create, 1 to change, 0 to remove."
+    );
+    let ops = plan_all_ops(&d, vec![agent_made("a", "img:1", 64 << 20)]);
+    assert!(
+        matches!(&ops[0].action, Action::Sandbox(SandboxAction::Adopt { id, spec }) if id == "a" && spec.hash() == d.sandboxes[0].hash()),
+        "{ops:?}"
+    );
+}
+
+#[test]
+fn a_container_hermes_agent_made_otherwise_is_recreated_keeping_its_data() {
+    let d = desired("terminal:\n  backend: docker\n  docker_image: img:2\n");
+    assert_eq!(
+        render(&d, vec![agent_made("a", "img:1", 64 << 20)]),
+        "~ sandbox default/default   recreate    container hermes-a0000000 made by Hermes Agent: docker_image img:1 → img:2, docker_shm_size 67108864 → 1073741824 (forces recreate; its binds of /workspace and /root are the task's data and are kept); no command running; files outside /workspace and /root are lost\n\
+         Plan: 0 to create, 1 to change, 0 to remove."
+    );
+}
+
+#[test]
+fn beside_hermes_s_own_the_agent_s_idle_container_goes_and_a_busy_one_waits() {
+    let d = docker();
+    let ours = container("h", ContainerState::Running, Some(d.sandboxes[0].hash()));
+    let mut busy = agent_made("b", "img:1", 64 << 20);
+    busy.processes = Some(2);
+    let idle = agent_made("i", "img:1", 64 << 20);
+    let text = render(&d, vec![ours, busy, idle]);
+    assert!(
+        text.contains("- sandbox default/default   remove      duplicate hermes-i0000000 (running) made by Hermes Agent; hermes-default-default is kept, on the same data"),
+        "{text}"
+    );
+    assert!(
+        text.contains("? sandbox default/default   busy        duplicate hermes-b0000000 made by Hermes Agent runs a command; removed once it is idle (hermes-default-default is kept)"),
+        "{text}"
+    );
+    assert!(text.ends_with("Plan: 0 to create, 0 to change, 1 to remove."), "{text}");
+}
+
+#[test]
+fn the_agent_s_container_with_its_workspace_elsewhere_blocks_the_sandbox() {
+    let d = docker();
+    let mut c = agent_made("a", "img:1", 64 << 20);
+    if let Some(m) = c.made_by_agent.as_mut() {
+        m.binds = vec!["/elsewhere/docker/default/workspace:/workspace".to_string()];
+    }
+    let text = render(&d, vec![c]);
+    assert!(
+        text.starts_with("! sandbox default/default   blocked     container hermes-a0000000 made by Hermes Agent binds /workspace from /elsewhere/docker/default/workspace, not from /h/sandboxes/docker/default/workspace"),
+        "{text}"
+    );
+}
+
+#[test]
+fn data_in_the_earlier_layout_moves_with_the_recreate_and_is_never_merged() {
+    let d = docker();
+    let data = hermes_model::migration::DataMove::of(
+        Path::new("/h"),
+        Path::new("/h/sandboxes"),
+        "default",
+        "default",
+    )
+    .unwrap();
+    let old = container("o", ContainerState::Running, Some("0123456789ab"));
+    let observed = |new_has_files| Observed {
+        containers: vec![old.clone()],
+        legacy: vec![hermes_model::migration::LegacyData {
+            data: data.clone(),
+            new_has_files,
+            has_image: false,
+        }],
+        ..Observed::default()
+    };
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(NOW as u64);
+    let text = crate::plan_all(&d, &observed(false), at).to_string();
+    assert_eq!(
+        text,
+        "~ sandbox default/default   migrate     its files move (renamed, never copied) from /h/sandboxes/docker/default/default to /h/sandboxes/docker/default, the layout Hermes Agent shares; no command running; files outside /workspace and /root are lost\n\
+         Plan: 0 to create, 1 to change, 0 to remove."
+    );
+    let text = crate::plan_all(&d, &observed(true), at).to_string();
+    assert!(
+        text.starts_with("! sandbox default/default   blocked     the task's files are in /h/sandboxes/docker/default/default (hermes's earlier layout) and in /h/sandboxes/docker/default"),
+        "{text}"
+    );
+}
+
+fn plan_all_ops(d: &Desired, containers: Vec<ObservedContainer>) -> Vec<Op<Action>> {
+    plan(
+        d,
+        &Observed {
+            containers,
+            ..Observed::default()
+        },
+        NOW,
+    )
+    .ops
 }
 
 #[test]

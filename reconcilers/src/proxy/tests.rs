@@ -34,6 +34,7 @@ fn on() -> Egress {
             tokens: Vec::new(),
             network: None,
             gcp_adc_host_path: None,
+            env_dir_host_path: None,
         },
         settings: "5e771265abcd".to_string(),
     }
@@ -49,11 +50,12 @@ fn healthy() -> ProxyObserved {
     }
 }
 
+/// The network with `containers` attached, `c1`, `c2`, ….
 fn network(containers: usize) -> Option<ProxyNetworkObserved> {
     Some(ProxyNetworkObserved {
         name: "hermes-egress-0a1b2c3d".to_string(),
         exists: true,
-        containers,
+        attached: (1..=containers).map(|i| format!("c{i}")).collect(),
         chain: "HERMES-0a1b2c3d".to_string(),
         chain_exists: true,
     })
@@ -357,6 +359,8 @@ fn a_network_whose_containers_the_stage_recreates_off_it_is_removed_in_the_next(
         started_at: Some(NOW as i64 - 60),
         finished_at: None,
         processes: Some(0),
+        made_by_agent: None,
+        adopted_hash: None,
     };
     let observed = Observed {
         proxy,

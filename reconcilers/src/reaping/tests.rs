@@ -52,6 +52,8 @@ fn sandbox(task: &str, session: Option<&str>) -> ObservedContainer {
         started_at: Some(NOW - 86_400),
         finished_at: None,
         processes: Some(0),
+        made_by_agent: None,
+        adopted_hash: None,
     }
 }
 
