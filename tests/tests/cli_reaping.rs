@@ -20,7 +20,7 @@ impl Host {
     fn new(tag: &str, terminal_extra: &str) -> Host {
         let profile = format!("{tag}{}", std::process::id());
         let host = Host {
-            home: TestHome::new(),
+            home: TestHome::with_profile(&profile),
             _cleanup: ProfileCleanup(profile.clone()),
             profile,
         };
@@ -290,10 +290,10 @@ fn sandboxes_no_longer_desired_are_kept_until_pruned_and_their_data_stays() {
     let prune = host.hermes(&["reconcile", "--prune"]);
     assert_eq!(prune.code, 0, "{prune:?}");
     assert!(host.names().is_empty());
-    let data = host.home.path().join(format!(
-        "sandboxes/docker/{}/default/workspace/f",
-        host.profile
-    ));
+    let data = host
+        .home
+        .path()
+        .join("sandboxes/docker/default/workspace/f");
     assert_eq!(std::fs::read_to_string(data).unwrap(), "data\n");
 
     // reconcile.prune: true does the same without the flag.
@@ -410,7 +410,7 @@ fn foreign_containers_and_other_profiles_survive_prune_and_reapers() {
         "--label",
         &format!("hermes-profile={}", host.profile),
         "--label",
-        "hermes-task-id=default",
+        "hermes-session-task=default",
         "--label",
         "hermes-session=lookalike",
         "--label",

@@ -41,7 +41,7 @@ fn local_exec_output_masks_the_hosts_keys_and_key_shapes() {
 fn docker_exec_masks_a_key_placed_in_the_sandbox_unless_redaction_is_off() {
     let profile = format!("xr{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let config = |redact: bool| {
         format!(
             "terminal:\n  backend: docker\n  docker_image: {}\n  docker_env:\n    ANTHROPIC_API_KEY: {FAKE_ANTHROPIC}\nsecurity:\n  redact_secrets: {redact}\n",

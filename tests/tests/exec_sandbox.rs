@@ -23,8 +23,8 @@ struct Host {
 
 impl Host {
     fn new(tag: &str, extra: &str) -> Host {
-        let home = TestHome::new();
         let profile = format!("{tag}{}", std::process::id());
+        let home = TestHome::with_profile(&profile);
         let host = Host {
             home,
             _cleanup: ProfileCleanup(profile.clone()),
