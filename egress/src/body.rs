@@ -149,7 +149,7 @@ pub enum RequestBody {
     Stream(Incoming),
     /// The bytes, and what they hold of a memory budget until the body
     /// has been sent (or dropped).
-    Full(Option<Bytes>, Option<tokio::sync::OwnedSemaphorePermit>),
+    Full(Option<Bytes>, Option<crate::signed_body::Hold>),
 }
 
 impl From<Incoming> for RequestBody {

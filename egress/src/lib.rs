@@ -11,6 +11,8 @@
 //! - [`tokens`]: providers, proxy tokens, mappings and the real keys.
 //! - [`rewrite`]: the token-for-key swap in headers and query.
 //! - [`sigv4`]: AWS SigV4 requests checked and signed again.
+//! - [`signed_body`]: the bodies of signed AWS requests, read whole within
+//!   a share per client, a total and a minimum rate.
 //! - [`google`]: Google OAuth access tokens minted from a service account.
 //! - [`settings`]: the proxy's config file and its run-time settings.
 //! - [`server`]: the listeners, CONNECT, the tunnels, forwarding.
@@ -40,6 +42,7 @@ pub mod pool;
 pub mod rewrite;
 pub mod server;
 pub mod settings;
+pub mod signed_body;
 pub mod sigv4;
 pub mod target;
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The management endpoint, on 127.0.0.1 behind a bearer token:
 //! `GET /health` answers the proxy's version, where it listens, its
-//! counters, its connection limits and, per provider, whether it holds a
+//! counters, its connection limits, what signed AWS bodies hold and, per provider, whether it holds a
 //! real key (and the variable it came from; never the key), and whether
 //! the DNS responder serves. `hermes egress status` and every pass read it.
 //! It has a budget of its own ([`MGMT_CONNECTIONS`]), apart from the data
@@ -120,6 +120,13 @@ fn handle(shared: &Shared, req: &Request<Incoming>) -> Response<ProxyBody> {
                 "connections": shared.limits.total(),
                 "open": shared.limits.open(),
                 "refused": shared.limits.refused(),
+            },
+            // Signed AWS bodies being read: the bytes they hold, against
+            // the total and one client's share.
+            "signed_bodies": {
+                "held": shared.signed_bodies.held(),
+                "bytes": shared.signed_bodies.limits().total,
+                "bytes_per_client": shared.signed_bodies.limits().per_client,
             },
         }),
     )

@@ -102,6 +102,9 @@ pub(crate) struct Shared {
     tunnel_idle: Duration,
     /// The data plane's connections, per client and in all.
     pub(crate) limits: Arc<Limits>,
+    /// What signed AWS bodies hold while they are read, per client and in
+    /// all.
+    pub(crate) signed_bodies: Arc<crate::signed_body::Budget>,
     /// The management endpoint's open connections (its own small budget).
     pub(crate) mgmt_open: std::sync::atomic::AtomicUsize,
     log: AccessLog,
@@ -232,6 +235,7 @@ pub async fn bind(
         client_idle: settings.client_idle_timeout,
         tunnel_idle: settings.tunnel_idle_timeout,
         limits,
+        signed_bodies: crate::signed_body::Budget::new(settings.signed_bodies),
         mgmt_open: std::sync::atomic::AtomicUsize::new(0),
         log,
         mgmt_token: settings.mgmt_token,
@@ -633,7 +637,11 @@ async fn tunnel_request(
     let host = &tunnel.target.host;
     let credentials = shared.credentials();
     if let Some(aws) = credentials.for_host(host).filter(|c| c.is_sigv4()) {
-        let req = match crate::sigv4::resign(aws, req, upgrade).await {
+        let origin = crate::sigv4::Origin {
+            client: tunnel.peer.ip(),
+            budget: &shared.signed_bodies,
+        };
+        let req = match crate::sigv4::resign(aws, req, upgrade, origin).await {
             Ok(req) => req,
             Err(r) => return refuse(&shared, pending, r.status, r.reason, &r.why),
         };

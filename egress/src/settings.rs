@@ -91,6 +91,22 @@ pub struct Limits {
     /// Rotated logs kept, `proxy.log.1` to `proxy.log.N` ([`DEFAULT_LOG_FILES`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_files: Option<usize>,
+    /// Bytes of signed AWS bodies all clients together may hold while
+    /// they are read ([`crate::signed_body::DEFAULT_TOTAL`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_body_bytes: Option<usize>,
+    /// Bytes of signed AWS bodies one client address may hold
+    /// ([`crate::signed_body::DEFAULT_PER_CLIENT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_body_bytes_per_client: Option<usize>,
+    /// How long a signed body may take before its minimum rate applies
+    /// ([`crate::signed_body::DEFAULT_GRACE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_body_grace_seconds: Option<u64>,
+    /// The bytes that earn a signed body one more second after the grace
+    /// ([`crate::signed_body::DEFAULT_MIN_RATE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_body_min_bytes_per_second: Option<u64>,
 }
 
 /// How long a client connection may wait for its first request, and
@@ -116,6 +132,23 @@ impl Limits {
         self.log_files.unwrap_or(DEFAULT_LOG_FILES)
     }
 
+    /// The signed bodies' limits, the defaults where none is set.
+    pub fn signed_bodies(&self) -> crate::signed_body::BodyLimits {
+        let default = crate::signed_body::BodyLimits::default();
+        crate::signed_body::BodyLimits {
+            total: self.signed_body_bytes.unwrap_or(default.total),
+            per_client: self
+                .signed_body_bytes_per_client
+                .unwrap_or(default.per_client),
+            grace: self
+                .signed_body_grace_seconds
+                .map_or(default.grace, Duration::from_secs),
+            min_rate: self
+                .signed_body_min_bytes_per_second
+                .unwrap_or(default.min_rate),
+        }
+    }
+
     fn check(&self) -> Result<(), &'static str> {
         if self.max_connections_per_client == Some(0) || self.max_connections == Some(0) {
             return Err("limits: connection limits must be at least 1");
@@ -130,6 +163,19 @@ impl Limits {
         }
         if self.log_files.is_some_and(|n| !(1..=100).contains(&n)) {
             return Err("limits: log_files must be 1-100");
+        }
+        if self.signed_body_bytes.is_some_and(|n| n < 1024)
+            || self.signed_body_bytes_per_client.is_some_and(|n| n < 1024)
+        {
+            return Err(
+                "limits: signed_body_bytes and signed_body_bytes_per_client must be at least 1024",
+            );
+        }
+        if self.signed_body_grace_seconds == Some(0) {
+            return Err("limits: signed_body_grace_seconds must be at least 1");
+        }
+        if self.signed_body_min_bytes_per_second == Some(0) {
+            return Err("limits: signed_body_min_bytes_per_second must be at least 1");
         }
         Ok(())
     }
@@ -239,6 +285,9 @@ pub struct Settings {
     pub log_files: usize,
     /// The proxy-only network's DNS responder, when there is one.
     pub dns: Option<DnsSettings>,
+    /// What signed AWS bodies may hold while they are read, and how fast
+    /// they must arrive.
+    pub signed_bodies: crate::signed_body::BodyLimits,
 }
 
 /// Where the DNS responder listens (UDP) and the address it answers for
@@ -298,6 +347,7 @@ impl Settings {
             log_max_bytes: file.limits.log_max_bytes(),
             log_files: file.limits.log_files(),
             dns: None,
+            signed_bodies: file.limits.signed_bodies(),
         }
     }
 }
@@ -340,6 +390,18 @@ mod tests {
         assert!(ProxyConfigFile::parse(tuned.render().as_bytes()).is_err());
         tuned.limits.max_connections_per_client = None;
         tuned.limits.log_files = Some(0);
+        assert!(ProxyConfigFile::parse(tuned.render().as_bytes()).is_err());
+        tuned.limits.log_files = None;
+        tuned.limits.signed_body_bytes_per_client = Some(1 << 20);
+        tuned.limits.signed_body_grace_seconds = Some(2);
+        let parsed = ProxyConfigFile::parse(tuned.render().as_bytes()).unwrap();
+        assert_eq!(parsed.limits.signed_bodies().per_client, 1 << 20);
+        assert_eq!(parsed.limits.signed_bodies().grace, Duration::from_secs(2));
+        assert_eq!(
+            parsed.limits.signed_bodies().total,
+            crate::signed_body::DEFAULT_TOTAL
+        );
+        tuned.limits.signed_body_min_bytes_per_second = Some(0);
         assert!(ProxyConfigFile::parse(tuned.render().as_bytes()).is_err());
     }
 }

@@ -8,12 +8,14 @@
 //! real pair (and session token) at the same time, for the same region and
 //! service, and sends it on. Nothing else in the request changes.
 //!
-//! Bodies: a signed payload is read whole (at most [`MAX_BODY`] bytes) to
-//! hash it; `UNSIGNED-PAYLOAD` streams through; chunk-signed bodies
-//! (`STREAMING-…`, whose every chunk carries a signature chained to the
-//! placeholder's) and presigned URLs are refused with a reason.
+//! Bodies: a signed payload is read whole to hash it, within the limits of
+//! [`crate::signed_body`] (a share per client, a total, a minimum rate);
+//! `UNSIGNED-PAYLOAD` streams through; chunk-signed bodies (`STREAMING-…`,
+//! whose every chunk carries a signature chained to the placeholder's) and
+//! presigned URLs are refused with a reason.
 
 use std::borrow::Cow;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -22,30 +24,15 @@ use aws_sigv4::http_request::{
     sign,
 };
 use aws_smithy_runtime_api::client::identity::Identity;
-use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_LENGTH, HOST, HeaderMap, HeaderName, HeaderValue};
+use http::header::{AUTHORIZATION, HOST, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::body::RequestBody;
+use crate::signed_body::Budget;
 use crate::tokens::{Credential, SigV4Keys};
-
-/// The largest signed body the proxy reads to hash it.
-pub const MAX_BODY: usize = 32 * 1024 * 1024;
-/// How long reading a signed body may take.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(60);
-/// How many bytes of signed bodies all requests together may hold while
-/// they are read and sent: a sandbox that opens many requests at once
-/// gets refusals, not the proxy's memory.
-pub const MAX_BUFFERED: usize = 256 * 1024 * 1024;
-
-/// [`MAX_BUFFERED`] in KiB permits, shared by every request.
-static BUFFERED: std::sync::LazyLock<Arc<Semaphore>> =
-    std::sync::LazyLock::new(|| Arc::new(Semaphore::new(MAX_BUFFERED / 1024)));
 
 const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 const X_AMZ_DATE: &str = "x-amz-date";
@@ -67,7 +54,7 @@ pub struct Refusal {
     pub why: String,
 }
 
-fn refusal(status: StatusCode, reason: &'static str, why: impl Into<String>) -> Refusal {
+pub(crate) fn refusal(status: StatusCode, reason: &'static str, why: impl Into<String>) -> Refusal {
     Refusal {
         status,
         reason,
@@ -490,6 +477,14 @@ fn signature(
     Ok((headers, signature))
 }
 
+/// Where a request to re-sign came from and what its body may hold: the
+/// client's address, the signed bodies' budget.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    pub client: IpAddr,
+    pub budget: &'a Arc<Budget>,
+}
+
 /// Checks and re-signs a request to a host of `cred` (a SigV4 credential):
 /// its body is read whole when its payload hash is signed. Upgrades are
 /// refused (an AWS API never asks for one).
@@ -497,6 +492,7 @@ pub async fn resign(
     cred: &Credential,
     req: Request<Incoming>,
     upgrade: bool,
+    origin: Origin<'_>,
 ) -> Result<Request<RequestBody>, Refusal> {
     if upgrade {
         return Err(refusal(
@@ -525,7 +521,9 @@ pub async fn resign(
     let (payload, body) = match kind {
         BodyKind::Unsigned => (Payload::Unsigned, RequestBody::Stream(body)),
         BodyKind::Signed(declared) => {
-            let (bytes, held) = read_whole(&parts.headers, body).await?;
+            let (bytes, held) =
+                crate::signed_body::read_whole(origin.budget, origin.client, &parts.headers, body)
+                    .await?;
             (
                 payload_of(&bytes, declared.as_deref())?,
                 RequestBody::Full(Some(bytes), Some(held)),
@@ -541,62 +539,6 @@ pub async fn resign(
         SystemTime::now(),
     )?;
     Ok(Request::from_parts(parts, body))
-}
-
-/// The body, read whole: at most [`MAX_BODY`] bytes in [`BODY_TIMEOUT`],
-/// with its share of [`MAX_BUFFERED`] (the declared length, or
-/// [`MAX_BODY`] without one), held until the body has been sent.
-async fn read_whole(
-    headers: &HeaderMap,
-    body: Incoming,
-) -> Result<(Bytes, OwnedSemaphorePermit), Refusal> {
-    let too_large = || {
-        refusal(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
-            format!(
-                "a signed AWS request body is read whole to check its hash, and this one is over {MAX_BODY} bytes: use UNSIGNED-PAYLOAD"
-            ),
-        )
-    };
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(too_large());
-    }
-    let kib = declared.map_or(MAX_BODY as u64, |n| n).div_ceil(1024);
-    let held = u32::try_from(kib)
-        .ok()
-        .and_then(|kib| BUFFERED.clone().try_acquire_many_owned(kib).ok())
-        .ok_or_else(|| {
-            refusal(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "sigv4-busy",
-                format!(
-                    "the proxy already holds {} MiB of signed AWS bodies being checked: retry shortly",
-                    MAX_BUFFERED >> 20
-                ),
-            )
-        })?;
-    match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await {
-        Ok(Ok(collected)) => Ok((collected.to_bytes(), held)),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Ok(Err(_)) => Err(refusal(
-            StatusCode::BAD_REQUEST,
-            "body-error",
-            "the request body ended early",
-        )),
-        Err(_) => Err(refusal(
-            StatusCode::REQUEST_TIMEOUT,
-            "body-timeout",
-            format!(
-                "the signed request body did not arrive within {} s",
-                BODY_TIMEOUT.as_secs()
-            ),
-        )),
-    }
 }
 
 #[cfg(test)]

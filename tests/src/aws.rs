@@ -1,13 +1,18 @@
 //! AWS stand-ins for the SigV4 tests (the official SDK for Python, boto3,
 //! comes from [`crate::python::pip_target`]): a local TLS upstream standing in
-//! for the Bedrock runtime endpoint that checks each request's signature
-//! with `botocore`'s own signer and the real secret, refusing any other.
+//! for AWS endpoints (the Bedrock runtime) that checks each request's
+//! signature with `botocore`'s own signer and the real secret, refusing any
+//! other; a signed request whose body the test sends at its own pace; and
+//! the proxy's health answer.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// The upstream: HTTPS on 127.0.0.1 with a certificate for `HOST`. Every
+/// The upstream: HTTPS on 127.0.0.1 with a certificate for its hosts. Every
 /// request's `Authorization` is recomputed with botocore's `SigV4Auth` and
 /// the real credentials (argv) over the headers it names, the body and the
 /// request's own `x-amz-date`; a mismatch, or another access key id, gets
@@ -113,12 +118,12 @@ pub struct SigningUpstream {
 }
 
 impl SigningUpstream {
-    /// Starts the upstream for `host`, checking signatures against the
-    /// real `key_id`, `secret` and `session` token, with `botocore` from
-    /// `boto`.
-    pub fn start(boto: &Path, host: &str, key_id: &str, secret: &str, session: &str) -> Self {
+    /// Starts the upstream for `hosts` (its certificate names them all),
+    /// checking signatures against the real `key_id`, `secret` and
+    /// `session` token, with `botocore` from `boto`.
+    pub fn start(boto: &Path, hosts: &[&str], key_id: &str, secret: &str, session: &str) -> Self {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-        let (ca_pem, cert_pem, key_pem) = certificates(host);
+        let (ca_pem, cert_pem, key_pem) = certificates(hosts);
         let cert = dir.path().join("cert.pem");
         let key = dir.path().join("key.pem");
         let log = dir.path().join("requests.jsonl");
@@ -166,9 +171,9 @@ impl Drop for SigningUpstream {
     }
 }
 
-/// A CA's PEM, and a leaf for `host` signed by it (certificate chain and
+/// A CA's PEM, and a leaf for `hosts` signed by it (certificate chain and
 /// key, PEM).
-fn certificates(host: &str) -> (String, String, String) {
+fn certificates(hosts: &[&str]) -> (String, String, String) {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let fail = |e: rcgen::Error| -> ! { panic!("rcgen: {e}") };
     let ca_key = KeyPair::generate().unwrap_or_else(|e| fail(e));
@@ -180,7 +185,7 @@ fn certificates(host: &str) -> (String, String, String) {
     let ca_cert = ca_params.self_signed(&ca_key).unwrap_or_else(|e| fail(e));
     let issuer = Issuer::new(ca_params, ca_key);
     let leaf_key = KeyPair::generate().unwrap_or_else(|e| fail(e));
-    let leaf = CertificateParams::new(vec![host.to_string()])
+    let leaf = CertificateParams::new(hosts.iter().map(ToString::to_string).collect::<Vec<_>>())
         .and_then(|p| p.signed_by(&leaf_key, &issuer))
         .unwrap_or_else(|e| fail(e));
     (
@@ -188,4 +193,157 @@ fn certificates(host: &str) -> (String, String, String) {
         leaf.pem() + &ca_cert.pem(),
         leaf_key.serialize_pem(),
     )
+}
+
+/// A SigV4 request to `host:port` through the proxy's tunnel port on
+/// 127.0.0.1 (the client is 127.0.0.1), whose body the caller sends at its
+/// own pace, or not at all. Its `Authorization` names the placeholder
+/// access key id (so the proxy reads the body to check it) with a
+/// signature that never matches: the request is never sent on.
+#[derive(Debug)]
+pub struct PendingBody {
+    tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+}
+
+impl PendingBody {
+    /// CONNECT, TLS trusting `proxy_ca` (PEM), and the request's head
+    /// declaring a body of `declared` bytes.
+    pub fn open(
+        proxy_port: u16,
+        proxy_ca: &str,
+        host: &str,
+        port: u16,
+        key_id: &str,
+        declared: usize,
+    ) -> PendingBody {
+        use rustls_pki_types::pem::PemObject;
+        let fail = |what: &str, e: &dyn std::fmt::Display| -> ! { panic!("{what}: {e}") };
+        let mut tcp = TcpStream::connect(("127.0.0.1", proxy_port))
+            .unwrap_or_else(|e| fail("connecting to the proxy", &e));
+        tcp.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap_or_else(|e| fail("read timeout", &e));
+        write!(
+            tcp,
+            "CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
+        )
+        .unwrap_or_else(|e| fail("CONNECT", &e));
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+            let mut byte = [0u8; 1];
+            match tcp.read(&mut byte) {
+                Ok(1) => head.push(byte[0]),
+                other => panic!("CONNECT answer ended: {other:?} after {head:?}"),
+            }
+        }
+        let head = String::from_utf8_lossy(&head);
+        assert!(head.starts_with("HTTP/1.1 200"), "CONNECT: {head}");
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pki_types::CertificateDer::pem_slice_iter(proxy_ca.as_bytes()) {
+            let cert = cert.unwrap_or_else(|e| fail("the proxy's CA", &e));
+            roots
+                .add(cert)
+                .unwrap_or_else(|e| fail("the proxy's CA", &e));
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap_or_else(|e| fail("TLS versions", &e))
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let name = rustls_pki_types::ServerName::try_from(host.to_string())
+            .unwrap_or_else(|e| fail("server name", &e));
+        let conn = rustls::ClientConnection::new(Arc::new(config), name)
+            .unwrap_or_else(|e| fail("TLS", &e));
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        let request = format!(
+            "POST /model/m/invoke HTTP/1.1\r\nHost: {host}:{port}\r\n\
+             Content-Type: application/json\r\nContent-Length: {declared}\r\n\
+             X-Amz-Date: 20251201T000000Z\r\n\
+             Authorization: AWS4-HMAC-SHA256 Credential={key_id}/20251201/us-east-1/bedrock/aws4_request, SignedHeaders=host;x-amz-date, Signature=00\r\n\r\n"
+        );
+        tls.write_all(request.as_bytes())
+            .and_then(|()| tls.flush())
+            .unwrap_or_else(|e| fail("the request's head", &e));
+        PendingBody { tls }
+    }
+
+    /// `n` bytes of the body.
+    pub fn send(&mut self, n: usize) -> std::io::Result<()> {
+        let chunk = [b'x'; 16 * 1024];
+        let mut left = n;
+        // One write per 16 KiB: bounded by `n`.
+        while left > 0 {
+            let now = left.min(chunk.len());
+            self.tls.write_all(&chunk[..now])?;
+            left -= now;
+        }
+        self.tls.flush()
+    }
+
+    /// The response (head and body, as text) if one begins within `wait`;
+    /// read until the proxy closes the connection (it closes after each
+    /// refusal), at most 64 KiB.
+    pub fn response(&mut self, wait: Duration) -> Option<String> {
+        let _ = self.tls.sock.set_read_timeout(Some(wait));
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while out.len() < 64 * 1024 {
+            match self.tls.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(_) => break,
+            }
+        }
+        (!out.is_empty()).then(|| String::from_utf8_lossy(&out).into_owned())
+    }
+}
+
+/// The proxy's `/health` answer, from its management endpoint (the
+/// address in `state.json`, the token in `config.json` of `proxy_dir`).
+pub fn health(proxy_dir: &Path) -> serde_json::Value {
+    let read = |name: &str| -> serde_json::Value {
+        let text =
+            std::fs::read_to_string(proxy_dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let mgmt = read("state.json")["mgmt"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let token = read("config.json")["mgmt_token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut tcp = TcpStream::connect(&mgmt).unwrap_or_else(|e| panic!("health at {mgmt}: {e}"));
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(10)));
+    write!(
+        tcp,
+        "GET /health HTTP/1.1\r\nHost: {mgmt}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap_or_else(|e| panic!("health: {e}"));
+    let mut text = String::new();
+    let _ = tcp.read_to_string(&mut text);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("health answer {text:?}: {e}"))
+}
+
+/// Polls `/health` until `ok` holds of it, for at most `within`; the last
+/// answer either way.
+pub fn health_until(
+    proxy_dir: &Path,
+    within: Duration,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> (bool, serde_json::Value) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = health(proxy_dir);
+        if ok(&now) {
+            return (true, now);
+        }
+        if Instant::now() >= deadline {
+            return (false, now);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
