@@ -13,6 +13,8 @@
 //! - [`sigv4`]: AWS SigV4 requests checked and signed again.
 //! - [`signed_body`]: the bodies of signed AWS requests, read whole within
 //!   a share per client, a total and a minimum rate.
+//! - [`minting`]: the AWS requests never signed again: those that would
+//!   hand out credentials.
 //! - [`google`]: Google OAuth access tokens minted from a service account.
 //! - [`settings`]: the proxy's config file and its run-time settings.
 //! - [`server`]: the listeners, CONNECT, the tunnels, forwarding.
@@ -37,6 +39,7 @@ pub mod google;
 pub mod limits;
 pub mod logfile;
 mod mgmt;
+pub mod minting;
 pub mod policy;
 pub mod pool;
 pub mod rewrite;

@@ -638,12 +638,13 @@ async fn tunnel_request(
     let credentials = shared.credentials();
     if let Some(aws) = credentials.for_host(host).filter(|c| c.is_sigv4()) {
         let origin = crate::sigv4::Origin {
+            host,
             client: tunnel.peer.ip(),
             budget: &shared.signed_bodies,
         };
         let req = match crate::sigv4::resign(aws, req, upgrade, origin).await {
             Ok(req) => req,
-            Err(r) => return refuse(&shared, pending, r.status, r.reason, &r.why),
+            Err(r) => return refuse_sigv4(&shared, pending, r),
         };
         let provider = Some(aws.provider.clone());
         return forward_in_tunnel(&shared, pending, &tunnel, req, provider).await;
@@ -1005,6 +1006,45 @@ fn dial_refusal(shared: &Shared, pending: Pending, e: &DialError) -> Response<Pr
     refuse(shared, pending, status, e.reason(), e)
 }
 
+/// A refused SigV4 request: the proxy's own refusal, or one whose body is
+/// an AWS error (with [`REFUSED_HEADER`] all the same).
+fn refuse_sigv4(
+    shared: &Shared,
+    pending: Pending,
+    refusal: crate::sigv4::Refusal,
+) -> Response<ProxyBody> {
+    let Some(aws) = &refusal.aws else {
+        return refuse(
+            shared,
+            pending,
+            refusal.status,
+            refusal.reason,
+            &refusal.why,
+        );
+    };
+    let body = Made {
+        text: aws.body.clone(),
+        content_type: aws.content_type,
+        error_type: aws.error_type,
+    };
+    respond_made(
+        shared,
+        pending,
+        refusal.status,
+        refusal.reason,
+        &refusal.why,
+        body,
+    )
+}
+
+/// The body of a response the proxy makes itself.
+struct Made {
+    text: String,
+    content_type: &'static str,
+    /// `x-amzn-ErrorType`, for an AWS error of the JSON protocols.
+    error_type: Option<&'static str>,
+}
+
 /// A response the proxy makes itself: 403 with [`REFUSED_HEADER`], or an
 /// error status with [`ERROR_HEADER`]; the reason word and a sentence.
 fn refuse(
@@ -1014,23 +1054,51 @@ fn refuse(
     reason: &'static str,
     why: &dyn std::fmt::Display,
 ) -> Response<ProxyBody> {
+    let decision = if status.is_server_error() {
+        Decision::Error
+    } else {
+        Decision::Deny
+    };
+    let body = Made {
+        text: refusal_body(decision, reason, why),
+        content_type: "application/json",
+        error_type: None,
+    };
+    respond_made(shared, pending, status, reason, why, body)
+}
+
+/// [`refuse`] with `body`.
+fn respond_made(
+    shared: &Shared,
+    pending: Pending,
+    status: StatusCode,
+    reason: &'static str,
+    why: &dyn std::fmt::Display,
+    body: Made,
+) -> Response<ProxyBody> {
     let (decision, header_name) = if status.is_server_error() {
         (Decision::Error, ERROR_HEADER)
     } else {
         (Decision::Deny, REFUSED_HEADER)
     };
-    let body = refusal_body(decision, reason, why);
-    shared
-        .log
-        .write(pending.finish(status.as_u16(), body.len() as u64, decision, reason, None));
-    let mut response = Response::new(ProxyBody::text(body));
+    shared.log.write(pending.finish(
+        status.as_u16(),
+        body.text.len() as u64,
+        decision,
+        reason,
+        None,
+    ));
+    let mut response = Response::new(ProxyBody::text(body.text));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(header_name, HeaderValue::from_static(reason));
     headers.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
+        HeaderValue::from_static(body.content_type),
     );
+    if let Some(kind) = body.error_type {
+        headers.insert("x-amzn-errortype", HeaderValue::from_static(kind));
+    }
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     // An HTTP/1 client that reads no body of a refused CONNECT (httpx,
     // under the Python SDKs of OpenAI and Anthropic) shows the status line.

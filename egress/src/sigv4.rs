@@ -12,7 +12,10 @@
 //! [`crate::signed_body`] (a share per client, a total, a minimum rate);
 //! `UNSIGNED-PAYLOAD` streams through; chunk-signed bodies (`STREAMING-…`,
 //! whose every chunk carries a signature chained to the placeholder's) and
-//! presigned URLs are refused with a reason.
+//! presigned URLs are refused with a reason. A request that would hand out
+//! credentials (STS, IAM, SSO, `GetSessionToken`, `AssumeRole…`,
+//! `CreateAccessKey`, [`crate::minting`]) is refused before the real key
+//! signs it.
 
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -31,6 +34,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::body::RequestBody;
+use crate::policy::Host;
 use crate::signed_body::Budget;
 use crate::tokens::{Credential, SigV4Keys};
 
@@ -44,14 +48,26 @@ const X_AMZ_CONTENT_SHA256: &str = "x-amz-content-sha256";
 const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
 
 /// Why a signed request is refused: the status, the reason word (the
-/// refusal header and the access log) and a sentence. No secret is ever
-/// part of it.
+/// refusal header and the access log), a sentence, and for some an error
+/// body in AWS's own shape. No secret is ever part of it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{why}")]
 pub struct Refusal {
     pub status: StatusCode,
     pub reason: &'static str,
     pub why: String,
+    /// The body to answer with instead of the proxy's own JSON refusal.
+    pub aws: Option<AwsError>,
+}
+
+/// An error body as an AWS service writes it, so that an SDK shows its
+/// message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsError {
+    pub content_type: &'static str,
+    /// The `x-amzn-ErrorType` header, for the JSON protocols.
+    pub error_type: Option<&'static str>,
+    pub body: String,
 }
 
 pub(crate) fn refusal(status: StatusCode, reason: &'static str, why: impl Into<String>) -> Refusal {
@@ -59,6 +75,7 @@ pub(crate) fn refusal(status: StatusCode, reason: &'static str, why: impl Into<S
         status,
         reason,
         why: why.into(),
+        aws: None,
     }
 }
 
@@ -379,6 +396,15 @@ pub fn verify_and_resign(
             format!("the signature does not match the request; {SIGN_WITH}"),
         ));
     }
+    // Whatever the caller checked: the real key never signs a request
+    // that would hand out credentials.
+    let named = crate::target::parse_authority(&host, Some(443)).ok();
+    crate::minting::check_head(
+        named.as_ref().map(|t| &t.host),
+        &auth.service,
+        path_and_query,
+        headers,
+    )?;
     let real = real_identity(cred, keys)?;
     let (instructions, _) = signature(&uri, method, &signed, payload, &real, &auth, time)?;
     headers.remove(AUTHORIZATION);
@@ -478,16 +504,18 @@ fn signature(
 }
 
 /// Where a request to re-sign came from and what its body may hold: the
-/// client's address, the signed bodies' budget.
+/// tunnel's host, the client's address, the signed bodies' budget.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin<'a> {
+    pub host: &'a Host,
     pub client: IpAddr,
     pub budget: &'a Arc<Budget>,
 }
 
 /// Checks and re-signs a request to a host of `cred` (a SigV4 credential):
 /// its body is read whole when its payload hash is signed. Upgrades are
-/// refused (an AWS API never asks for one).
+/// refused (an AWS API never asks for one), and so is a request that
+/// would hand out credentials ([`crate::minting`]).
 pub async fn resign(
     cred: &Credential,
     req: Request<Incoming>,
@@ -516,14 +544,19 @@ pub async fn resign(
     let (mut parts, body) = req.into_parts();
     // Checked before the body is read: a request that cannot pass is not
     // waited for.
-    presented(cred, &parts.headers)?;
+    let auth = presented(cred, &parts.headers)?;
+    crate::minting::check_head(Some(origin.host), &auth.service, &path, &parts.headers)?;
     let kind = body_kind(&parts.headers)?;
     let (payload, body) = match kind {
-        BodyKind::Unsigned => (Payload::Unsigned, RequestBody::Stream(body)),
+        BodyKind::Unsigned => {
+            crate::minting::check_unsigned(&auth.service, &parts.headers)?;
+            (Payload::Unsigned, RequestBody::Stream(body))
+        }
         BodyKind::Signed(declared) => {
             let (bytes, held) =
                 crate::signed_body::read_whole(origin.budget, origin.client, &parts.headers, body)
                     .await?;
+            crate::minting::check_body(&auth.service, &parts.headers, &bytes)?;
             (
                 payload_of(&bytes, declared.as_deref())?,
                 RequestBody::Full(Some(bytes), Some(held)),

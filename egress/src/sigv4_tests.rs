@@ -55,8 +55,21 @@ fn signed_headers(
     body: SignableBody<'_>,
     extra: &[(&str, &str)],
 ) -> HeaderMap {
+    signed_for(HOST, "bedrock", PATH, id, secret, body, extra)
+}
+
+/// [`signed_headers`] for `service` at `host`, over `path`.
+fn signed_for(
+    host: &str,
+    service: &str,
+    path: &str,
+    id: &str,
+    secret: &str,
+    body: SignableBody<'_>,
+    extra: &[(&str, &str)],
+) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    headers.insert("host", HeaderValue::from_static(HOST));
+    headers.insert("host", HeaderValue::from_str(host).unwrap());
     headers.insert("content-type", HeaderValue::from_static("application/json"));
     headers.insert("accept", HeaderValue::from_static("application/json"));
     for (k, v) in extra {
@@ -69,7 +82,7 @@ fn signed_headers(
     let params = aws_sigv4::sign::v4::SigningParams::builder()
         .identity(&who)
         .region("us-east-1")
-        .name("bedrock")
+        .name(service)
         .time(time())
         .settings(SigningSettings::default())
         .build()
@@ -81,7 +94,7 @@ fn signed_headers(
         .collect();
     let request = SignableRequest::new(
         "POST",
-        format!("https://{HOST}{PATH}"),
+        format!("https://{host}{path}"),
         pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         body,
     )
@@ -383,5 +396,50 @@ fn a_request_dated_outside_awss_window_is_refused_before_any_real_key_is_used() 
                 assert_eq!(headers, before);
             }
         }
+    }
+}
+
+#[test]
+fn a_placeholder_signed_request_for_a_credential_service_is_never_signed_with_the_real_key() {
+    let cred = credential(Some(SESSION), true);
+    let form = "Action=GetSessionToken&Version=2011-06-15";
+    for (host, service, path) in [
+        // STS by its host and its service name.
+        ("sts.amazonaws.com", "sts", "/"),
+        // Signed for STS, sent to the Bedrock host.
+        (HOST, "sts", "/"),
+        // Bedrock's host and name, STS's action in the query.
+        (
+            HOST,
+            "bedrock",
+            "/?Action=GetSessionToken&Version=2011-06-15",
+        ),
+    ] {
+        let mut headers = signed_for(
+            host,
+            service,
+            path,
+            KEY_ID,
+            PLACEHOLDER,
+            SignableBody::Bytes(form.as_bytes()),
+            &[("content-type", "application/x-www-form-urlencoded")],
+        );
+        let before = headers.clone();
+        let r = verify_and_resign(
+            &cred,
+            "POST",
+            path,
+            &mut headers,
+            &hash(form.as_bytes()),
+            time(),
+        )
+        .unwrap_err();
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{host} {service} {path}");
+        assert_eq!(r.reason, "sigv4-credentials-refused");
+        assert!(r.why.contains("hand out AWS credentials"), "{}", r.why);
+        assert!(r.aws.is_some());
+        assert_eq!(headers, before, "{host} {service} {path}");
+        let all = format!("{r:?}");
+        assert!(!all.contains(REAL_ID) && !all.contains(REAL_SECRET) && !all.contains(SESSION));
     }
 }

@@ -344,45 +344,110 @@ pub fn validate(root: &Node, errors: &mut Vec<Issue>, warnings: &mut Vec<Issue>)
     check_extra_args(root, errors);
     check_egress_overrides(root, errors);
     warnings.extend(crate::cloud::daytona_disk_warning(root));
-    warnings.extend(broad_aws_hosts(root));
+    check_aws_hosts(root, errors, warnings);
 }
 
-/// A `proxy.aws_hosts` pattern that spans a whole AWS partition
-/// (`*.amazonaws.com`): the real AWS credentials would then sign for every
-/// service and every region, not only the API the agent needs. Allowed
-/// (a host may mean it), and said.
-fn broad_aws_hosts(root: &Node) -> Vec<Issue> {
+/// What `proxy.aws_hosts` says of the real AWS credentials. An entry
+/// naming a credential service (`sts.amazonaws.com`, a pattern whose fixed
+/// part names one, [`crate::providers::AWS_CREDENTIAL_SERVICES`]) is an
+/// error: the proxy never signs for it, and a sandbox that could have it
+/// signed would get credentials that work without the proxy. A pattern
+/// that spans a whole AWS partition (`*.amazonaws.com`) is a warning: the
+/// real credentials would sign for every service and region, not only the
+/// API the agent needs. A pattern that covers the credential services'
+/// hosts (`*.amazonaws.com`, `*.us-east-1.amazonaws.com`) is accepted only
+/// because the proxy refuses those services at request time, which the
+/// warning says.
+fn check_aws_hosts(root: &Node, errors: &mut Vec<Issue>, warnings: &mut Vec<Issue>) {
     let Some(hosts) = root
         .get("proxy")
         .and_then(|p| p.value.get("aws_hosts"))
         .map(|h| &h.value)
     else {
-        return Vec::new();
+        return;
     };
     let NodeKind::Seq { items, .. } = &hosts.kind else {
-        return Vec::new();
+        return;
     };
-    items
-        .iter()
-        .enumerate()
-        .filter_map(|(i, item)| {
-            let NodeKind::Scalar(s) = &item.kind else {
-                return None;
+    for (i, item) in items.iter().enumerate() {
+        let NodeKind::Scalar(s) = &item.kind else {
+            continue;
+        };
+        let text = s.text.trim().to_ascii_lowercase();
+        let path = format!("proxy.aws_hosts[{i}]");
+        // The whole labels the entry fixes: `*.D` fixes D; `*-R.D` fixes
+        // D (R is the tail of a label).
+        let (wildcard, fixed) = if let Some(rest) = text.strip_prefix("*.") {
+            (true, rest)
+        } else if let Some(rest) = text.strip_prefix("*-") {
+            (true, rest.split_once('.').map_or("", |(_, domain)| domain))
+        } else {
+            (false, text.as_str())
+        };
+        if let Some(service) = crate::providers::aws_credential_service_of_host(fixed) {
+            let what = if wildcard {
+                "covers only hosts of"
+            } else {
+                "is a host of"
             };
-            let domain = s.text.strip_prefix("*.").or_else(|| s.text.strip_prefix("*-"))?;
+            errors.push(Issue::new(
+                path,
+                item.start,
+                format!(
+                    "`{}` {what} {}: the proxy never signs requests to it with the real AWS credentials (a sandbox would get credentials that work without the proxy); remove it",
+                    s.text, service.what
+                ),
+            ));
+            continue;
+        }
+        if !wildcard {
+            continue;
+        }
+        let partition = text
+            .strip_prefix("*.")
+            .or_else(|| text.strip_prefix("*-"))
+            .is_some_and(|domain| domain.split('.').next() == Some("amazonaws"));
+        let mut message = String::new();
+        if partition {
             // `amazonaws.com`, `amazonaws.com.cn`: a partition, not a
             // service (wider patterns are errors already).
-            let broad = domain.split('.').next() == Some("amazonaws");
-            broad.then(|| Issue {
-                path: format!("proxy.aws_hosts[{i}]"),
-                pos: Some(item.start),
-                message: format!(
-                    "`{}` lets the real AWS credentials sign requests to every AWS service and region; name the service's hosts (e.g. bedrock-runtime.us-east-1.amazonaws.com)",
-                    s.text
-                ),
-            })
-        })
-        .collect()
+            message = format!(
+                "`{}` lets the real AWS credentials sign requests to every AWS service and region; name the service's hosts (e.g. bedrock-runtime.us-east-1.amazonaws.com)",
+                s.text
+            );
+        }
+        if covers_credential_hosts(fixed) {
+            if message.is_empty() {
+                message = format!("`{}` covers", s.text);
+            } else {
+                message.push_str("; it also covers");
+            }
+            let names: Vec<&str> = crate::providers::AWS_CREDENTIAL_SERVICES
+                .iter()
+                .filter_map(|c| c.host_labels.first().copied())
+                .collect();
+            message.push_str(&format!(
+                " the hosts of AWS's credential services ({}), which is accepted only because the proxy refuses those services, and credential-minting actions such as GetSessionToken, AssumeRole and CreateAccessKey, at request time: they are never signed with the real credentials",
+                names.join(", ")
+            ));
+        }
+        if !message.is_empty() {
+            warnings.push(Issue::new(path, item.start, message));
+        }
+    }
+}
+
+/// Whether `*.<fixed>` covers hosts where AWS's credential services live:
+/// `<service>.<partition>` and `<service>.<region>.<partition>`, so a
+/// partition's domain, or one label under it (a region).
+fn covers_credential_hosts(fixed: &str) -> bool {
+    crate::providers::AWS_DOMAINS.iter().any(|domain| {
+        fixed == *domain
+            || fixed
+                .strip_suffix(domain)
+                .and_then(|head| head.strip_suffix('.'))
+                .is_some_and(|head| !head.is_empty() && !head.contains('.'))
+    })
 }
 
 /// The variables through which a sandbox finds and trusts the egress

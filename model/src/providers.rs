@@ -161,6 +161,159 @@ pub fn is_credential_variable(name: &str) -> bool {
         || UNCOVERED.iter().any(|(v, _)| *v == name)
 }
 
+/// An AWS service that hands out credentials of its own (temporary keys,
+/// access keys, passwords, tokens): a request to it signed with the real
+/// AWS credentials would give a sandbox credentials that work without the
+/// proxy. The proxy never signs one, and `config check` refuses a
+/// `proxy.aws_hosts` entry naming one.
+#[derive(Debug, Clone, Copy)]
+pub struct AwsCredentialService {
+    /// What it is, for the refusal's sentence.
+    pub what: &'static str,
+    /// The service names its requests are signed for (the SigV4
+    /// credential scope's fourth part).
+    pub signing_names: &'static [&'static str],
+    /// The host labels that name it: a host with a label that is one of
+    /// these, or one of these followed by `-` (`sts-fips`), is its.
+    pub host_labels: &'static [&'static str],
+}
+
+/// The credential services of [`AwsCredentialService`].
+pub const AWS_CREDENTIAL_SERVICES: &[AwsCredentialService] = &[
+    AwsCredentialService {
+        what: "STS, which issues temporary credentials (GetSessionToken, AssumeRole, GetFederationToken)",
+        signing_names: &["sts"],
+        host_labels: &["sts"],
+    },
+    AwsCredentialService {
+        what: "IAM, which creates users, access keys, passwords and service credentials",
+        signing_names: &["iam"],
+        host_labels: &["iam"],
+    },
+    AwsCredentialService {
+        what: "IAM Identity Center (SSO), whose portal hands out role credentials (GetRoleCredentials)",
+        signing_names: &["sso", "awsssoportal"],
+        host_labels: &["sso"],
+    },
+    AwsCredentialService {
+        what: "IAM Identity Center's OIDC service, which issues access tokens (CreateToken)",
+        signing_names: &["sso-oauth", "sso-oidc"],
+        host_labels: &["oidc"],
+    },
+    AwsCredentialService {
+        what: "the Identity Store of IAM Identity Center, which manages the users credentials are issued to",
+        signing_names: &["identitystore"],
+        host_labels: &["identitystore"],
+    },
+    AwsCredentialService {
+        what: "Cognito identity pools, which issue AWS credentials and OpenID tokens (GetCredentialsForIdentity, GetOpenIdToken)",
+        signing_names: &["cognito-identity"],
+        host_labels: &["cognito-identity"],
+    },
+    AwsCredentialService {
+        what: "AWS Sign-In, which issues console and CLI sessions",
+        signing_names: &["signin"],
+        host_labels: &["signin"],
+    },
+    AwsCredentialService {
+        what: "S3 Express One Zone, whose CreateSession hands out session credentials",
+        signing_names: &["s3express"],
+        host_labels: &["s3express"],
+    },
+];
+
+/// Actions, in any AWS service, that hand out credentials: refused by
+/// the proxy wherever they are named (a query's or form body's `Action`,
+/// an `X-Amz-Target`, an RPC operation path). `AssumeRole` stands for
+/// every action it begins (`AssumeRoleWithSAML`, `AssumeRoleWithWebIdentity`).
+pub const AWS_CREDENTIAL_ACTIONS: &[&str] = &[
+    // STS.
+    "AssumeRole",
+    "AssumeRoot",
+    "GetSessionToken",
+    "GetFederationToken",
+    "GetWebIdentityToken",
+    // IAM.
+    "CreateAccessKey",
+    "UpdateAccessKey",
+    "CreateLoginProfile",
+    "UpdateLoginProfile",
+    "CreateServiceSpecificCredential",
+    "ResetServiceSpecificCredential",
+    "UploadSSHPublicKey",
+    "UploadSigningCertificate",
+    // IAM Identity Center.
+    "GetRoleCredentials",
+    "CreateToken",
+    "CreateTokenWithIAM",
+    "RegisterClient",
+    "StartDeviceAuthorization",
+    // Cognito.
+    "GetCredentialsForIdentity",
+    "GetOpenIdToken",
+    "GetOpenIdTokenForDeveloperIdentity",
+    "AdminInitiateAuth",
+    // Registry and database credentials (ECR, CodeArtifact, Redshift,
+    // Lightsail).
+    "GetAuthorizationToken",
+    "GetClusterCredentials",
+    "GetClusterCredentialsWithIAM",
+    "CreateBucketAccessKey",
+    "GetInstanceAccessDetails",
+];
+
+/// REST paths (no `Action` anywhere) that hand out credentials: the SSO
+/// portal's GetRoleCredentials, CodeArtifact's GetAuthorizationToken.
+pub const AWS_CREDENTIAL_PATHS: &[&str] = &["/federation/credentials", "/v1/authorization-token"];
+
+/// The credential service whose requests are signed for `name` (a
+/// credential scope's service), if any.
+pub fn aws_credential_service_signed_as(name: &str) -> Option<&'static AwsCredentialService> {
+    AWS_CREDENTIAL_SERVICES
+        .iter()
+        .find(|s| s.signing_names.iter().any(|n| n.eq_ignore_ascii_case(name)))
+}
+
+/// The credential service a host name (or the fixed part of a host
+/// pattern) names by one of its labels, if any.
+pub fn aws_credential_service_of_host(host: &str) -> Option<&'static AwsCredentialService> {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host.split('.').find_map(|label| {
+        AWS_CREDENTIAL_SERVICES.iter().find(|s| {
+            s.host_labels.iter().any(|l| {
+                label == *l
+                    || label
+                        .strip_prefix(l)
+                        .is_some_and(|rest| rest.starts_with('-'))
+            })
+        })
+    })
+}
+
+/// The listed action `action` is (compared without case), if any.
+pub fn aws_credential_action(action: &str) -> Option<&'static str> {
+    let action = action.trim();
+    AWS_CREDENTIAL_ACTIONS.iter().copied().find(|a| {
+        a.eq_ignore_ascii_case(action)
+            || (*a == "AssumeRole"
+                && action
+                    .get(..a.len())
+                    .is_some_and(|head| head.eq_ignore_ascii_case(a)))
+    })
+}
+
+/// The domains of the AWS partitions, under which every service's hosts
+/// are named (`sts.amazonaws.com`, `sts.us-east-1.api.aws`).
+pub const AWS_DOMAINS: &[&str] = &[
+    "amazonaws.com",
+    "amazonaws.com.cn",
+    "api.aws",
+    "api.amazonwebservices.com.cn",
+    "amazonaws.eu",
+    "c2s.ic.gov",
+    "sc2s.sgov.gov",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +332,49 @@ mod tests {
         assert!(!UNCOVERED.iter().any(|(v, _)| v.starts_with("AWS_")));
         assert!(is_credential_variable("GOOGLE_APPLICATION_CREDENTIALS"));
         assert!(!is_credential_variable("PATH"));
+    }
+
+    #[test]
+    fn credential_services_are_found_by_signing_name_host_label_and_action() {
+        assert!(aws_credential_service_signed_as("sts").is_some_and(|s| s.what.starts_with("STS")));
+        assert!(aws_credential_service_signed_as("STS").is_some());
+        assert!(aws_credential_service_signed_as("bedrock").is_none());
+        assert!(aws_credential_service_signed_as("s3").is_none());
+        for host in [
+            "sts.amazonaws.com",
+            "sts.us-east-1.amazonaws.com",
+            "STS-FIPS.us-east-1.amazonaws.com.",
+            "sts.us-east-1.api.aws",
+            "iam.amazonaws.com",
+            "portal.sso.us-east-1.amazonaws.com",
+            "oidc.eu-west-1.amazonaws.com",
+            "cognito-identity.us-east-1.amazonaws.com",
+            "vpce-0abc.sts.us-east-1.vpce.amazonaws.com",
+        ] {
+            assert!(aws_credential_service_of_host(host).is_some(), "{host}");
+        }
+        for host in [
+            "bedrock-runtime.us-east-1.amazonaws.com",
+            "s3.us-east-1.amazonaws.com",
+            "mybucket.s3.amazonaws.com",
+            "ststore.amazonaws.com",
+            "cognito-idp.us-east-1.amazonaws.com",
+        ] {
+            assert!(aws_credential_service_of_host(host).is_none(), "{host}");
+        }
+        assert_eq!(
+            aws_credential_action("getsessiontoken"),
+            Some("GetSessionToken")
+        );
+        assert_eq!(
+            aws_credential_action("AssumeRoleWithWebIdentity"),
+            Some("AssumeRole")
+        );
+        assert_eq!(
+            aws_credential_action("CreateAccessKey"),
+            Some("CreateAccessKey")
+        );
+        assert_eq!(aws_credential_action("InvokeModel"), None);
+        assert_eq!(aws_credential_action("Assume"), None);
     }
 }

@@ -1,6 +1,6 @@
 //! AWS stand-ins for the SigV4 tests (the official SDK for Python, boto3,
 //! comes from [`crate::python::pip_target`]): a local TLS upstream standing in
-//! for AWS endpoints (the Bedrock runtime) that checks each request's
+//! for AWS endpoints (the Bedrock runtime, STS) that checks each request's
 //! signature with `botocore`'s own signer and the real secret, refusing any
 //! other; a signed request whose body the test sends at its own pace; and
 //! the proxy's health answer.
@@ -18,8 +18,11 @@ use std::time::{Duration, Instant};
 /// request's own `x-amz-date`; a mismatch, or another access key id, gets
 /// 403 (`SignatureDoesNotMatch`). `/model/<id>/invoke` answers JSON naming
 /// what it checked; `/model/<id>/invoke-with-response-stream` answers
-/// three event-stream `chunk` events 400 ms apart. Each request appends a
-/// JSON line (its headers, body and verdict) to the log file.
+/// three event-stream `chunk` events 400 ms apart; a form body whose
+/// `Action` is `GetSessionToken` or `AssumeRole` gets STS's answer, with
+/// the temporary credentials [`MINTED_KEY_ID`] (what a sandbox would hold
+/// if the proxy signed such a request). Each request appends a JSON line
+/// (its headers, body and verdict) to the log file.
 const UPSTREAM_PY: &str = r#"
 import base64, json, ssl, struct, sys, time, zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,7 +30,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-cert, key, log, key_id, secret, session = sys.argv[1:7]
+cert, key, log, key_id, secret, session, MINTED = sys.argv[1:8]
 
 def event(payload):
     def header(name, value):
@@ -78,6 +81,17 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(out)
             return
+        form = dict(p.split("=", 1) for p in body.decode(errors="replace").split("&") if "=" in p)
+        if form.get("Action") in ("GetSessionToken", "AssumeRole"):
+            action = form["Action"]
+            creds = "<Credentials><AccessKeyId>%s</AccessKeyId><SecretAccessKey>minted/secret</SecretAccessKey><SessionToken>minted-session</SessionToken><Expiration>2030-01-01T00:00:00Z</Expiration></Credentials>" % MINTED
+            out = ("<%sResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\"><%sResult>%s</%sResult><ResponseMetadata><RequestId>r</RequestId></ResponseMetadata></%sResponse>" % (action, action, creds, action, action)).encode()
+            self.send_response(200)
+            self.send_header("content-type", "text/xml")
+            self.send_header("content-length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return
         if self.path.endswith("/invoke-with-response-stream"):
             self.send_response(200)
             self.send_header("content-type", "application/vnd.amazon.eventstream")
@@ -91,7 +105,11 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(0.4)
             self.wfile.write(b"0\r\n\r\n")
             return
-        out = json.dumps({"checked": verdict, "body": json.loads(body or b"null")}).encode()
+        try:
+            parsed = json.loads(body or b"null")
+        except ValueError:
+            parsed = body.decode(errors="replace")
+        out = json.dumps({"checked": verdict, "body": parsed}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(out)))
@@ -105,6 +123,10 @@ server.socket = context.wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
+
+/// The access key id of the temporary credentials the upstream's STS
+/// answer holds.
+pub const MINTED_KEY_ID: &str = "ASIAMINTEDBYTHESTANDIN";
 
 /// A running signature-checking upstream; killed when dropped.
 #[derive(Debug)]
@@ -133,7 +155,7 @@ impl SigningUpstream {
             .arg("-c")
             .arg(UPSTREAM_PY)
             .args([&cert, &key, &log])
-            .args([key_id, secret, session])
+            .args([key_id, secret, session, MINTED_KEY_ID])
             .env("PYTHONPATH", boto)
             .stdout(Stdio::piped())
             .spawn()

@@ -1,18 +1,19 @@
 //! AWS SigV4 through the egress proxy, end to end: the official AWS SDK
 //! for Python (`boto3` from PyPI) inside a container of the test image,
 //! holding only the placeholder pair the proxy minted, calls a local TLS
-//! upstream standing in for AWS endpoints (the Bedrock runtime; reached
-//! through `proxy.resolve`); the upstream checks every signature with
-//! botocore's own signer and the real secret and session token, which only
-//! the proxy holds (from the home's `.env`). Also what one client cannot
-//! take from the others (the signed bodies' memory).
+//! upstream standing in for AWS endpoints (the Bedrock runtime, STS, IAM;
+//! reached through `proxy.resolve`); the upstream checks every signature
+//! with botocore's own signer and the real secret and session token, which
+//! only the proxy holds (from the home's `.env`). Also what one client
+//! cannot take from the others (the signed bodies' memory), and what no
+//! client gets signed (requests that hand out credentials).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hermes_tests::aws::{PendingBody, SigningUpstream, health, health_until};
+use hermes_tests::aws::{MINTED_KEY_ID, PendingBody, SigningUpstream, health, health_until};
 use hermes_tests::egress::{Proxy, Sections, in_container_with};
 use hermes_tests::python::pip_target;
 
@@ -419,4 +420,142 @@ fn a_signed_body_arriving_below_the_minimum_rate_is_cut_with_the_reason_and_give
     assert_eq!(held(&health(&dir)), 0);
     assert_eq!(logged(&proxy, "body-too-slow", 408), 1, "{}", proxy.log());
     assert!(upstream.requests().is_empty());
+}
+
+/// Requests that would hand out credentials, through the SDK and by
+/// hand, and one that would not.
+const MINTING_PY: &str = r#"
+import json, os, sys
+import boto3, botocore
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials
+from botocore.httpsession import URLLib3Session
+port = sys.argv[1]
+config = Config(retries={"max_attempts": 1, "mode": "standard"}, read_timeout=20, connect_timeout=10)
+def client(service, host):
+    return boto3.client(service, endpoint_url="https://%s:%s" % (host, port), config=config)
+out = {}
+def attempt(name, call):
+    try:
+        out[name] = {"accepted": repr(call())}
+    except botocore.exceptions.ClientError as e:
+        meta = e.response["ResponseMetadata"]
+        out[name] = {"status": meta["HTTPStatusCode"], "code": e.response["Error"].get("Code"), "message": e.response["Error"].get("Message"), "refused": meta["HTTPHeaders"].get("x-hermes-egress-refused")}
+    except Exception as e:
+        out[name] = {"error": repr(e)}
+attempt("session_token", lambda: client("sts", "sts.amazonaws.com").get_session_token())
+attempt("assume_role", lambda: client("sts", "sts.us-east-1.amazonaws.com").assume_role(RoleArn="arn:aws:iam::123456789012:role/r", RoleSessionName="sandbox"))
+attempt("access_key", lambda: client("iam", "iam.amazonaws.com").create_access_key(UserName="u"))
+# By hand: signed for Bedrock, to Bedrock's host, naming a minting action.
+creds = Credentials(os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
+session = URLLib3Session(proxies={"https": os.environ["HTTPS_PROXY"]}, verify=os.environ["AWS_CA_BUNDLE"])
+def raw(name, body, headers):
+    req = AWSRequest(method="POST", url="https://bedrock-runtime.us-east-1.amazonaws.com:%s/" % port, data=body, headers=headers)
+    SigV4Auth(creds, "bedrock", "us-east-1").add_auth(req)
+    r = session.send(req.prepare())
+    out[name] = {"status": r.status_code, "refused": r.headers.get("x-hermes-egress-refused"), "type": r.headers.get("x-amzn-errortype"), "body": r.text}
+raw("form_action", b"Action=GetSessionToken&Version=2011-06-15", {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"})
+raw("target", b"{}", {"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": "AWSCognitoIdentityService.GetCredentialsForIdentity"})
+r = client("bedrock-runtime", "bedrock-runtime.us-east-1.amazonaws.com").invoke_model(modelId="m", body=json.dumps({"prompt": "hi"}), contentType="application/json")
+out["invoke"] = json.loads(r["body"].read())
+print("== sdk")
+print(json.dumps(out))
+"#;
+
+#[test]
+fn requests_that_would_hand_out_credentials_are_refused_with_an_aws_error_and_never_signed() {
+    let Some(boto) = boto() else {
+        return;
+    };
+    let hosts = [
+        HOST,
+        "sts.amazonaws.com",
+        "sts.us-east-1.amazonaws.com",
+        "iam.amazonaws.com",
+    ];
+    let upstream = SigningUpstream::start(&boto, &hosts, REAL_ID, REAL_SECRET, REAL_SESSION);
+    // The whole partition: STS and IAM are under it.
+    let (proxy, _dir) = aws_proxy(
+        &upstream,
+        &hosts,
+        "  aws_hosts: ['*.amazonaws.com']\n",
+        None,
+    );
+    let check = proxy.hermes(&["config", "check"], &[]);
+    assert!(
+        check.stderr.contains("the proxy refuses those services")
+            || check.stdout.contains("the proxy refuses those services"),
+        "{check:?}"
+    );
+    let (sdk, out) = sandbox_python(&proxy, &boto, MINTING_PY, upstream.port);
+    let context = format!("{sdk:#}\n{out:?}\nproxy log:\n{}", proxy.log());
+
+    // Through the SDK: an AWS error the SDK reads, naming why.
+    for (name, what) in [
+        ("session_token", "sts.amazonaws.com is a host of STS"),
+        (
+            "assume_role",
+            "sts.us-east-1.amazonaws.com is a host of STS",
+        ),
+        ("access_key", "iam.amazonaws.com is a host of IAM"),
+    ] {
+        let r = &sdk[name];
+        assert_eq!(r["status"], 403, "{name}: {context}");
+        assert_eq!(r["code"], "AccessDenied", "{name}: {context}");
+        assert_eq!(
+            r["refused"], "sigv4-credentials-refused",
+            "{name}: {context}"
+        );
+        let message = r["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("hermes egress refused: "),
+            "{name}: {context}"
+        );
+        assert!(message.contains(what), "{name}: {context}");
+        assert!(
+            message.contains("never signs requests that hand out AWS credentials"),
+            "{name}: {context}"
+        );
+    }
+    // By hand, to an allowed host and service: the action decides.
+    let form = &sdk["form_action"];
+    assert_eq!(form["status"], 403, "{context}");
+    assert_eq!(form["refused"], "sigv4-credentials-refused", "{context}");
+    let body = form["body"].as_str().unwrap_or_default();
+    assert!(body.contains("<Code>AccessDenied</Code>"), "{context}");
+    assert!(
+        body.contains("the form body's Action `GetSessionToken`"),
+        "{context}"
+    );
+    let target = &sdk["target"];
+    assert_eq!(target["status"], 403, "{context}");
+    assert_eq!(target["type"], "AccessDeniedException", "{context}");
+    let json: serde_json::Value =
+        serde_json::from_str(target["body"].as_str().unwrap_or_default()).unwrap();
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("GetCredentialsForIdentity"),
+        "{context}"
+    );
+    // What the agent needs still works under the same pattern.
+    assert_eq!(sdk["invoke"]["checked"], "ok", "{context}");
+
+    // Only that one reached the upstream: the real key signed nothing else,
+    // and no minted credential came back.
+    let got = upstream.requests();
+    assert_eq!(got.len(), 1, "{got:?}\n{context}");
+    assert!(
+        got[0]["path"].as_str().unwrap().contains("/invoke"),
+        "{got:?}"
+    );
+    assert!(!out.stdout.contains(MINTED_KEY_ID), "{context}");
+    assert_eq!(
+        logged(&proxy, "sigv4-credentials-refused", 403),
+        5,
+        "{context}"
+    );
 }

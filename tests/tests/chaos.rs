@@ -28,7 +28,7 @@ fn docker_config(generation: u32) -> String {
 fn with_a_sandbox(prefix: &str) -> (TestHome, String, ProfileCleanup) {
     let profile = format!("{prefix}{}", std::process::id());
     let cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(docker_config(0));
     let first = home.run(["--profile", &profile, "exec", "--", "true"]);
     assert_eq!(first.code, 0, "{first:?}");
@@ -120,11 +120,7 @@ fn a_recreate_lets_a_running_command_end_first() {
             "touch /workspace/started; i=0; while [ ! -e /workspace/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo finished",
         ],
     );
-    let workspace = home
-        .path()
-        .join("sandboxes/docker")
-        .join(&profile)
-        .join("default/workspace");
+    let workspace = home.path().join("sandboxes/docker/default/workspace");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !workspace.join("started").exists() {
         assert!(Instant::now() < deadline, "the command never started");
@@ -276,7 +272,7 @@ fn docker_top(container: &str) -> String {
 fn a_killed_exec_takes_its_command_with_it_on_docker() {
     let profile = format!("chk{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(docker_config(0));
     let container = format!("hermes-{profile}-default");
     let first = home.run(["--profile", &profile, "exec", "--", "true"]);
@@ -390,7 +386,7 @@ fn a_killed_exec_takes_its_command_with_it_through_the_engines_exec() {
 
     let profile = format!("che{pid}");
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(format!(
         "terminal:\n  backend: docker\n  docker_image: {image}\n"
     ));

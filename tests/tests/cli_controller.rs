@@ -89,7 +89,7 @@ fn inspect(name: &str, format: &str) -> String {
 fn the_controller_converges_edits_removals_and_stops_and_survives_bad_edits() {
     let profile = format!("cc{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(config(""));
     let name = format!("hermes-{profile}-default");
     let controller = Running::start(&home, &profile);
@@ -194,7 +194,7 @@ fn the_controller_converges_edits_removals_and_stops_and_survives_bad_edits() {
 fn sigterm_mid_pass_leaves_no_duplicate_and_the_next_controller_converges() {
     let profile = format!("cs{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let name = format!("hermes-{profile}-default");
     for round in 0..5u64 {
         write_by_rename(
@@ -269,7 +269,7 @@ fn a_change_starts_a_pass_at_once_and_a_burst_makes_at_most_two() {
     use std::io::Write;
     let profile = format!("cb{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let name = format!("hermes-{profile}-default");
     // No resync pass can come in between: only config changes wake it.
     write_by_rename(&home, &config("reconcile:\n  resync_seconds: 3600\n"));
@@ -344,7 +344,7 @@ fn controller_status(home: &TestHome) -> serde_json::Value {
 #[test]
 fn a_local_only_host_converges_without_a_docker_engine() {
     let profile = format!("cl{}", std::process::id());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let port = hermes_tests::egress::free_port_pair(None);
     home.write_config(format!(
         "terminal:\n  backend: local\nproxy:\n  enabled: true\n  tunnel_port: {port}\n"
@@ -468,7 +468,7 @@ fn json_event(line: &str) -> Event {
 fn controller_log(format: &str) -> String {
     let profile = format!("cg{}{format}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let name = format!("hermes-{profile}-default");
     // A pass every second, so that idle passes happen while we watch.
     let resync = "reconcile:\n  resync_seconds: 1\n";
@@ -596,7 +596,7 @@ fn the_controller_logs_each_change_error_and_recovery_and_nothing_while_idle() {
 fn a_failed_operation_is_one_line_per_try_and_its_recovery_one() {
     let profile = format!("cf{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let name = format!("hermes-{profile}-default");
     // More CPUs than the host has: the engine refuses the create.
     write_by_rename(&home, &config("  container_cpu: 4096\n"));

@@ -17,7 +17,7 @@ fn run(home: &TestHome, profile: &str, args: &[&str]) -> Run {
 fn blocked_names_the_proxy_exec_fails_closed_on_while_a_sandbox_runs() {
     let profile = format!("stfc{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let port = hermes_tests::egress::free_port_pair(None);
     let config = |enforce: bool| {
         format!(
@@ -61,7 +61,7 @@ fn blocked_names_the_proxy_exec_fails_closed_on_while_a_sandbox_runs() {
 fn a_failed_create_shows_as_an_error_with_its_reason() {
     let profile = format!("stcr{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     // An image no registry serves: the create fails at once.
     home.write_config(
         "terminal:\n  backend: docker\n  docker_image: 127.0.0.1:1/hermes-missing:1\n",

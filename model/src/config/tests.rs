@@ -333,3 +333,87 @@ fn an_aws_host_pattern_spanning_a_partition_is_warned_about_with_its_line() {
     // Still a valid config: the host may mean it.
     assert_eq!(loaded.config.proxy.aws_hosts.len(), 4);
 }
+
+#[test]
+fn an_aws_host_of_a_credential_service_is_an_error_saying_why_with_its_line() {
+    let e = errors(
+        "proxy:\n  aws_hosts:\n    - bedrock-runtime.us-east-1.amazonaws.com\n    - sts.amazonaws.com\n    - IAM.amazonaws.com\n    - portal.sso.us-east-1.amazonaws.com\n    - sts-fips.us-east-1.amazonaws.com\n    - '*.sso.eu-west-1.amazonaws.com'\n    - cognito-identity.us-east-1.amazonaws.com\n    - oidc.us-east-1.amazonaws.com\n",
+    );
+    let e: Vec<String> = e.iter().map(ToString::to_string).collect();
+    assert_eq!(e.len(), 7, "{e:?}");
+    assert!(
+        e[0].starts_with(
+            "config.yaml:4:7: proxy.aws_hosts[1]: `sts.amazonaws.com` is a host of STS, which issues temporary credentials"
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e[0].contains("the proxy never signs requests to it with the real AWS credentials"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with(
+            "config.yaml:5:7: proxy.aws_hosts[2]: `IAM.amazonaws.com` is a host of IAM"
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e[2].starts_with("config.yaml:6:7: proxy.aws_hosts[3]: `portal.sso.us-east-1.amazonaws.com` is a host of IAM Identity Center"),
+        "{e:?}"
+    );
+    assert!(
+        e[3].starts_with("config.yaml:7:7: proxy.aws_hosts[4]: `sts-fips."),
+        "{e:?}"
+    );
+    assert!(
+        e[4].starts_with(
+            "config.yaml:8:7: proxy.aws_hosts[5]: `*.sso.eu-west-1.amazonaws.com` covers only hosts of IAM Identity Center"
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e[5].contains("proxy.aws_hosts[6]: `cognito-identity."),
+        "{e:?}"
+    );
+    assert!(e[6].contains("proxy.aws_hosts[7]: `oidc."), "{e:?}");
+}
+
+#[test]
+fn a_wildcard_covering_the_credential_services_is_accepted_with_a_warning_that_the_proxy_refuses_them()
+ {
+    let loaded = load(
+        "proxy:\n  aws_hosts:\n    - '*.amazonaws.com'\n    - '*.us-east-1.amazonaws.com'\n    - '*-fips.us-east-1.amazonaws.com'\n    - '*.s3.us-east-1.amazonaws.com'\n    - '*.us-east-1.api.aws'\n",
+    )
+    .unwrap();
+    let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(w.len(), 4, "{w:?}");
+    // The partition's warning, and the credential services' in the same line.
+    assert!(
+        w[0].starts_with("config.yaml:3:7: proxy.aws_hosts[0]: `*.amazonaws.com` lets the real AWS credentials sign"),
+        "{w:?}"
+    );
+    assert!(
+        w[0].contains("it also covers the hosts of AWS's credential services (sts, iam, sso,"),
+        "{w:?}"
+    );
+    assert!(
+        w[0].contains("the proxy refuses those services, and credential-minting actions such as GetSessionToken"),
+        "{w:?}"
+    );
+    assert!(
+        w[1].starts_with(
+            "config.yaml:4:7: proxy.aws_hosts[1]: `*.us-east-1.amazonaws.com` covers the hosts of AWS's credential services"
+        ),
+        "{w:?}"
+    );
+    assert!(
+        w[2].contains("proxy.aws_hosts[2]: `*-fips.us-east-1.amazonaws.com` covers"),
+        "{w:?}"
+    );
+    // A bucket's hosts hold no credential service: nothing said.
+    assert!(
+        w[3].contains("proxy.aws_hosts[4]: `*.us-east-1.api.aws` covers"),
+        "{w:?}"
+    );
+    assert_eq!(loaded.config.proxy.aws_hosts.len(), 5);
+}
