@@ -222,12 +222,19 @@ pub fn credentials(backend: Backend, env: &HostEnv) -> Result<(), MissingCredent
 /// a missing credential is an error at `terminal.backend`, naming the
 /// variable. `text` is the config text that loaded cleanly.
 pub fn check_credentials(text: &str, env: &HostEnv) -> Vec<Issue> {
-    let Ok(Some(root)) = yaml::parse(text) else {
+    let Ok(root) = yaml::parse(text) else {
+        return Vec::new();
+    };
+    // The backend as the `TERMINAL_*` variables leave it.
+    let (root, _) =
+        crate::config::env::apply(root, &env.terminal_vars(), &mut Vec::new(), &mut Vec::new());
+    let Some(root) = root else {
         return Vec::new();
     };
     let Some(node) = root.get("terminal").and_then(|t| t.value.get("backend")) else {
         return Vec::new();
     };
+    let from_env = node.value.start == crate::config::agent::ENV_POS;
     let backend = match node.value.to_value() {
         crate::value::Value::Str(word) => {
             match CLOUD_BACKENDS.iter().find(|b| b.as_str() == word) {
@@ -240,8 +247,11 @@ pub fn check_credentials(text: &str, env: &HostEnv) -> Vec<Issue> {
     match credentials(backend, env) {
         Ok(()) => Vec::new(),
         Err(e) => vec![Issue {
-            path: crate::schema_key!("terminal.backend").path.to_string(),
-            pos: Some(node.value.start),
+            path: match from_env {
+                true => "TERMINAL_ENV".to_string(),
+                false => crate::schema_key!("terminal.backend").path.to_string(),
+            },
+            pos: (!from_env).then_some(node.value.start),
             message: format!("{e}: the {backend} backend needs it, in the environment or in .env"),
         }],
     }

@@ -6,6 +6,7 @@
 //! merges the file over the defaults. Unknown keys are warnings with a
 //! "did you mean"; everything else wrong is an error.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::Path;
@@ -20,7 +21,9 @@ use crate::yaml::{self, Node, NodeKind, Pos};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Issue {
     /// The dotted key path, with `[i]` for list items (`terminal.docker_volumes[1]`).
-    /// Empty for a problem with the document itself.
+    /// Empty for a problem with the document itself. For a value from a
+    /// `TERMINAL_*` variable ([`env`]), the variable's name in its place
+    /// (`TERMINAL_DOCKER_VOLUMES[1]`), with no position.
     pub path: String,
     pub pos: Option<Pos>,
     pub message: String,
@@ -35,8 +38,12 @@ impl Issue {
         }
     }
 
-    /// `FILE:LINE:COL: PATH: MESSAGE`, the form compilers use.
+    /// `FILE:LINE:COL: PATH: MESSAGE`, the form compilers use; a value
+    /// from the environment is `VARIABLE: MESSAGE`, of no file.
     pub fn render(&self, file: &str) -> String {
+        if self.pos.is_none() && env::is_variable_path(&self.path) {
+            return format!("{}: {}", self.path, self.message);
+        }
         let place = match self.pos {
             Some(p) => format!("{file}:{}:{}", p.line, p.col),
             None => file.to_string(),
@@ -45,6 +52,20 @@ impl Issue {
             format!("{place}: {}", self.message)
         } else {
             format!("{place}: {}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl Issue {
+    /// `PATH: MESSAGE (line N)`: the issue where the file is known, as a
+    /// plan's cause says it.
+    pub fn brief(&self) -> String {
+        match self.pos {
+            Some(p) => format!(
+                "{}: {} (config.yaml line {})",
+                self.path, self.message, p.line
+            ),
+            None => format!("{}: {}", self.path, self.message),
         }
     }
 }
@@ -92,6 +113,8 @@ pub struct Loaded {
     pub merged: Value,
     /// Whether the file had no document at all (empty or only comments).
     pub empty: bool,
+    /// The keys whose value a `TERMINAL_*` variable set ([`env`]).
+    pub overrides: Vec<EnvOverride>,
 }
 
 /// The typed, validated configuration.
@@ -101,6 +124,13 @@ pub struct Config {
     pub proxy: Proxy,
     pub reconcile: Reconcile,
     pub security: Security,
+    /// Errors of `terminal.docker_extra_args` (a flag hermes cannot map
+    /// onto the create call, one that would defeat the sandbox's
+    /// isolation): they concern the Docker sandboxes alone, so the config
+    /// loads, its Docker sandboxes are blocked with these as the reason,
+    /// and the rest of the host converges. `config check` reports them as
+    /// errors.
+    pub sandbox_errors: Vec<Issue>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -110,8 +140,11 @@ pub struct Terminal {
     pub timeout_seconds: u64,
     pub lifetime_seconds: u64,
     pub docker_image: String,
+    /// 0: no limit (no `--cpus`), as Hermes Agent has it.
     pub container_cpu: f64,
+    /// 0: no limit (no `--memory`).
     pub container_memory_mb: u64,
+    /// 0: no limit (no data image).
     pub container_disk_mb: u64,
     pub container_persistent: bool,
     pub docker_persist_across_processes: bool,
@@ -121,6 +154,15 @@ pub struct Terminal {
     pub docker_env: Vec<(String, String)>,
     pub docker_forward_env: Vec<String>,
     pub docker_extra_args: Vec<String>,
+    /// Names whose values (host environment, then `.env`) every command in
+    /// a Docker sandbox gets, as `docker_forward_env`'s, less Hermes
+    /// Agent's provider credentials ([`agent::is_passthrough_blocked`]).
+    pub env_passthrough: Vec<String>,
+    /// Run the Docker sandbox as the host user's uid:gid.
+    pub docker_run_as_host_user: bool,
+    /// Hermes Agent binds its host working directory to `/workspace`;
+    /// hermes does not (a warning says why, [`agent`]).
+    pub docker_mount_cwd_to_workspace: bool,
     pub docker_network: bool,
     pub docker_shm_size_bytes: u64,
     /// `None`: persistent sandboxes are never reaped for idleness.
@@ -144,6 +186,24 @@ pub struct Terminal {
     pub ssh_persist_seconds: u64,
     pub vercel_runtime: String,
     pub vercel_forward_env: Vec<String>,
+    /// Hermes Agent's own settings of the section, carried as read: they
+    /// shape nothing hermes makes.
+    pub agent: AgentTerminal,
+}
+
+/// The `terminal` keys that are Hermes Agent's own: how it runs its shell
+/// and the processes on its host. Read (with the agent's defaults) so that
+/// a config the agent accepts is accepted here; no sandbox depends on them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentTerminal {
+    /// `auto`, `direct` or `managed` (the agent's Modal tool gateway).
+    pub modal_mode: String,
+    /// `auto`, `real` or `profile`.
+    pub home_mode: String,
+    pub shell_init_files: Vec<String>,
+    pub auto_source_bashrc: bool,
+    pub persistent_shell: bool,
+    pub daemon_term_grace_seconds: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -264,22 +324,44 @@ pub fn load(text: &str) -> Result<Loaded, ConfigError> {
 /// with symlinks resolved), so that a volume that would put it into a
 /// sandbox is refused (or warned about without the proxy).
 pub fn load_for(text: &str, home: &[&Path]) -> Result<Loaded, ConfigError> {
+    load_with(text, home, &BTreeMap::new())
+}
+
+/// [`load_for`], with the `TERMINAL_*` variables of `env` laid over the
+/// file as Hermes Agent lays them ([`env`]; `env` may hold any variables,
+/// only those are read).
+pub fn load_with(
+    text: &str,
+    home: &[&Path],
+    env: &BTreeMap<String, String>,
+) -> Result<Loaded, ConfigError> {
     let root = yaml::parse(text).map_err(|e| ConfigError(vec![e.into()]))?;
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
     let empty = root.is_none();
-    if let Some(root) = &root {
+    let (mut root, overrides) = env::apply(root, env, &mut errors, &mut warnings);
+    if let Some(root) = &mut root {
+        agent::normalize(root, &mut warnings);
         validate(root, &mut errors, &mut warnings);
         isolation::check(root, home, &mut errors, &mut warnings);
+        agent::check(root, &mut warnings);
     }
-    if !errors.is_empty() {
+    name_variables(&mut errors, &overrides);
+    name_variables(&mut warnings, &overrides);
+    let (mut sandbox_errors, others): (Vec<Issue>, Vec<Issue>) =
+        errors.into_iter().partition(|i| is_sandbox_issue(&i.path));
+    sandbox_errors.sort_by_key(|i| i.pos);
+    if !others.is_empty() {
+        let mut errors = others;
+        errors.extend(sandbox_errors);
         errors.sort_by_key(|i| i.pos);
         return Err(ConfigError(errors));
     }
     let user = root.as_ref().map_or(Value::Map(Vec::new()), Node::to_value);
     let mut merged = schema::defaults();
     merged.merge(&user);
-    let config = Config::from_merged(&merged);
+    let mut config = Config::from_merged(&merged);
+    config.sandbox_errors = sandbox_errors;
     if let Some(root) = &root {
         resolve::check(root, &config, &mut warnings);
     }
@@ -289,7 +371,56 @@ pub fn load_for(text: &str, home: &[&Path]) -> Result<Loaded, ConfigError> {
         user,
         merged,
         empty,
+        overrides,
     })
+}
+
+/// The tree of config text as hermes reads it, without checking it: the
+/// `TERMINAL_*` variables of `env` laid over it ([`env`]) and its values
+/// read as Hermes Agent reads them ([`agent`]); with the keys the
+/// variables set. For `config get` and `config show`, which work on a
+/// file whose values are wrong.
+pub fn effective_tree(
+    root: Option<Node>,
+    env: &BTreeMap<String, String>,
+) -> (Option<Node>, Vec<EnvOverride>) {
+    let (mut root, overrides) = env::apply(root, env, &mut Vec::new(), &mut Vec::new());
+    if let Some(root) = &mut root {
+        agent::normalize(root, &mut Vec::new());
+    }
+    (root, overrides)
+}
+
+/// Whether an error concerns only the Docker sandboxes' create call (a
+/// [`Config::sandbox_errors`] one): `terminal.docker_extra_args`, from the
+/// file or from its variable.
+fn is_sandbox_issue(path: &str) -> bool {
+    let under = |key: &str| {
+        path.strip_prefix(key)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('['))
+    };
+    under(crate::schema_key!("terminal.docker_extra_args").path)
+        || env::variable_of("docker_extra_args").is_some_and(under)
+}
+
+/// Names the variable, instead of a place in the file, in each issue of a
+/// value that came from the environment (at [`agent::ENV_POS`]).
+fn name_variables(issues: &mut [Issue], overrides: &[EnvOverride]) {
+    for issue in issues {
+        if issue.pos != Some(agent::ENV_POS) {
+            continue;
+        }
+        issue.pos = None;
+        let set = overrides.iter().find(|o| {
+            issue
+                .path
+                .strip_prefix(o.path.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['[', '.']))
+        });
+        if let Some(o) = set {
+            issue.path = format!("{}{}", o.var, &issue.path[o.path.len()..]);
+        }
+    }
 }
 
 /// Checks a parsed document against the schema.
@@ -307,11 +438,17 @@ pub fn validate(root: &Node, errors: &mut Vec<Issue>, warnings: &mut Vec<Issue>)
     };
     for section in sections {
         if !schema::SECTIONS.contains(&section.key.as_str()) {
-            warnings.push(unknown_key(
-                &section.key,
-                section.key_pos,
-                schema::SECTIONS.iter().copied(),
-            ));
+            // Hermes Agent's own sections are its business.
+            if !agent::AGENT_SECTIONS.contains(&section.key.as_str()) {
+                warnings.push(unknown_key(
+                    &section.key,
+                    section.key_pos,
+                    schema::SECTIONS
+                        .iter()
+                        .chain(agent::AGENT_SECTIONS)
+                        .copied(),
+                ));
+            }
             continue;
         }
         let entries = match &section.value.kind {
@@ -332,7 +469,10 @@ pub fn validate(root: &Node, errors: &mut Vec<Issue>, warnings: &mut Vec<Issue>)
         for entry in entries {
             let path = format!("{}.{}", section.key, entry.key);
             match schema::lookup(&path) {
+                // Checked as the agent reads it ([`agent::normalize`]).
+                Some(spec) if spec.lenient => {}
                 Some(spec) => check(spec, &path, &entry.value, errors),
+                None if agent::is_agent_key(&section.key, &entry.key) => {}
                 None => warnings.push(unknown_key(
                     &path,
                     entry.key_pos,
@@ -341,6 +481,7 @@ pub fn validate(root: &Node, errors: &mut Vec<Issue>, warnings: &mut Vec<Issue>)
             }
         }
     }
+    skipped_volumes(root, warnings);
     check_extra_args(root, errors);
     check_egress_overrides(root, errors);
     warnings.extend(crate::cloud::daytona_disk_warning(root));
@@ -525,7 +666,7 @@ fn check_egress_overrides(root: &Node, errors: &mut Vec<Issue>) {
     }
     for extra in isolation::extra_arg_options(&terminal.value) {
         let message = match extra.option.as_str() {
-            "-e" | "--env" => why(extra.value.split('=').next().unwrap_or_default()),
+            "--env" => why(extra.value.split('=').next().unwrap_or_default()),
             // `--add-host` of the proxy's name: see `isolation`.
             _ => None,
         };
@@ -548,9 +689,38 @@ fn unknown_key<'a>(path: &str, pos: Pos, known: impl IntoIterator<Item = &'a str
     Issue::new(path, pos, format!("unknown key, ignored{hint}"))
 }
 
-/// `docker_extra_args` may only use the options that map onto the create
-/// call; a network option contradicts `docker_network: false` (which means
-/// no network at all) and is otherwise the network's business, not theirs.
+/// A `docker_volumes` entry without a colon: Hermes Agent skips it with a
+/// warning, and so does hermes.
+fn skipped_volumes(root: &Node, warnings: &mut Vec<Issue>) {
+    let Some(NodeKind::Seq { items, .. }) = root
+        .get("terminal")
+        .and_then(|t| t.value.get("docker_volumes"))
+        .map(|v| &v.value.kind)
+    else {
+        return;
+    };
+    for (i, item) in items.iter().enumerate() {
+        if let Value::Str(text) = item.to_value()
+            && !text.contains(':')
+        {
+            warnings.push(Issue::new(
+                format!("terminal.docker_volumes[{i}]"),
+                item.start,
+                format!(
+                    "`{text}` has no colon, so it is not host:container: skipped, as Hermes Agent skips it"
+                ),
+            ));
+        }
+    }
+}
+
+/// `docker_extra_args`: every flag hermes cannot map onto the create call
+/// ([`crate::sandbox::map_extra_args`]), and every one that contradicts
+/// the rest of the config: a network other than `none` with
+/// `docker_network: false` (which means no network at all), a network or
+/// a name server of its own with the proxy-only network
+/// (`proxy.enforce_network`), which hermes joins the sandbox to, with the
+/// proxy as its name server.
 fn check_extra_args(root: &Node, errors: &mut Vec<Issue>) {
     let Some(terminal) = root.get("terminal") else {
         return;
@@ -571,34 +741,72 @@ fn check_extra_args(root: &Node, errors: &mut Vec<Issue>) {
     let Some(strings) = strings else {
         return; // the type check has reported the non-strings
     };
-    let Err(e) = crate::sandbox::parse_extra_args(&strings) else {
-        return;
+    let at = |index: usize, message: String| {
+        Issue::new(
+            format!("terminal.docker_extra_args[{index}]"),
+            items.get(index).map_or(args.value.start, |item| item.start),
+            message,
+        )
     };
-    let Some(item) = items.get(e.index) else {
-        return;
-    };
-    let arg = &strings[e.index];
-    let option = arg.split('=').next().unwrap_or(arg);
+    let (_, refused) = crate::sandbox::map_extra_args(&strings);
+    errors.extend(refused.into_iter().map(|e| at(e.index, e.message)));
     let network_off = terminal
         .value
         .get("docker_network")
         .filter(|n| n.value.to_value() == Value::Bool(false));
-    let is_network = matches!(
-        option,
-        "--network" | "--net" | "--network-alias" | "--ip" | "--ip6"
-    );
-    let message = match network_off {
-        Some(network) if is_network => format!(
-            "`{arg}` contradicts terminal.docker_network: false (line {}), which means no network at all",
-            network.key_pos.line
-        ),
-        _ => e.message,
+    let proxy = root.get("proxy").map(|p| &p.value);
+    let flag = |key: &str| {
+        proxy
+            .and_then(|p| p.get(key))
+            .is_some_and(|e| e.value.to_value() == Value::Bool(true))
     };
-    errors.push(Issue::new(
-        format!("terminal.docker_extra_args[{}]", e.index),
-        item.start,
-        message,
-    ));
+    let proxy_network = flag("enabled") && flag("enforce_network");
+    let (options, _) = crate::sandbox::options(&strings);
+    for option in options {
+        let value = option.value.as_deref().unwrap_or_default();
+        let is_network = matches!(
+            option.option.as_str(),
+            "--network" | "--network-alias" | "--ip" | "--ip6"
+        );
+        if let Some(network) = network_off
+            && is_network
+            && !(option.option == "--network" && value.trim() == "none")
+        {
+            let place = if network.key_pos == agent::ENV_POS {
+                env::variable_of("docker_network").map_or(String::new(), |v| format!("from {v}"))
+            } else {
+                format!("line {}", network.key_pos.line)
+            };
+            errors.push(at(
+                option.index,
+                format!(
+                    "`{}` contradicts terminal.docker_network: false ({place}), which means no network at all",
+                    strings[option.index]
+                ),
+            ));
+        }
+        let own = match option.option.as_str() {
+            // The host's or another container's: isolation's refusal.
+            "--network"
+                if !matches!(value.trim(), "none" | "host") && !value.starts_with("container:") =>
+            {
+                Some("a network")
+            }
+            "--dns" => Some("a name server"),
+            _ => None,
+        };
+        if let Some(own) = own
+            && proxy_network
+        {
+            errors.push(at(
+                option.index,
+                format!(
+                    "`{}` gives the sandbox {own} of its own, while proxy.enforce_network puts it on the proxy-only network, with the egress proxy as its name server",
+                    option.text()
+                ),
+            ));
+        }
+    }
 }
 
 /// Checks one key's value against its type.
@@ -703,6 +911,33 @@ fn check(spec: &KeySpec, path: &str, node: &Node, errors: &mut Vec<Issue>) {
             )),
             _ => wrong(errors),
         },
+        Ty::LimitNumber => match value {
+            Value::Int(i) if i >= 0 => {}
+            Value::Float(f) if f >= 0.0 && f.is_finite() => {}
+            Value::Int(_) | Value::Float(_) => errors.push(Issue::new(
+                path,
+                node.start,
+                format!(
+                    "must be at least 0 (0: no limit), found {}",
+                    value.to_yaml_inline()
+                ),
+            )),
+            _ => wrong(errors),
+        },
+        Ty::LimitInt => match value {
+            Value::Int(i) if i >= 0 => {}
+            Value::Int(i) => errors.push(Issue::new(
+                path,
+                node.start,
+                format!("must be at least 0 (0: no limit), found {i}"),
+            )),
+            _ => wrong(errors),
+        },
+        Ty::Number => match value {
+            Value::Int(_) => {}
+            Value::Float(f) if f.is_finite() => {}
+            _ => wrong(errors),
+        },
         Ty::Size => match &value {
             Value::Int(i) if *i > 0 => {}
             Value::Str(s) if parse_size(s).is_some_and(|n| n > 0) => {}
@@ -718,6 +953,8 @@ fn check(spec: &KeySpec, path: &str, node: &Node, errors: &mut Vec<Issue>) {
             _ => Err("expected an environment variable name".to_string()),
         }),
         Ty::VolumeList => each_item(path, node, errors, spec, |_, v| match v {
+            // Skipped with a warning ([`skipped_volumes`]).
+            Value::Str(s) if !s.contains(':') => Ok(()),
             Value::Str(s) => parse_volume(s).map(drop),
             _ => Err("expected a host:container[:options] string".to_string()),
         }),
@@ -982,6 +1219,9 @@ pub fn check_host_pattern(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+pub mod agent;
+pub mod env;
+pub use env::EnvOverride;
 mod isolation;
 pub use isolation::{is_secret_name, proxy_enforced};
 mod read;

@@ -27,6 +27,14 @@ pub enum Ty {
     Port,
     /// A number greater than 0.
     PosNumber,
+    /// A number of at least 0 (a limit: 0 is no limit, as Hermes Agent
+    /// reads it).
+    LimitNumber,
+    /// An integer of at least 0 (a limit: 0 is no limit, as Hermes Agent
+    /// reads it).
+    LimitInt,
+    /// Any finite number.
+    Number,
     /// A size such as `1g`, `512m` or a number of bytes.
     Size,
     /// A list of strings.
@@ -68,6 +76,9 @@ impl Ty {
             Ty::OptPosInt => "a positive integer or null".into(),
             Ty::Port => "a port number from 1 to 65535".into(),
             Ty::PosNumber => "a number greater than 0".into(),
+            Ty::LimitNumber => "a number of at least 0 (0: no limit)".into(),
+            Ty::LimitInt => "an integer of at least 0 (0: no limit)".into(),
+            Ty::Number => "a number".into(),
             Ty::Size => "a size such as 512m or 1g".into(),
             Ty::StrList => "a list of strings".into(),
             Ty::EnvNameList => "a list of environment variable names".into(),
@@ -87,6 +98,10 @@ pub struct KeySpec {
     pub path: &'static str,
     pub ty: Ty,
     pub default: Default,
+    /// Hermes Agent takes any value here and falls back to its default (or
+    /// skips what it cannot read): a value of the wrong type is a warning,
+    /// and the default stands in for it.
+    pub lenient: bool,
 }
 
 /// A default value, kept const-friendly.
@@ -95,6 +110,7 @@ pub enum Default {
     Null,
     Bool(bool),
     Int(i64),
+    Float(f64),
     Str(&'static str),
     EmptyList,
     EmptyMap,
@@ -106,6 +122,7 @@ impl Default {
             Default::Null => Value::Null,
             Default::Bool(b) => Value::Bool(b),
             Default::Int(i) => Value::Int(i),
+            Default::Float(f) => Value::Float(f),
             Default::Str(s) => Value::Str(s.to_string()),
             Default::EmptyList => Value::Seq(Vec::new()),
             Default::EmptyMap => Value::Map(Vec::new()),
@@ -129,8 +146,28 @@ pub const CREDENTIAL_SOURCES: &[&str] = &["env", "bitwarden"];
 pub const DEFAULT_DOCKER_IMAGE: &str = "nikolaik/python-nodejs:python3.11-nodejs20";
 
 const fn key(path: &'static str, ty: Ty, default: Default) -> KeySpec {
-    KeySpec { path, ty, default }
+    KeySpec {
+        path,
+        ty,
+        default,
+        lenient: false,
+    }
 }
+
+/// A key Hermes Agent reads leniently ([`KeySpec::lenient`]).
+const fn lenient(path: &'static str, ty: Ty, default: Default) -> KeySpec {
+    KeySpec {
+        path,
+        ty,
+        default,
+        lenient: true,
+    }
+}
+
+/// Hermes Agent's `terminal.modal_mode`.
+pub const MODAL_MODES: &[&str] = &["auto", "direct", "managed"];
+/// Hermes Agent's `terminal.home_mode`.
+pub const HOME_MODES: &[&str] = &["auto", "real", "profile"];
 
 /// The sections of config.yaml.
 pub const SECTIONS: &[&str] = &["terminal", "proxy", "reconcile", "security"];
@@ -142,17 +179,51 @@ pub const KEYS: &[KeySpec] = &[
         Ty::Enum(BACKENDS),
         Default::Str("local"),
     ),
+    // Hermes Agent's own (its Modal tool gateway); hermes reaches Modal
+    // with the direct credentials only.
+    lenient(
+        "terminal.modal_mode",
+        Ty::Enum(MODAL_MODES),
+        Default::Str("auto"),
+    ),
     key("terminal.cwd", Ty::NonEmptyStr, Default::Str(".")),
     key("terminal.timeout", Ty::PosInt, Default::Int(180)),
+    // Hermes Agent's own, for the processes it starts on its host.
+    lenient(
+        "terminal.daemon_term_grace_seconds",
+        Ty::Number,
+        Default::Float(2.0),
+    ),
+    // Names whose host values go into Docker sandboxes as
+    // `docker_forward_env`'s do, but never one of Hermes Agent's provider
+    // credentials.
+    lenient(
+        "terminal.env_passthrough",
+        Ty::EnvNameList,
+        Default::EmptyList,
+    ),
+    // Hermes Agent's own: the HOME of the processes it starts on its host,
+    // the files its shell snapshot sources.
+    lenient(
+        "terminal.home_mode",
+        Ty::Enum(HOME_MODES),
+        Default::Str("auto"),
+    ),
+    lenient("terminal.shell_init_files", Ty::StrList, Default::EmptyList),
+    lenient("terminal.auto_source_bashrc", Ty::Bool, Default::Bool(true)),
     key("terminal.lifetime_seconds", Ty::PosInt, Default::Int(300)),
     key(
         "terminal.docker_image",
         Ty::NonEmptyStr,
         Default::Str(DEFAULT_DOCKER_IMAGE),
     ),
-    key("terminal.container_cpu", Ty::PosNumber, Default::Int(1)),
-    key("terminal.container_memory", Ty::PosInt, Default::Int(5120)),
-    key("terminal.container_disk", Ty::PosInt, Default::Int(51200)),
+    key("terminal.container_cpu", Ty::LimitNumber, Default::Int(1)),
+    key(
+        "terminal.container_memory",
+        Ty::LimitInt,
+        Default::Int(5120),
+    ),
+    key("terminal.container_disk", Ty::LimitInt, Default::Int(51200)),
     key(
         "terminal.container_persistent",
         Ty::Bool,
@@ -184,7 +255,21 @@ pub const KEYS: &[KeySpec] = &[
         Ty::StrList,
         Default::EmptyList,
     ),
+    // Hermes Agent binds its host working directory to /workspace; a
+    // sandbox hermes keeps has none (see `config::agent`).
+    key(
+        "terminal.docker_mount_cwd_to_workspace",
+        Ty::Bool,
+        Default::Bool(false),
+    ),
     key("terminal.docker_network", Ty::Bool, Default::Bool(true)),
+    key(
+        "terminal.docker_run_as_host_user",
+        Ty::Bool,
+        Default::Bool(false),
+    ),
+    // Hermes Agent's own: its long-lived shell between commands.
+    lenient("terminal.persistent_shell", Ty::Bool, Default::Bool(true)),
     key("terminal.docker_shm_size", Ty::Size, Default::Str("1g")),
     key(
         "terminal.persistent_max_idle_seconds",

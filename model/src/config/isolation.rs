@@ -4,21 +4,28 @@
 //! not hold a real secret nor reach the host around the proxy, so each of
 //! these is an error naming its key; without the proxy they are warnings:
 //!
-//! - a volume of the Docker socket (or any `*.sock` under `/run`,
-//!   `/var/run`), of `/`, `/proc`, `/sys`, `/dev` (or below them), or of the
-//!   hermes home (inside it, or a directory holding it);
-//! - `--cap-add` beyond [`CAP_ADD`], `--device`, `--add-host` of the proxy's
-//!   host name (any letter case) in `docker_extra_args`;
+//! - a volume (of `docker_volumes`, or `-v` in `docker_extra_args`) of the
+//!   Docker socket (or any `*.sock` under `/run`, `/var/run`), of `/`,
+//!   `/proc`, `/sys`, `/dev` (or below them), or of the hermes home (inside
+//!   it, or a directory holding it);
+//! - in `docker_extra_args`: `--cap-add` beyond [`CAP_ADD`], `--device`,
+//!   `--add-host` of the proxy's host name (any letter case), `--network
+//!   host` or `container:…` (the host's or another container's network),
+//!   `--runtime` other than `runc` and `runsc` (gVisor), the runtimes under
+//!   which the sandbox keeps its hardening;
 //! - a secret that is not a provider key (`GITHUB_TOKEN`, `*_SECRET*`,
-//!   `*_PASSWORD`, …) in `docker_env`, `docker_forward_env` or an `--env`.
+//!   `*_PASSWORD`, …) in `docker_env`, `docker_forward_env`,
+//!   `env_passthrough` or an `--env`.
 //!
 //! A volume whose container side lands on a mount hermes makes itself
 //! (`/workspace`, `/root`, `/run/hermes` and below, the tmpfs mounts) is an
 //! error in every mode: the engine would refuse the create anyway.
 //!
-//! `--privileged`, `--pid`, `--network`, `--security-opt`, `-v`, `--mount`
-//! and the like are not among the options `docker_extra_args` accepts at
-//! all ([`crate::sandbox::EXTRA_OPTIONS`]): they are errors in every mode.
+//! `--privileged`, `--pid`, `--security-opt seccomp=unconfined` and the
+//! like are refused by the mapping of `docker_extra_args` itself
+//! ([`crate::sandbox::map_extra_args`]), in every mode. Every error of
+//! `docker_extra_args` blocks the Docker sandboxes only
+//! ([`crate::config::Config::sandbox_errors`]).
 //!
 //! Pure: the home directory is passed in by the caller that knows it.
 
@@ -121,14 +128,20 @@ pub fn check(root: &Node, home: &[&Path], errors: &mut Vec<Issue>, warnings: &mu
             }
         }
     }
-    for (i, item) in seq(terminal, "docker_forward_env") {
-        if let Value::Str(name) = item.to_value() {
-            if is_secret_name(&name) {
-                sink.isolation(
-                    format!("terminal.docker_forward_env[{i}]"),
-                    item.start,
-                    secret_message(&name),
-                );
+    for key in ["docker_forward_env", "env_passthrough"] {
+        for (i, item) in seq(terminal, key) {
+            if let Value::Str(name) = item.to_value() {
+                // A name Hermes Agent never passes through is dropped (and
+                // said so by `agent`).
+                let dropped =
+                    key == "env_passthrough" && super::agent::is_passthrough_blocked(&name);
+                if is_secret_name(&name) && !dropped {
+                    sink.isolation(
+                        format!("terminal.{key}[{i}]"),
+                        item.start,
+                        secret_message(&name),
+                    );
+                }
             }
         }
     }
@@ -170,10 +183,37 @@ pub fn check(root: &Node, home: &[&Path], errors: &mut Vec<Issue>, warnings: &mu
                     "`{PROXY_HOST_NAME}` is the egress proxy's address, set by hermes while the proxy is enforced"
                 ))
             }
-            "-e" | "--env" => {
+            "--env" => {
                 let name = value.split('=').next().unwrap_or_default();
                 is_secret_name(name).then(|| secret_message(name))
             }
+            "--volume" => {
+                let Ok(volume) = crate::config::parse_volume(value.trim()) else {
+                    continue; // the mapping has reported it
+                };
+                let path = format!("terminal.docker_extra_args[{at}]");
+                if let Some(what) = target_problem(&volume.container) {
+                    sink.error(path.clone(), pos, format!("`-v {value}`: {what}"));
+                }
+                host_side_problem(&volume.host, home).map(|what| format!("`-v {value}` {what}"))
+            }
+            "--network" => {
+                let value = value.trim();
+                if value == "host" {
+                    Some("`--network host` hands the sandbox the host's network: its loopback services, the egress proxy's own ports among them".to_string())
+                } else if value.starts_with("container:") {
+                    Some(format!(
+                        "`--network {value}` hands the sandbox another container's network"
+                    ))
+                } else {
+                    None
+                }
+            }
+            "--runtime" => (!matches!(value.trim(), "runc" | "runsc")).then(|| {
+                format!(
+                    "`--runtime {value}`: hermes knows the sandbox keeps its hardening under runc and runsc (gVisor) only"
+                )
+            }),
             _ => None,
         };
         if let Some(what) = what {
@@ -192,38 +232,31 @@ pub(super) struct ExtraOption {
     pub pos: Pos,
 }
 
-/// The options of `terminal.docker_extra_args` that have a value, in order.
+/// The options of `terminal.docker_extra_args` that have a value, in order
+/// ([`crate::sandbox::options`]), each at the item holding its value.
 pub(super) fn extra_arg_options(terminal: &Node) -> Vec<ExtraOption> {
     let items: Vec<&Node> = seq(terminal, "docker_extra_args").map(|(_, n)| n).collect();
-    let texts: Vec<Option<String>> = items
+    let texts: Vec<String> = items
         .iter()
         .map(|item| match item.to_value() {
-            Value::Str(s) => Some(s),
-            _ => None,
+            Value::Str(s) => s,
+            // Not a flag: the type check reports it.
+            _ => String::new(),
         })
         .collect();
-    let mut options = Vec::new();
-    let mut i = 0;
-    while i < texts.len() {
-        let Some(text) = &texts[i] else {
-            i += 1;
-            continue;
-        };
-        let (option, value, at) = match text.split_once('=') {
-            Some((o, v)) if o.starts_with('-') => (o, Some(v.to_string()), i),
-            _ => (text.as_str(), texts.get(i + 1).cloned().flatten(), i + 1),
-        };
-        i = at + 1;
-        if let (Some(value), Some(item)) = (value, items.get(at)) {
-            options.push(ExtraOption {
-                option: option.to_string(),
-                value,
-                at,
-                pos: item.start,
-            });
-        }
-    }
+    let (options, _) = crate::sandbox::options(&texts);
     options
+        .into_iter()
+        .filter_map(|o| {
+            let item = items.get(o.value_index)?;
+            Some(ExtraOption {
+                option: o.option,
+                value: o.value?,
+                at: o.value_index,
+                pos: item.start,
+            })
+        })
+        .collect()
 }
 
 /// The items of the list `terminal.<key>`, with their indices.
@@ -366,7 +399,8 @@ mod tests {
     fn issues(proxy: &str, terminal: &str) -> (Vec<Issue>, Vec<Issue>) {
         let text = format!("terminal:\n{terminal}{proxy}");
         match load_for(&text, &[Path::new(HOME)]) {
-            Ok(loaded) => (Vec::new(), loaded.warnings),
+            // Errors of docker_extra_args block the Docker sandboxes only.
+            Ok(loaded) => (loaded.config.sandbox_errors, loaded.warnings),
             Err(e) => (e.0, Vec::new()),
         }
     }
@@ -515,18 +549,55 @@ mod tests {
     }
 
     #[test]
-    fn options_outside_the_create_call_are_errors_in_every_mode() {
+    fn extra_args_that_hand_over_the_host_depend_on_the_mode() {
+        for (args, at, line) in [
+            ("[--network=host]", 0, 2),
+            ("[--net, host]", 1, 2),
+            ("[--network=container:db]", 0, 2),
+            ("[-v, \"/var/run/docker.sock:/var/run/docker.sock\"]", 1, 2),
+            ("[\"--volume=/:/host\"]", 0, 2),
+            ("[\"-v=/srv/hermes-home/proxy:/p:ro\"]", 0, 2),
+            ("[--runtime=kata]", 0, 2),
+        ] {
+            by_mode(
+                &format!("  docker_extra_args: {args}\n"),
+                &format!("terminal.docker_extra_args[{at}]"),
+                line,
+            );
+        }
+        // The runtimes that keep the hardening, an ordinary volume, GPUs
+        // and a user are fine in every mode.
+        let (errors, warnings) = issues(
+            ENFORCED,
+            "  docker_extra_args: [--runtime=runsc, --runtime, runc, -v, \"/srv/data:/data:ro\", --gpus, all, --user, \"0\"]\n",
+        );
+        assert!(
+            errors.is_empty() && warnings.is_empty(),
+            "{errors:?} {warnings:?}"
+        );
+        // A volume onto hermes's own mounts is an error in every mode.
+        for proxy in [ENFORCED, OFF] {
+            let (errors, _) = issues(proxy, "  docker_extra_args: [-v, \"/srv/x:/workspace\"]\n");
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(
+                errors[0].message.contains("collides with /workspace"),
+                "{errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn options_that_undo_the_hardening_are_errors_in_every_mode() {
         for arg in [
             "--privileged",
             "--pid=host",
             "--ipc=host",
             "--uts=host",
             "--userns=host",
-            "--network=host",
             "--security-opt=seccomp=unconfined",
             "--security-opt=apparmor=unconfined",
             "--security-opt=no-new-privileges=false",
-            "-v=/:/host",
+            "--security-opt=label=disable",
             "--mount=type=bind,src=/,dst=/host",
         ] {
             for proxy in [ENFORCED, OFF] {

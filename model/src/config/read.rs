@@ -9,7 +9,7 @@ use crate::schema::KeySpec;
 use crate::schema_key;
 use crate::value::Value;
 
-use super::{Backend, Config, Proxy, Reconcile, Security, Terminal};
+use super::{AgentTerminal, Backend, Config, Proxy, Reconcile, Security, Terminal};
 use super::{parse_cidr, parse_size, parse_volume};
 
 impl Config {
@@ -56,6 +56,10 @@ impl Config {
                 docker_env: r.env_map(schema_key!("terminal.docker_env")),
                 docker_forward_env: r.strings(schema_key!("terminal.docker_forward_env")),
                 docker_extra_args: r.strings(schema_key!("terminal.docker_extra_args")),
+                env_passthrough: r.strings(schema_key!("terminal.env_passthrough")),
+                docker_run_as_host_user: r.bool(schema_key!("terminal.docker_run_as_host_user")),
+                docker_mount_cwd_to_workspace: r
+                    .bool(schema_key!("terminal.docker_mount_cwd_to_workspace")),
                 docker_network: r.bool(schema_key!("terminal.docker_network")),
                 docker_shm_size_bytes: match r.get(schema_key!("terminal.docker_shm_size")) {
                     Value::Int(i) => u64::try_from(i).unwrap_or(0),
@@ -80,6 +84,15 @@ impl Config {
                 ssh_persist_seconds: r.uint(schema_key!("terminal.ssh_persist_seconds")),
                 vercel_runtime: r.string(schema_key!("terminal.vercel_runtime")),
                 vercel_forward_env: r.strings(schema_key!("terminal.vercel_forward_env")),
+                agent: AgentTerminal {
+                    modal_mode: r.string(schema_key!("terminal.modal_mode")),
+                    home_mode: r.string(schema_key!("terminal.home_mode")),
+                    shell_init_files: r.strings(schema_key!("terminal.shell_init_files")),
+                    auto_source_bashrc: r.bool(schema_key!("terminal.auto_source_bashrc")),
+                    persistent_shell: r.bool(schema_key!("terminal.persistent_shell")),
+                    daemon_term_grace_seconds: r
+                        .number(schema_key!("terminal.daemon_term_grace_seconds")),
+                },
             },
             proxy: Proxy {
                 enabled: r.bool(schema_key!("proxy.enabled")),
@@ -155,6 +168,7 @@ impl Config {
             security: Security {
                 redact_secrets: r.bool(schema_key!("security.redact_secrets")),
             },
+            sandbox_errors: Vec::new(),
         }
     }
 }

@@ -93,11 +93,39 @@ fn unknown_keys_warn_with_a_suggestion() {
     );
 }
 
+fn sandbox_errors(text: &str) -> Vec<Issue> {
+    load(text)
+        .expect("errors of docker_extra_args leave the config usable")
+        .config
+        .sandbox_errors
+}
+
 #[test]
 fn list_items_are_named_by_index() {
-    let e = errors("terminal:\n  docker_volumes:\n    - /a:/b\n    - nocolon\n");
+    let e = errors("terminal:\n  docker_volumes:\n    - /a:/b\n    - /c:rel\n");
     assert_eq!(e[0].path, "terminal.docker_volumes[1]");
     assert_eq!(e[0].pos, Some(Pos { line: 4, col: 7 }));
+}
+
+#[test]
+fn a_volume_without_a_colon_is_skipped_with_a_warning_naming_the_entry_and_line() {
+    let loaded =
+        load("terminal:\n  docker_volumes:\n    - /a:/b\n    - nocolon\n    - /c:/d\n").unwrap();
+    let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        w,
+        [
+            "config.yaml:4:7: terminal.docker_volumes[1]: `nocolon` has no colon, so it is not host:container: skipped, as Hermes Agent skips it"
+        ]
+    );
+    let volumes: Vec<&str> = loaded
+        .config
+        .terminal
+        .docker_volumes
+        .iter()
+        .map(|v| v.container.as_str())
+        .collect();
+    assert_eq!(volumes, ["/b", "/d"]);
 }
 
 #[test]
@@ -126,17 +154,240 @@ fn sizes_parse_with_units() {
 
 #[test]
 fn network_options_contradict_no_network() {
-    let e = errors(
-        "terminal:\n  docker_network: false\n  docker_extra_args: [--cap-add=SYS_PTRACE, --network=host]\n",
+    let e = sandbox_errors(
+        "terminal:\n  docker_network: false\n  docker_extra_args: [--cap-add=SYS_PTRACE, --network=host, --network=none]\n",
     );
-    assert_eq!(e.len(), 1);
+    assert_eq!(e.len(), 1, "{e:?}");
     assert_eq!(e[0].path, "terminal.docker_extra_args[1]");
     assert!(e[0].message.contains("line 2"), "{}", e[0]);
-    let e = errors("terminal:\n  docker_extra_args: [--network=host]\n");
+    // Without the proxy, the host's network is the host's to give.
+    let loaded = load("terminal:\n  docker_extra_args: [--network=host]\n").unwrap();
+    assert!(loaded.config.sandbox_errors.is_empty());
     assert!(
-        e[0].message.starts_with("`--network` is not supported"),
+        loaded.warnings[0]
+            .message
+            .starts_with("`--network host` hands the sandbox the host's network"),
+        "{:?}",
+        loaded.warnings
+    );
+}
+
+#[test]
+fn errors_of_docker_extra_args_leave_the_config_usable_and_are_named_as_the_file_has_them() {
+    let loaded = load(
+        "terminal:\n  backend: docker\n  docker_extra_args:\n    - --shm-size=2g\n    - --privileged\n    - --label\n    - hermes-egress=on\n",
+    )
+    .unwrap();
+    let e: Vec<String> = loaded
+        .config
+        .sandbox_errors
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].starts_with("config.yaml:5:7: terminal.docker_extra_args[1]: `--privileged` gives the sandbox every capability"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with(
+            "config.yaml:7:7: terminal.docker_extra_args[3]: `--label hermes-egress=on`"
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        loaded.config.sandbox_errors[0].brief().split(": `").next(),
+        Some("terminal.docker_extra_args[1]")
+    );
+    assert!(
+        loaded.config.sandbox_errors[0]
+            .brief()
+            .ends_with("(config.yaml line 5)")
+    );
+    // Any other error still makes the whole file unusable, and lists
+    // these with it.
+    let e = errors("terminal:\n  timeout: soon\n  docker_extra_args: [--privileged]\n");
+    let paths: Vec<&str> = e.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(paths, ["terminal.timeout", "terminal.docker_extra_args[0]"]);
+}
+
+#[test]
+fn the_proxy_only_network_leaves_no_room_for_a_network_or_name_server_of_the_sandboxs_own() {
+    let e = sandbox_errors(
+        "proxy:\n  enabled: true\n  enforce_network: true\nterminal:\n  docker_extra_args: [--network, ml, --dns=1.1.1.1, --network=none]\n",
+    );
+    let e: Vec<(&str, &str)> = e
+        .iter()
+        .map(|i| (i.path.as_str(), i.message.as_str()))
+        .collect();
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert_eq!(e[0].0, "terminal.docker_extra_args[0]");
+    assert!(
+        e[0].1
+            .starts_with("`--network ml` gives the sandbox a network of its own"),
+        "{e:?}"
+    );
+    assert_eq!(e[1].0, "terminal.docker_extra_args[2]");
+    assert!(e[1].1.contains("a name server of its own"), "{e:?}");
+    // Without it, both are the sandbox's to have.
+    assert!(
+        sandbox_errors("terminal:\n  docker_extra_args: [--network, ml, --dns=1.1.1.1]\n")
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_list_written_as_json_text_as_the_agents_config_set_writes_it_is_that_list() {
+    let loaded = load(
+        "terminal:\n  docker_forward_env: '[\"FOO\", \"BAR\"]'\n  docker_volumes: '[\"/srv:/srv:ro\"]'\n  docker_extra_args: '[\"--shm-size=2g\"]'\n  docker_env: '{\"A\": \"1\", \"B\": 2}'\n",
+    )
+    .unwrap();
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let t = &loaded.config.terminal;
+    assert_eq!(t.docker_forward_env, ["FOO", "BAR"]);
+    assert_eq!(t.docker_volumes[0].container, "/srv");
+    assert_eq!(t.docker_extra_args, ["--shm-size=2g"]);
+    assert_eq!(
+        t.docker_env,
+        [
+            ("A".to_string(), "1".to_string()),
+            ("B".to_string(), "2".to_string())
+        ]
+    );
+    // A bad item is named by its index in the text, at the text's line.
+    let e = errors("terminal:\n  docker_forward_env: '[\"OK\", \"BAD-NAME\"]'\n");
+    assert_eq!(
+        e[0].to_string(),
+        "config.yaml:2:23: terminal.docker_forward_env[1]: `BAD-NAME` is not a valid environment variable name"
+    );
+    // A string that is no JSON list is no list, for the agent either.
+    let e = errors("terminal:\n  docker_forward_env: FOO\n");
+    assert!(e[0].message.starts_with("expected a list"), "{}", e[0]);
+}
+
+#[test]
+fn limits_of_0_mean_no_limit_and_below_0_are_refused() {
+    let t = load("terminal:\n  container_cpu: 0\n  container_memory: 0\n  container_disk: 0\n")
+        .unwrap()
+        .config
+        .terminal;
+    assert_eq!(
+        (t.container_cpu, t.container_memory_mb, t.container_disk_mb),
+        (0.0, 0, 0)
+    );
+    let e = errors("terminal:\n  container_cpu: -0.5\n  container_memory: -1\n");
+    assert!(
+        e[0].message.starts_with("must be at least 0 (0: no limit)"),
         "{}",
         e[0]
+    );
+    assert_eq!(e[1].path, "terminal.container_memory");
+}
+
+#[test]
+fn the_agents_own_default_config_loads_without_a_word_and_means_hermes_defaults() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/agent-default-config.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let loaded = load(&text).unwrap();
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    assert!(loaded.config.sandbox_errors.is_empty());
+    assert_eq!(loaded.config, Config::default());
+}
+
+#[test]
+fn the_agents_sections_and_keys_are_its_business_and_typos_still_warn() {
+    let loaded = load(
+        "model:\n  default: x\nmax_concurrent_sessions: 8\nsecurity:\n  tirith_enabled: false\n  redact_secrets: false\nmodle: {}\n",
+    )
+    .unwrap();
+    let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        w,
+        ["config.yaml:7:1: modle: unknown key, ignored; did you mean `model`?"]
+    );
+    assert!(!loaded.config.security.redact_secrets);
+}
+
+#[test]
+fn a_value_the_agent_falls_back_from_is_a_warning_and_the_default_stands_in() {
+    let loaded = load(
+        "terminal:\n  modal_mode: sometimes\n  daemon_term_grace_seconds: soon\n  shell_init_files: [~/.zshrc, 5]\n  persistent_shell: false\n",
+    )
+    .unwrap();
+    let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(w.len(), 3, "{w:?}");
+    assert!(
+        w[0].starts_with("config.yaml:2:15: terminal.modal_mode: unknown value `sometimes`"),
+        "{w:?}"
+    );
+    assert!(
+        w[0].ends_with("Hermes Agent falls back to its default (auto), and so does hermes"),
+        "{w:?}"
+    );
+    assert!(
+        w[1].contains("terminal.daemon_term_grace_seconds: expected a number"),
+        "{w:?}"
+    );
+    assert!(
+        w[2].starts_with("config.yaml:4:32: terminal.shell_init_files[1]: expected a string; Hermes Agent skips it"),
+        "{w:?}"
+    );
+    let a = &loaded.config.terminal.agent;
+    assert_eq!(a.modal_mode, "auto");
+    assert_eq!(a.daemon_term_grace_seconds, 2.0);
+    assert_eq!(a.shell_init_files, ["~/.zshrc"]);
+    assert!(!a.persistent_shell);
+}
+
+#[test]
+fn env_passthrough_is_a_list_of_names_without_the_agents_provider_credentials() {
+    let loaded =
+        load("terminal:\n  env_passthrough: [NOTION_TOKEN_FILE, OPENAI_API_KEY, PIP_INDEX_URL]\n")
+            .unwrap();
+    let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("config.yaml:2:40: terminal.env_passthrough[1]: `OPENAI_API_KEY` is a credential Hermes Agent never passes through"),
+        "{w:?}"
+    );
+    // As a string the agent ignores it; so does hermes, saying so.
+    let loaded = load("terminal:\n  env_passthrough: '[\"PIP_INDEX_URL\"]'\n").unwrap();
+    assert!(loaded.config.terminal.env_passthrough.is_empty());
+    assert!(
+        loaded.warnings[0]
+            .message
+            .contains("only as a list, and ignores this string"),
+        "{:?}",
+        loaded.warnings
+    );
+    // A secret the agent would pass is the sandbox rule's, as in
+    // docker_forward_env: refused while the proxy is enforced.
+    let e = errors("proxy:\n  enabled: true\nterminal:\n  env_passthrough: [STRIPE_API_KEY]\n");
+    assert_eq!(e[0].path, "terminal.env_passthrough[0]");
+    assert!(e[0].message.contains("looks like a secret"), "{}", e[0]);
+}
+
+#[test]
+fn docker_run_as_host_user_is_carried_and_the_cwd_mount_is_said_not_to_be_honoured() {
+    let loaded =
+        load("terminal:\n  docker_run_as_host_user: true\n  docker_mount_cwd_to_workspace: true\n")
+            .unwrap();
+    assert!(loaded.config.terminal.docker_run_as_host_user);
+    assert!(loaded.config.terminal.docker_mount_cwd_to_workspace);
+    let w: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        w,
+        [format!(
+            "config.yaml:3:34: terminal.docker_mount_cwd_to_workspace: {}",
+            agent::MOUNT_CWD_UNSUPPORTED
+        )]
+    );
+    assert!(
+        load("terminal:\n  docker_mount_cwd_to_workspace: false\n")
+            .unwrap()
+            .warnings
+            .is_empty()
     );
 }
 
@@ -212,6 +463,11 @@ fn every_malformed_fixture_fails_with_its_expected_key_and_line() {
             // credential is an error too.
             Ok(text) => match load(text) {
                 Err(e) => e.render("config.yaml"),
+                // Errors of the Docker sandboxes' create call: the file
+                // loads, and `config check` reports them.
+                Ok(loaded) if !loaded.config.sandbox_errors.is_empty() => {
+                    crate::config::ConfigError(loaded.config.sandbox_errors).render("config.yaml")
+                }
                 Ok(_) => {
                     let issues =
                         crate::cloud::check_credentials(text, &crate::desired::HostEnv::default());
