@@ -42,7 +42,7 @@ fn config(generation: u32) -> String {
 fn kill_9_at_random_moments_never_leaves_two_sandboxes_or_loses_the_workspace() {
     let profile = format!("e2k{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let seed = std::env::var("HERMES_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

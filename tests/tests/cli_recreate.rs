@@ -32,7 +32,7 @@ fn hermes<'a>(home: &'a TestHome, profile: &'a str) -> impl Fn(&[&str]) -> Run +
 #[test]
 fn a_recreate_the_engine_refuses_keeps_the_old_sandbox_running() {
     let profile = format!("cbr{}", std::process::id());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let _cleanup = ProfileCleanup(profile.clone());
     let hermes = hermes(&home, &profile);
     home.write_config(config(""));
@@ -121,7 +121,7 @@ fn leftover_next(name: &str) -> String {
 #[test]
 fn a_recreate_cut_short_is_converged_by_the_next_pass() {
     let profile = format!("cbs{}", std::process::id());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let _cleanup = ProfileCleanup(profile.clone());
     let hermes = hermes(&home, &profile);
     home.write_config(config(""));

@@ -108,7 +108,8 @@ impl Backend {
         env: Vec<(&'static str, String)>,
         keep: Keep,
     ) -> Backend {
-        let home = TestHome::new();
+        let profile = format!("ec{}{}", name.replace('_', ""), std::process::id());
+        let home = TestHome::with_profile(&profile);
         home.write_config(config);
         let forwards = !matches!(name, "local" | "ssh");
         Backend {
@@ -116,7 +117,7 @@ impl Backend {
             home,
             cwd: tempfile::tempdir().unwrap(),
             env,
-            profile: format!("ec{}{}", name.replace('_', ""), std::process::id()),
+            profile,
             forwards,
             // Daytona's and Vercel's exec APIs take no input.
             stdin: !matches!(name, "daytona" | "vercel_sandbox"),
