@@ -54,7 +54,7 @@ fn dockerd() -> (i32, Vec<String>) {
 fn the_controller_converges_again_after_the_engine_restarts() {
     let profile = format!("ce{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(format!(
         "terminal:\n  backend: docker\n  docker_image: {}\n",
         hermes_tests::test_image()
