@@ -1,5 +1,6 @@
 //! What a pass says on stderr besides its output: warnings (of config.yaml,
-//! of the host) and the error of an operation. A one-shot command prints
+//! of the host), the config's errors that block only the Docker sandboxes,
+//! and the error of an operation. A one-shot command prints
 //! them as `warning: …`/`error: …` lines. The controller logs them instead
 //! ([`to_log`]): each warning once while it stands (not once per pass: an
 //! idle controller says nothing), as a log line of the chosen format, and
@@ -48,6 +49,20 @@ pub fn warning(text: impl Display) {
     }
     if first_time(&text) {
         tracing::warn!("{text}");
+    }
+}
+
+/// An error of the config that does not stop the pass (one that blocks
+/// the Docker sandboxes only): `error: TEXT` on stderr, or, as a warning
+/// is, a log line when it is new.
+pub fn error(text: impl Display) {
+    let text = text.to_string();
+    if !TO_LOG.load(Ordering::SeqCst) {
+        eprintln!("error: {text}");
+        return;
+    }
+    if first_time(&text) {
+        tracing::error!("{text}");
     }
 }
 

@@ -51,20 +51,59 @@ pub fn read_config_text(home: &Home) -> anyhow::Result<Option<String>> {
 
 /// Defaults with the file laid over them, without type validation: `get`
 /// and `show` work on a file whose values are wrong, so they help fix it.
-fn merged_view(home: &Home) -> anyhow::Result<Value> {
+/// The `TERMINAL_*` variables that win over the file are laid over it
+/// too, as a pass lays them; the keys they set are returned with it.
+fn merged_view(home: &Home) -> anyhow::Result<(Value, Vec<config::EnvOverride>)> {
     let mut merged = schema::defaults();
-    if let Some(text) = read_config_text(home)? {
-        let root = yaml::parse(&text).map_err(|e| {
+    let root = match read_config_text(home)? {
+        Some(text) => yaml::parse(&text).map_err(|e| {
             anyhow::anyhow!(
                 "{}",
                 Issue::from(e).render(&home.config().display().to_string())
             )
-        })?;
-        if let Some(root) = root {
-            merged.merge(&root.to_value());
-        }
+        })?,
+        None => None,
+    };
+    let (root, overrides) = config::effective_tree(root, &super::host_env(home)?.terminal_vars());
+    if let Some(root) = root {
+        merged.merge(&root.to_value());
     }
-    Ok(merged)
+    Ok((merged, overrides))
+}
+
+/// `note: terminal.X is TERMINAL_X's value …` on stderr, for each key a
+/// variable set.
+fn note_overrides<'a>(overrides: impl IntoIterator<Item = &'a config::EnvOverride>) {
+    for o in overrides {
+        eprintln!(
+            "note: {} is {}'s value, over config.yaml, as Hermes Agent reads it",
+            o.path, o.var
+        );
+    }
+}
+
+/// The YAML of `config show` with `# from TERMINAL_X` after each key a
+/// variable set.
+fn annotate(yaml: &str, overrides: &[config::EnvOverride]) -> String {
+    let mut section = "";
+    let mut out = String::new();
+    for line in yaml.lines() {
+        out.push_str(line);
+        if !line.starts_with(' ') {
+            section = line.split(':').next().unwrap_or_default();
+        } else if let Some(key) = line
+            .strip_prefix("  ")
+            .filter(|rest| !rest.starts_with(' '))
+            .and_then(|rest| rest.split(':').next())
+            && let Some(o) = overrides
+                .iter()
+                .find(|o| o.path == format!("{section}.{key}"))
+        {
+            out.push_str(&format!("  # from {}", o.var));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The keys of a path given on the command line, and the path as hermes
@@ -77,7 +116,8 @@ fn parse_key(key: &str) -> anyhow::Result<(Vec<String>, String)> {
 
 fn get(home: &Home, key: &str, json: bool) -> anyhow::Result<ExitCode> {
     let (keys, key) = parse_key(key)?;
-    let merged = merged_view(home)?;
+    let (merged, overrides) = merged_view(home)?;
+    note_overrides(overrides.iter().filter(|o| o.path == key));
     match merged.get_keys(&keys) {
         // `config show --json` has the null too: the key exists, unset.
         Some(Value::Null) if json => {
@@ -100,11 +140,13 @@ fn get(home: &Home, key: &str, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 fn show(home: &Home, json: bool) -> anyhow::Result<ExitCode> {
-    let merged = merged_view(home)?;
+    let (merged, overrides) = merged_view(home)?;
     if json {
+        // The JSON stays the config; where a value came from goes beside.
+        note_overrides(&overrides);
         println!("{}", serde_json::to_string_pretty(&merged.to_json())?);
     } else {
-        print!("{}", merged.to_yaml_block(0));
+        print!("{}", annotate(&merged.to_yaml_block(0), &overrides));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -156,17 +198,20 @@ fn set(home: &Home, key: &str, raw: &str, force: bool) -> anyhow::Result<ExitCod
     // Refuse a value that makes the file invalid: every error the new text
     // has and the old one had not. Errors that were there before are only
     // reported, so that a broken file can be fixed one key at a time.
-    if let Err(errors) = super::load_text(home, &new) {
-        let before: Vec<(String, String)> = match super::load_text(home, &old) {
-            Ok(_) => Vec::new(),
-            Err(old_errors) => old_errors
-                .0
-                .into_iter()
-                .map(|i| (i.path, i.message))
-                .collect(),
-        };
+    let env = super::host_env(home)?;
+    // Every error of a text, those that block only the Docker sandboxes
+    // included.
+    let errors_of = |text: &str| match super::load_text(home, text, &env) {
+        Ok(loaded) => loaded.config.sandbox_errors,
+        Err(errors) => errors.0,
+    };
+    let errors = errors_of(&new);
+    if !errors.is_empty() {
+        let before: Vec<(String, String)> = errors_of(&old)
+            .into_iter()
+            .map(|i| (i.path, i.message))
+            .collect();
         let (theirs, ours): (Vec<Issue>, Vec<Issue>) = errors
-            .0
             .into_iter()
             .partition(|i| before.contains(&(i.path.clone(), i.message.clone())));
         if !ours.is_empty() {
@@ -255,7 +300,7 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let loaded = super::load_text(home, &text).and_then(|loaded| {
+    let loaded = super::load_text(home, &text, &env).and_then(|loaded| {
         // A cloud backend without its credentials cannot run a command:
         // an error here rather than a surprise at the first exec.
         let missing = hermes_model::cloud::check_credentials(&text, &env);
@@ -267,6 +312,12 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
     });
     match loaded {
         Ok(loaded) => {
+            for o in &loaded.overrides {
+                eprintln!(
+                    "note: {} is {}'s value ({}), over {file}, as Hermes Agent reads it",
+                    o.path, o.var, o.value
+                );
+            }
             for w in &loaded.warnings {
                 eprintln!("warning: {}", w.render(&file));
             }
@@ -300,10 +351,22 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
                 eprintln!("warning: terminal.container_disk is not enforced on this host: {why}");
                 count += 1;
             }
-            println!(
-                "{file} is valid ({count} warning{}).",
-                if count == 1 { "" } else { "s" }
-            );
+            let warnings = format!("{count} warning{}", if count == 1 { "" } else { "s" });
+            let errors = &loaded.config.sandbox_errors;
+            if !errors.is_empty() {
+                // The config is usable, but not as it says: a GitOps check
+                // of it must fail.
+                for issue in errors {
+                    eprintln!("error: {}", issue.render(&file));
+                }
+                eprintln!(
+                    "{file} is invalid for the Docker sandboxes: {} error{} of terminal.docker_extra_args ({warnings}); a pass blocks the Docker sandboxes with them and converges the rest of the host.",
+                    errors.len(),
+                    if errors.len() == 1 { "" } else { "s" }
+                );
+                return Ok(ExitCode::from(1));
+            }
+            println!("{file} is valid ({warnings}).");
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {

@@ -4,7 +4,10 @@
 //!
 //! A config that cannot be used (invalid, unreadable, empty) is reported
 //! and the pass goes on with the last good one, removing nothing; the exit
-//! code is then 1. A dry run stops at such a config (exit 1, no plan) and
+//! code is then 1. A config whose only errors are of
+//! `terminal.docker_extra_args` is used: the Docker sandboxes are blocked
+//! with them, the rest converges, and the exit code is 1 (a dry run's
+//! too, after its plan). A dry run stops at such a config (exit 1, no plan) and
 //! writes nothing; `--config FILE` plans a candidate file against this
 //! home's real state (the GitOps pre-merge check).
 
@@ -53,7 +56,10 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     printed.into_inner()?;
     let plan = &pass.plan;
     let config_error = &pass.config_error;
-    let config_failed = config_error.is_some() || !pass.errors.is_empty();
+    // A config whose errors block only the Docker sandboxes is used, and
+    // still an error (a GitOps check of it fails).
+    let config_failed =
+        config_error.is_some() || !pass.errors.is_empty() || pass.desired.docker_blocked.is_some();
     if args.dry_run {
         return Ok(if config_failed {
             ExitCode::from(1)

@@ -168,6 +168,13 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
             desired.backend()
         ));
     }
+    // The Docker sandboxes of a config hermes will not honour: `hermes
+    // exec` refuses them too, warm or not.
+    if desired.backend() == Backend::Docker
+        && let Some(reason) = &desired.docker_blocked
+    {
+        blocked.push(format!("exec on the docker backend: {reason}"));
+    }
     // A failed operation of the last `hermes reconcile`, while the plan
     // still wants its target changed.
     for failed in crate::failures::read(home) {
