@@ -60,10 +60,15 @@ pub fn instance_start(spec: &InstanceSpec) -> Vec<String> {
         argv.push("--bind".to_string());
         argv.push(bind.to_engine());
     }
-    argv.push("--memory".to_string());
-    argv.push(format!("{}M", spec.memory_mb));
-    argv.push("--cpus".to_string());
-    argv.push(format_cpus(spec.cpus));
+    // 0: no limit (terminal.container_memory, container_cpu: 0).
+    if spec.memory_mb > 0 {
+        argv.push("--memory".to_string());
+        argv.push(format!("{}M", spec.memory_mb));
+    }
+    if spec.cpus > 0.0 {
+        argv.push("--cpus".to_string());
+        argv.push(format_cpus(spec.cpus));
+    }
     argv.push(spec.sif.display().to_string());
     argv.push(spec.name.clone());
     argv
@@ -176,6 +181,19 @@ mod tests {
         );
         // No environment value is on the command line.
         assert!(!instance_start(&s).iter().any(|a| a.contains("s3cret")));
+    }
+
+    #[test]
+    fn limits_of_0_are_no_limits_on_the_command_line() {
+        let s = spec(
+            "terminal:\n  container_memory: 0\n  container_cpu: 0\n",
+            SandboxKey::persistent("default", "default"),
+        );
+        let argv = instance_start(&s);
+        assert!(
+            !argv.iter().any(|a| a == "--memory" || a == "--cpus"),
+            "{argv:?}"
+        );
     }
 
     #[test]
