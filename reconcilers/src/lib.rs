@@ -480,9 +480,14 @@ mod tests {
             .map(|op| (op.target.to_string(), op.action.verb(), op.cause.as_str()))
             .collect();
         assert_eq!(rows.len(), 1, "{rows:?}");
-        assert_eq!((rows[0].0.as_str(), rows[0].1), ("sandbox default/default", "blocked"));
+        assert_eq!(
+            (rows[0].0.as_str(), rows[0].1),
+            ("sandbox default/default", "blocked")
+        );
         assert!(
-            rows[0].2.starts_with("terminal.docker_extra_args[1]: `--privileged`")
+            rows[0]
+                .2
+                .starts_with("terminal.docker_extra_args[1]: `--privileged`")
                 && rows[0].2.ends_with("; the sandbox is left as it was made"),
             "{rows:?}"
         );
@@ -491,7 +496,11 @@ mod tests {
         let plan = plan_all(&drifted, &observed, SystemTime::UNIX_EPOCH);
         assert_eq!(plan.ops.len(), 1);
         assert_eq!(plan.ops[0].action, Action::Blocked);
-        assert!(plan.ops[0].cause.contains("; wanted: recreate ("), "{}", plan.ops[0].cause);
+        assert!(
+            plan.ops[0].cause.contains("; wanted: recreate ("),
+            "{}",
+            plan.ops[0].cause
+        );
         assert_eq!(blocked(&plan).len(), 1);
     }
 

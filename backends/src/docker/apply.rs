@@ -508,7 +508,11 @@ mod tests {
         )
         .unwrap()
         .config;
-        assert!(config.sandbox_errors.is_empty(), "{:?}", config.sandbox_errors);
+        assert!(
+            config.sandbox_errors.is_empty(),
+            "{:?}",
+            config.sandbox_errors
+        );
         let extra = parse_extra_args(&config.terminal.docker_extra_args).unwrap();
         let spec = SandboxSpec::new(
             &config,
@@ -529,7 +533,12 @@ mod tests {
         assert_eq!(host.shm_size, Some(2 << 30));
         assert_eq!(
             host.security_opt.as_deref(),
-            Some(&["no-new-privileges".to_string(), "apparmor=docker-default".to_string()][..])
+            Some(
+                &[
+                    "no-new-privileges".to_string(),
+                    "apparmor=docker-default".to_string()
+                ][..]
+            )
         );
         assert!(
             host.binds
