@@ -226,8 +226,9 @@ fn show_prints_the_merged_config() {
     home.write_config("terminal:\n  backend: docker\n");
     let yaml = home.run(["config", "show"]);
     assert!(
-        yaml.stdout
-            .starts_with("terminal:\n  backend: docker\n  cwd: .\n  timeout: 180\n"),
+        yaml.stdout.starts_with(
+            "terminal:\n  backend: docker\n  modal_mode: auto\n  cwd: .\n  timeout: 180\n"
+        ),
         "{}",
         yaml.stdout
     );
