@@ -7,7 +7,7 @@ use hermes_tests::cli::{Run, TestHome};
 use hermes_tests::docker_cli::{ProfileCleanup, containers_of, docker};
 
 fn docker_home(profile: &str) -> (TestHome, ProfileCleanup) {
-    let home = TestHome::new();
+    let home = TestHome::with_profile(profile);
     home.write_config(format!(
         "terminal:\n  backend: docker\n  docker_image: {}\n  docker_env:\n    GREETING: hello\n",
         hermes_tests::test_image()
