@@ -20,13 +20,14 @@ const TASKS_PER_PROFILE: usize = 5;
 
 /// `count` sandboxes of other profiles, as hermes would make them for
 /// those profiles: their warm `default` task and on-demand tasks `t1`…`t4`,
-/// profiles `<profile>-p000`, `<profile>-p001`, … The planners never look
+/// profiles `<profile>-p000`, `<profile>-p001`, …, each of its own home
+/// under `root` (`<root>/profiles/NAME`). The planners never look
 /// at another profile's containers, so they leave the no-op dry-run a no-op
 /// (the active profile's own containers left in `created` would be stuck
 /// creations to remove). Every name starts with `prefix`.
 pub fn specs(
     config: &Config,
-    home: &Path,
+    root: &Path,
     profile: &str,
     prefix: &str,
     count: usize,
@@ -34,7 +35,8 @@ pub fn specs(
     let mut out = Vec::with_capacity(count);
     for p in 0..count.div_ceil(TASKS_PER_PROFILE) {
         let other = format!("{profile}-p{p:03}");
-        let desired = Desired::build(config.clone(), &other, home, &HostEnv::default())
+        let home = root.join("profiles").join(&other);
+        let desired = Desired::build(config.clone(), &other, &home, &HostEnv::default())
             .map_err(|e| anyhow::anyhow!("profile {other}: {e}"))?;
         for t in 0..TASKS_PER_PROFILE {
             if out.len() == count {

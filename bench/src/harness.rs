@@ -187,20 +187,51 @@ pub fn unique_profile() -> String {
     format!("hbench-{:x}{:04x}", std::process::id(), nanos & 0xffff)
 }
 
-/// A temporary `HERMES_HOME` holding `config_text` as config.yaml, and the
-/// config it loads to.
+/// A temporary root of `HERMES_HOME`s, removed when dropped, and the home
+/// of one profile in it: `<root>/profiles/NAME`, where `hermes --profile
+/// NAME` points from the root, and whose containers are NAME's.
+#[derive(Debug)]
+pub struct TempHome {
+    root: tempfile::TempDir,
+    home: PathBuf,
+}
+
+impl TempHome {
+    /// The profile's home.
+    pub fn path(&self) -> &Path {
+        &self.home
+    }
+
+    /// The root the profile's home is in.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+}
+
+/// The home of `profile` under a new temporary root, holding
+/// `config_text` as config.yaml, and the config it loads to.
 pub fn temp_home(
+    profile: &str,
     config_text: &str,
-) -> anyhow::Result<(tempfile::TempDir, hermes_model::config::Config)> {
-    let home = tempfile::Builder::new()
+) -> anyhow::Result<(TempHome, hermes_model::config::Config)> {
+    let root = tempfile::Builder::new()
         .prefix("hermes-bench-")
         .tempdir()
         .context("creating a temporary HERMES_HOME")?;
-    std::fs::write(home.path().join("config.yaml"), config_text).context("writing config.yaml")?;
+    let home = profile_home(root.path(), profile, config_text)?;
     let config = hermes_model::config::load(config_text)
         .map_err(|e| anyhow::anyhow!("{}", e.render("config.yaml")))?
         .config;
-    Ok((home, config))
+    Ok((TempHome { root, home }, config))
+}
+
+/// The home of `profile` under `root`, `<root>/profiles/NAME`, made if
+/// need be, with `config_text` as its config.yaml.
+pub fn profile_home(root: &Path, profile: &str, config_text: &str) -> anyhow::Result<PathBuf> {
+    let home = root.join("profiles").join(profile);
+    std::fs::create_dir_all(&home).with_context(|| format!("creating {}", home.display()))?;
+    std::fs::write(home.join("config.yaml"), config_text).context("writing config.yaml")?;
+    Ok(home)
 }
 
 /// Runs `work`, stopping it at Ctrl-C or SIGTERM, then removes every

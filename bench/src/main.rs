@@ -104,7 +104,7 @@ impl Args {
 struct Bench {
     engine: Engine,
     hermes: PathBuf,
-    home: tempfile::TempDir,
+    home: harness::TempHome,
     config: Config,
     profile: String,
     /// Every container of this run is named with it.
@@ -156,8 +156,8 @@ async fn setup(args: &Args) -> anyhow::Result<Bench> {
     println!("hermes: {}; image: {image}", hermes.display());
 
     let text = format!("terminal:\n  backend: docker\n  docker_image: {image}\n");
-    let (home, config) = harness::temp_home(&text)?;
     let profile = harness::unique_profile();
+    let (home, config) = harness::temp_home(&profile, &text)?;
     let prefix = format!("hermes-{profile}-");
     Ok(Bench {
         engine,
@@ -398,7 +398,7 @@ async fn reconcile(bench: &Bench, args: &Args) -> anyhow::Result<Check> {
     );
     let specs = fleet::specs(
         &bench.config,
-        bench.home.path(),
+        bench.home.root(),
         &bench.profile,
         &bench.prefix,
         n,

@@ -63,9 +63,10 @@ async fn bench(args: Args) -> anyhow::Result<Vec<Check>> {
     let engine = harness::connect("bench-mcp").await?;
     let image = harness::test_image(&engine).await?;
     let profile = harness::unique_profile();
-    let (home, _) = harness::temp_home(&format!(
-        "terminal:\n  backend: docker\n  docker_image: {image}\n"
-    ))?;
+    let (home, _) = harness::temp_home(
+        &profile,
+        &format!("terminal:\n  backend: docker\n  docker_image: {image}\n"),
+    )?;
     let prefix = format!("hermes-{profile}");
     let work = measure(&args, &hermes, home.path(), &profile);
     let (mcp, exec) = harness::with_cleanup(&engine, &prefix, 4, work).await?;

@@ -119,7 +119,7 @@ impl Args {
 struct Bench {
     engine: Engine,
     hermes: PathBuf,
-    home: tempfile::TempDir,
+    home: harness::TempHome,
     /// The controller's logs, outside the watched directory.
     logs: tempfile::TempDir,
     image: String,
@@ -201,7 +201,7 @@ async fn bench(args: &Args) -> anyhow::Result<Vec<Check>> {
     let text = format!(
         "terminal:\n  backend: docker\n  docker_image: {image}\n  container_memory: 2048\n"
     );
-    let (home, _) = harness::temp_home(&text)?;
+    let (home, _) = harness::temp_home(&profile, &text)?;
     let logs = tempfile::Builder::new()
         .prefix("hermes-bench-logs-")
         .tempdir()

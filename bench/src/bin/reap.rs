@@ -105,8 +105,11 @@ impl Args {
 struct Bench {
     engine: Engine,
     hermes: PathBuf,
-    home: tempfile::TempDir,
+    /// The root every profile's home is in.
+    home: harness::TempHome,
     config: Config,
+    /// config.yaml of every profile's home.
+    config_text: String,
     /// The run's name: every profile is `<base>-…`.
     base: String,
     /// Every container of this run is named with it.
@@ -126,15 +129,18 @@ impl Bench {
         format!("{}-e", self.base)
     }
 
+    /// `count` session sandboxes of `profile`, whose home (under the
+    /// root) is made if need be.
     fn sessions(&self, profile: &str, count: usize) -> anyhow::Result<Vec<SandboxSpec>> {
-        fleet::sessions(&self.config, self.home.path(), profile, &self.prefix, count)
+        let home = harness::profile_home(self.home.root(), profile, &self.config_text)?;
+        fleet::sessions(&self.config, &home, profile, &self.prefix, count)
     }
 
-    /// `hermes --home H --profile P reconcile <args>`.
+    /// `hermes --home ROOT --profile P reconcile <args>`.
     fn reconcile(&self, profile: &str, args: &[&str]) -> Cmd {
         Cmd::new(&self.hermes)
             .arg("--home")
-            .arg(self.home.path())
+            .arg(self.home.root())
             .arg("--profile")
             .arg(profile)
             .arg("reconcile")
@@ -160,14 +166,15 @@ async fn bench(args: &Args) -> anyhow::Result<Vec<Check>> {
     let text = format!(
         "terminal:\n  backend: docker\n  docker_image: {image}\n  container_persistent: false\n  lifetime_seconds: 1\n  docker_orphan_reaper: true\n"
     );
-    let (home, config) = harness::temp_home(&text)?;
     let base = harness::unique_profile();
+    let (home, config) = harness::temp_home(&base, &text)?;
     let prefix = format!("hermes-{base}-");
     let bench = Bench {
         engine,
         hermes,
         home,
         config,
+        config_text: text,
         base,
         prefix,
     };
@@ -492,13 +499,9 @@ async fn engine_profile(bench: &Bench, args: &Args, ids: Vec<String>) -> anyhow:
 /// started), and the plan.
 async fn observe_profile(bench: &Bench, profile: &str) -> anyhow::Result<()> {
     const RUNS: usize = 3;
-    let desired = Desired::build(
-        bench.config.clone(),
-        profile,
-        bench.home.path(),
-        &HostEnv::default(),
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let home = bench.home.root().join("profiles").join(profile);
+    let desired = Desired::build(bench.config.clone(), profile, &home, &HostEnv::default())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut list = Samples::default();
     let mut observe = Samples::default();
     let mut plan = Samples::default();
