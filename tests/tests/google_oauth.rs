@@ -444,7 +444,8 @@ fn application_default_credentials_in_a_wired_sandbox_reach_vertex_with_a_minted
     let endpoint = TokenEndpoint::start(public, token_uri, token_port);
     let vertex = Upstream::start("127.0.0.1:0".parse().unwrap(), &[VERTEX]);
 
-    let home = TestHome::new();
+    let profile = format!("gadc{}", std::process::id());
+    let home = TestHome::with_profile(&profile);
     let roots = home.path().join("upstream-ca.pem");
     std::fs::write(&roots, format!("{}{}", vertex.ca_pem, endpoint.ca_pem)).unwrap();
     let port = free_port_pair(Some(bridge_gateway()));
@@ -453,7 +454,6 @@ fn application_default_credentials_in_a_wired_sandbox_reach_vertex_with_a_minted
         hermes_tests::test_image(),
         roots.display()
     ));
-    let profile = format!("gadc{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
     struct Stop<'a>(&'a TestHome);
     impl Drop for Stop<'_> {
@@ -473,9 +473,7 @@ fn application_default_credentials_in_a_wired_sandbox_reach_vertex_with_a_minted
     };
     let apply = hermes(&["reconcile"]);
     assert_eq!(apply.code, 0, "{apply:?}");
-    let workspace = home
-        .path()
-        .join(format!("sandboxes/docker/{profile}/default/workspace"));
+    let workspace = home.path().join("sandboxes/docker/default/workspace");
     let copied = std::process::Command::new("cp")
         .arg("-r")
         .arg(&site)
