@@ -1,7 +1,7 @@
 //! The `local` backend as an [`Executor`]: commands run on this host, each
-//! in a process group of its own, which a timeout kills whole, and which a
-//! watch kills when the calling process dies before the command ended
-//! ([`watch_group`]). No isolation: the command is the user's.
+//! in a process group of its own, a watch's, which a timeout kills whole,
+//! and which the watch kills when the calling process dies before the
+//! command ended ([`watch_group`]). No isolation: the command is the user's.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -38,10 +38,19 @@ impl Executor for Local {
 
     async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, LocalError> {
         let (program, rest) = req.cmd.split_first().ok_or(LocalError::NoCommand)?;
+        // The watch first, the command then in its group: no moment exists
+        // where this process can die with the command started and unwatched.
+        let mut watch = watch_group().map_err(LocalError::Watch)?;
+        let group = watch
+            .id()
+            .and_then(|pid| i32::try_from(pid).ok())
+            .ok_or_else(|| {
+                LocalError::Watch(std::io::Error::other("the watch has no process id"))
+            })?;
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(rest)
             .envs(req.env.iter().map(|(k, v)| (k, v)))
-            .process_group(0)
+            .process_group(group)
             .kill_on_drop(true)
             .stdin(if io.stdin.is_some() {
                 Stdio::piped()
@@ -58,13 +67,15 @@ impl Executor for Local {
         {
             cmd.current_dir(cwd);
         }
-        let mut child = cmd.spawn().map_err(|source| LocalError::Spawn {
-            program: program.clone(),
-            source,
-        })?;
-        let mut watch = match child.id() {
-            Some(pid) => Some(watch_group(pid).map_err(LocalError::Watch)?),
-            None => None,
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(source) => {
+                let _ = watch.kill().await;
+                return Err(LocalError::Spawn {
+                    program: program.clone(),
+                    source,
+                });
+            }
         };
         let mut child_out = child.stdout.take();
         let mut child_err = child.stderr.take();
@@ -113,11 +124,9 @@ impl Executor for Local {
                 }
             }
         };
-        if let Some(watch) = watch.as_mut() {
-            // The command ended (or is killed below): what it left in the
-            // background stays.
-            let _ = watch.kill().await;
-        }
+        // The command ended (or is killed below): what it left in the
+        // background stays.
+        let _ = watch.kill().await;
         match result {
             Ok(status) => {
                 let status = status?;
@@ -127,13 +136,11 @@ impl Executor for Local {
                 })
             }
             Err(_) => {
-                if let Some(pid) = child.id() {
-                    // The whole process group, children included.
-                    let _ = nix::sys::signal::killpg(
-                        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
+                // The whole process group, children included.
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(group),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
                 let _ = child.wait().await;
                 Ok(ExecOutcome {
                     exit_code: TIMEOUT_EXIT_CODE,
@@ -144,15 +151,18 @@ impl Executor for Local {
     }
 }
 
-/// A watch over the process group `pgid` (a local command's): a small `sh`
-/// in a group of its own (no terminal signal reaches it) that reads its
-/// standard input, a pipe only this process writes, and kills the group at
-/// its end: when the caller dies, however (`kill -9` included), before the
-/// command ended. Killed once the command ended.
-fn watch_group(pgid: u32) -> std::io::Result<tokio::process::Child> {
+/// A watch over a local command: a small `sh` in a process group of its
+/// own (no terminal signal reaches it), which the command then joins. It
+/// reads its standard input, a pipe only this process writes, and kills its
+/// group, the command's, at its end: when the caller dies, however (`kill
+/// -9` included), before the command ended. Started before the command: a
+/// caller dying before the command's start takes only the watch; a caller
+/// dying while the command is being started leaves the pipe open in the
+/// starting command until its `exec`, by when it is in the group. Killed
+/// (alone) once the command ended.
+fn watch_group() -> std::io::Result<tokio::process::Child> {
     tokio::process::Command::new("/bin/sh")
-        .args(["-c", "read -r _; kill -KILL -\"$1\"", "hermes-watch"])
-        .arg(pgid.to_string())
+        .args(["-c", "read -r _; kill -KILL 0", "hermes-watch"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
