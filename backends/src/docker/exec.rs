@@ -419,8 +419,11 @@ struct Watch {
     output: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
 }
 
-/// How long a released watch may take to end.
-const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a released watch may take to end: a safety net for an engine
+/// that never ends the exec, not a wait (the release waits for the end of
+/// the watch's output), so long enough for a loaded engine: one returning
+/// before the watch ended would leave it seen after its command.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Watch {
     /// The command ended on its own: its watch goes, killing nothing.
