@@ -428,10 +428,17 @@ mod tests {
     fn a_background_command_starts_and_the_exec_returns() {
         let dir = tempfile::tempdir().unwrap();
         let at = dir.path();
-        let started = std::time::Instant::now();
-        let bg = terminal(&["sleep 1; echo done > marker"], None, true, at, "");
+        // The command waits for the test's go (a minute at most): the exec
+        // returns while it waits.
+        let line = "i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; \
+                    i=$((i + 1)); done; echo done > marker";
+        let bg = terminal(&[line], None, true, at, "");
         assert_eq!(bg, (0, String::new(), String::new()));
-        assert!(started.elapsed() < Duration::from_millis(900));
+        assert!(
+            !at.join("marker").exists(),
+            "the exec returned after its command"
+        );
+        std::fs::write(at.join("go"), "").unwrap();
         // The shell makes the file before it writes to it: wait for the
         // content, not for the file.
         let until = std::time::Instant::now() + Duration::from_secs(10);
