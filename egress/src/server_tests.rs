@@ -47,6 +47,8 @@ struct Fixture {
     token: String,
     upstream: Upstream,
     lines: Lines,
+    /// The proxy's pool of upstream connections.
+    pool: Arc<Pool>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -97,6 +99,7 @@ async fn fixture_full(limits: crate::settings::Limits, h2: bool) -> Fixture {
     let lines = Lines::default();
     let server = bind(settings, Box::new(lines.clone())).await.unwrap();
     let bound = server.bound().clone();
+    let pool = server.shared.pool.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(server.run(async {
         let _ = stopped.await;
@@ -109,7 +112,40 @@ async fn fixture_full(limits: crate::settings::Limits, h2: bool) -> Fixture {
         token: tokens.tokens["openai"].clone(),
         upstream,
         lines,
+        pool,
         _stop: stop,
+    }
+}
+
+/// How long a test waits for what the proxy does after its answer.
+const WAIT: Duration = Duration::from_secs(10);
+
+impl Fixture {
+    /// The access log once it holds every one of `parts` (the proxy logs a
+    /// request after its answer), or after [`WAIT`].
+    async fn logged(&self, parts: &[&str]) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let log = self.lines.text();
+            if parts.iter().all(|p| log.contains(p)) || tokio::time::Instant::now() > deadline {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits (at most [`WAIT`]) until the pool keeps `n` connections: an
+    /// HTTP/1.1 one goes back once its response was read to its end.
+    async fn pool_keeps(&self, n: usize) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while self.pool.len() != n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the pool keeps {} connections, not {n}",
+                self.pool.len()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
 
@@ -191,8 +227,9 @@ async fn the_token_is_swapped_for_the_key_and_the_log_names_only_the_provider() 
     let echo: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(echo["headers"]["authorization"], format!("Bearer {KEY}"));
     assert_eq!(echo["headers"].get("proxy-authorization"), None);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let log = f.lines.text();
+    let log = f
+        .logged(&[r#""token":"openai""#, r#""path":"/echo?q=""#])
+        .await;
     assert!(log.contains(r#""token":"openai""#), "{log}");
     assert!(log.contains(r#""path":"/echo?q=""#), "{log}");
     assert!(!log.contains(KEY) && !log.contains(&f.token), "{log}");
@@ -221,9 +258,9 @@ async fn the_sni_must_name_the_connect_host() {
         .await
         .unwrap_err();
     assert!(err.starts_with("tls"), "{err}");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(f.lines.text().contains(r#""reason":"sni-mismatch""#));
-    assert_eq!(f.upstream.accepted(), 0);
+    let log = f.logged(&[r#""reason":"sni-mismatch""#]).await;
+    assert!(log.contains(r#""reason":"sni-mismatch""#), "{log}");
+    assert_eq!(f.upstream.accepted_before_a_probe().await, 0);
 }
 
 #[tokio::test]
@@ -343,6 +380,23 @@ async fn health(mgmt: SocketAddr) -> String {
     response
 }
 
+/// Waits (at most [`WAIT`]) until health counts `n` open connections.
+async fn open_within(mgmt: SocketAddr, n: usize) {
+    let open = format!(r#""open":{n}"#);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let response = health(mgmt).await;
+        if response.contains(&open) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not {open}: {response}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_client_over_its_connection_limit_is_closed_at_once_and_health_answers() {
     let f = fixture_with(crate::settings::Limits {
@@ -355,7 +409,7 @@ async fn a_client_over_its_connection_limit_is_closed_at_once_and_health_answers
         held.push(TcpStream::connect(f.proxy).await.unwrap());
     }
     // The three are admitted (a CONNECT on one still gets its answer)...
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    open_within(f.mgmt, 3).await;
     // ...the fourth and fifth, on either port, are closed at once.
     for addr in [f.proxy, f.plain] {
         let mut over = TcpStream::connect(addr).await.unwrap();
@@ -367,7 +421,7 @@ async fn a_client_over_its_connection_limit_is_closed_at_once_and_health_answers
     assert!(response.contains(r#""open":3"#), "{response}");
     // A place freed is a place taken again.
     drop(held.pop());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    open_within(f.mgmt, 2).await;
     let authority = format!("api.openai.com:{}", f.upstream.addr.port());
     let (tcp, head) = connect(f.proxy, &authority).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
@@ -535,8 +589,12 @@ async fn plain_http_without_a_proxy_url_takes_its_target_from_the_host_header() 
         "{response}"
     );
     assert_eq!(f.upstream.accepted(), 0);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let log = f.lines.text();
+    let log = f
+        .logged(&[
+            r#""host":"api.openai.com","method":"GET","path":"/v1/models?x=""#,
+            r#""reason":"tls-required","via":"transparent""#,
+        ])
+        .await;
     assert!(
         log.contains(r#""host":"api.openai.com","method":"GET","path":"/v1/models?x=""#)
             && log.contains(r#""reason":"tls-required","via":"transparent""#),
@@ -582,8 +640,13 @@ async fn tls_without_connect_takes_its_target_from_the_sni() {
     .unwrap();
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(headers[REFUSED_HEADER], "host-mismatch");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let log = f.lines.text();
+    let log = f
+        .logged(&[
+            r#""host":"evil.test","method":"TLS","path":"","status":403"#,
+            r#""reason":"not-allowed","via":"transparent""#,
+            r#""reason":"host-mismatch","via":"transparent""#,
+        ])
+        .await;
     assert!(
         log.contains(r#""host":"evil.test","method":"TLS","path":"","status":403"#)
             && log.contains(r#""reason":"not-allowed","via":"transparent""#),
@@ -593,7 +656,7 @@ async fn tls_without_connect_takes_its_target_from_the_sni() {
         log.contains(r#""reason":"host-mismatch","via":"transparent""#),
         "{log}"
     );
-    assert_eq!(f.upstream.accepted(), 0);
+    assert_eq!(f.upstream.accepted_before_a_probe().await, 0);
 }
 
 /// One tunnel, one request with the token: the upstream's echo.
@@ -624,8 +687,8 @@ async fn sequential_tunnels_share_one_upstream_connection() {
             let echo = one_tunnel(&f, "/echo").await;
             assert_eq!(echo["connection"], 1, "h2 {h2}: {echo}");
             // The response read, the HTTP/1.1 connection goes back to
-            // the pool a moment later.
-            tokio::time::sleep(Duration::from_millis(30)).await;
+            // the pool a moment later (the HTTP/2 one stays in it).
+            f.pool_keeps(1).await;
         }
         assert_eq!(f.upstream.accepted(), 1, "h2 {h2}: one TLS handshake");
     }
@@ -644,8 +707,8 @@ async fn an_http1_upstream_connection_carries_one_request_at_a_time() {
     seen.sort_unstable();
     assert_eq!(seen, [1, 2, 3]);
     assert_eq!(f.upstream.accepted(), 3);
-    // Then, one after another, they are reused.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Then, one after another, they are reused, once back in the pool.
+    f.pool_keeps(3).await;
     for _ in 0..3 {
         let echo = one_tunnel(&f, "/echo").await;
         assert!(

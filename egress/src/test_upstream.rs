@@ -10,8 +10,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -30,6 +30,8 @@ pub struct Upstream {
     /// The PEM of the CA that signed the upstream's certificate.
     pub ca_pem: String,
     accepted: Arc<AtomicUsize>,
+    /// The peers of the connections accepted, in the order accepted.
+    peers: Arc<Mutex<Vec<SocketAddr>>>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -44,6 +46,8 @@ impl Upstream {
         let addr = std_listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let seen = peers.clone();
         let (stop, stopped) = tokio::sync::oneshot::channel();
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -67,9 +71,10 @@ impl Upstream {
                 let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
                 let serve = async {
                     loop {
-                        let Ok((tcp, _)) = listener.accept().await else {
+                        let Ok((tcp, peer)) = listener.accept().await else {
                             continue;
                         };
+                        seen.lock().unwrap().push(peer);
                         let connection = count.fetch_add(1, Ordering::SeqCst) + 1;
                         let acceptor = acceptor.clone();
                         tokio::spawn(async move {
@@ -103,6 +108,7 @@ impl Upstream {
             addr,
             ca_pem,
             accepted,
+            peers,
             _stop: stop,
         }
     }
@@ -110,6 +116,28 @@ impl Upstream {
     /// How many TCP connections the upstream has accepted.
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// How many TCP connections the upstream accepted before one of the
+    /// caller's own, made now: the upstream accepts connections in the
+    /// order they were made, so every one made before this call is counted
+    /// once it accepted the probe (waited for, 10 s at most), a count no
+    /// sleep can take too early.
+    pub async fn accepted_before_a_probe(&self) -> usize {
+        let probe = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let mine = probe.local_addr().unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let seen = self.peers.lock().unwrap().iter().position(|p| *p == mine);
+            if let Some(before) = seen {
+                return before;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the upstream never accepted its probe"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 }
 
