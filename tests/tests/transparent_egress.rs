@@ -241,13 +241,28 @@ fn programs_that_ignore_the_proxy_variables_reach_providers_through_the_proxy() 
         "curl -sS --max-time 10 https://openrouter.ai/echo -H \"Authorization: Bearer $OPENROUTER_API_KEY\"",
     ]);
     assert_eq!(proxied.code, 0, "{proxied:?}");
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let log = host.log();
-    let lines: Vec<serde_json::Value> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .filter(|l: &serde_json::Value| l["path"] == "/echo")
-        .collect();
+    // The proxy logs a request after its answer: wait (a minute at most)
+    // for the four transparent lines and the CONNECT one.
+    let echo_lines = |log: &str| -> Vec<serde_json::Value> {
+        log.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|l: &serde_json::Value| l["path"] == "/echo")
+            .collect()
+    };
+    let count =
+        |lines: &[serde_json::Value], via: &str| lines.iter().filter(|l| l["via"] == via).count();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let log = loop {
+        let log = host.log();
+        let lines = echo_lines(&log);
+        if (count(&lines, "transparent") >= 4 && count(&lines, "connect") >= 1)
+            || std::time::Instant::now() > deadline
+        {
+            break log;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let lines = echo_lines(&log);
     let by = |via: &str| {
         lines
             .iter()
@@ -294,8 +309,11 @@ printf 'PLAIN '; curl -sS --noproxy '*' --max-time 20 http://openrouter.ai/v1/mo
             .unwrap_or_else(|| panic!("no {tag} in {out}"));
         line.rsplit(' ').next().unwrap().parse().unwrap()
     };
+    // A refusal answers at once, a silent drop only at curl's --max-time
+    // of 20 s: a bound well under it tells them apart on a loaded host
+    // (node's own start-up included).
     for tag in ["NAME", "PORT", "RAWIP", "NODENAME"] {
-        assert!(took(tag) < 1.0, "{tag} took {} s:\n{out}", took(tag));
+        assert!(took(tag) < 10.0, "{tag} took {} s:\n{out}", took(tag));
     }
     assert!(
         out.contains("Could not resolve host: not-allowed.example.org"),
@@ -455,7 +473,17 @@ fn names_are_answered_locally_and_a_dead_proxy_or_responder_fails_closed_until_r
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Gone, or a zombie (a minute at most): it answers nothing from then on.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let dead = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit(") ").next().is_some_and(|r| r.starts_with('Z'))
+        })
+    };
+    while !dead() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(dead(), "the killed proxy {pid} still runs");
     let fetch = r#"node -e 'fetch("https://openrouter.ai/echo",{headers:{authorization:"Bearer "+process.env.OPENROUTER_API_KEY}}).then(r=>r.text()).then(t=>console.log("FETCH "+t.trim())).catch(e=>console.log("FETCHERR "+((e.cause&&e.cause.code)||e.message)))'"#;
     let dead = std::process::Command::new("docker")
         .args(["exec", &host.name(), "sh", "-c", fetch])
