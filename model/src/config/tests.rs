@@ -476,8 +476,9 @@ fn every_malformed_fixture_fails_with_its_expected_key_and_line() {
                 }
             },
         };
+        // Never hang: a bound only a hang misses, on a loaded machine too.
         assert!(
-            started.elapsed() < std::time::Duration::from_secs(1),
+            started.elapsed() < std::time::Duration::from_secs(10),
             "{}",
             file.display()
         );
@@ -510,7 +511,8 @@ fn a_multi_megabyte_file_is_refused_at_once() {
     let e = yaml::text_from_bytes(big.as_bytes()).unwrap_err();
     assert!(e.message.contains("at most"), "{e}");
     assert!(load(&big).is_err());
-    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    // Never hang: a bound only a hang misses, on a loaded machine too.
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
 
 #[test]
