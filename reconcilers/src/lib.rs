@@ -249,14 +249,20 @@ pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> Host
 
 /// Blocks the Docker sandboxes of a config whose `docker_extra_args`
 /// hermes will not honour ([`Desired::docker_blocked`]): every operation
-/// that would make or start one is refused with `reason`, and a warm
+/// that would make, start or adopt one is refused with `reason`, and a warm
 /// sandbox that has none (it runs as it was made) gets a refusal too, so
 /// the plan and `hermes status` say it is not as the config says. Its
 /// container is left as it is; removals and everything else go on.
 fn block_refused(ops: &mut Vec<hermes_model::plan::Op<Action>>, desired: &Desired, reason: &str) {
     for op in ops.iter_mut() {
+        // Whatever makes, starts or takes on a sandbox of the spec; a
+        // removal or a disk's release goes on.
         if let Action::Sandbox(
-            SandboxAction::Create(_) | SandboxAction::Start { .. } | SandboxAction::Recreate { .. },
+            SandboxAction::Create(_)
+            | SandboxAction::Start { .. }
+            | SandboxAction::Recreate { .. }
+            | SandboxAction::Migrate { .. }
+            | SandboxAction::Adopt { .. },
         ) = &op.action
         {
             op.cause = format!("{reason}; wanted: {} ({})", op.action.verb(), op.cause);
@@ -502,6 +508,61 @@ mod tests {
             plan.ops[0].cause
         );
         assert_eq!(blocked(&plan).len(), 1);
+    }
+
+    #[test]
+    fn a_migrate_or_an_adopt_of_a_sandbox_hermes_cannot_honour_is_blocked_too() {
+        use hermes_model::plan::{Op, Target};
+
+        let desired = Desired::build(
+            load("terminal:\n  backend: docker\n  docker_extra_args: [--privileged]\n")
+                .unwrap()
+                .config,
+            "p",
+            Path::new("/h"),
+            &HostEnv::default(),
+        )
+        .unwrap();
+        let spec = Box::new(desired.sandboxes[0].clone());
+        let target = Target::Sandbox {
+            profile: "p".into(),
+            task: "default".into(),
+            session: None,
+        };
+        let data = hermes_model::migration::DataMove::of(
+            Path::new("/h"),
+            Path::new("/h/sandboxes"),
+            "p",
+            "default",
+        )
+        .unwrap();
+        let op = |action: SandboxAction| Op {
+            target: target.clone(),
+            action: Action::Sandbox(action),
+            cause: "was".to_string(),
+            changes: Vec::new(),
+        };
+        let mut ops = vec![
+            op(SandboxAction::Migrate {
+                old_id: None,
+                spec: spec.clone(),
+                data: Box::new(data),
+            }),
+            op(SandboxAction::Adopt {
+                id: "c1".to_string(),
+                spec,
+            }),
+        ];
+        block_refused(&mut ops, &desired, "why");
+        let rows: Vec<(&Action, &str)> =
+            ops.iter().map(|o| (&o.action, o.cause.as_str())).collect();
+        assert_eq!(
+            rows,
+            [
+                (&Action::Blocked, "why; wanted: migrate (was)"),
+                (&Action::Blocked, "why; wanted: adopt (was)")
+            ]
+        );
     }
 
     #[test]
