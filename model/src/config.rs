@@ -146,6 +146,9 @@ pub struct Terminal {
     pub container_memory_mb: u64,
     /// 0: no limit (no data image).
     pub container_disk_mb: u64,
+    /// `terminal.sandbox_dir`: where the sandboxes keep their data (over
+    /// `$TERMINAL_SANDBOX_DIR`; else `<home>/sandboxes`).
+    pub sandbox_dir: Option<String>,
     pub container_persistent: bool,
     pub docker_persist_across_processes: bool,
     pub docker_orphan_reaper: bool,

@@ -224,6 +224,9 @@ pub const KEYS: &[KeySpec] = &[
         Default::Int(5120),
     ),
     key("terminal.container_disk", Ty::LimitInt, Default::Int(51200)),
+    // Where the sandboxes keep their data: `$TERMINAL_SANDBOX_DIR`, else
+    // `<home>/sandboxes`, as Hermes Agent has it.
+    key("terminal.sandbox_dir", Ty::OptStr, Default::Null),
     key(
         "terminal.container_persistent",
         Ty::Bool,
