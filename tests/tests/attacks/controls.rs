@@ -20,13 +20,13 @@ struct ProxiedHome {
 
 impl ProxiedHome {
     fn new(tag: &str) -> ProxiedHome {
-        let home = TestHome::new();
+        let profile = format!("{tag}{}", std::process::id());
+        let home = TestHome::with_profile(&profile);
         let port = free_port_pair(Some(bridge_gateway()));
         home.write_config(format!(
             "terminal:\n  backend: docker\n  docker_image: {}\nproxy:\n  enabled: true\n  tunnel_port: {port}\n",
             hermes_tests::test_image()
         ));
-        let profile = format!("{tag}{}", std::process::id());
         ProxiedHome {
             home,
             _cleanup: ProfileCleanup(profile.clone()),
@@ -135,8 +135,9 @@ fn trace_logs_never_show_a_proxy_token() {
         assert!(!run.stderr.contains(token.as_str()), "{token} in the logs");
     }
     assert!(!run.stderr.contains("sk-attacks-REAL-openai-0001"));
-    // The tokens travel with each command (the container's spec holds
-    // none): the command has one, the logs of its exec none.
+    // The tokens travel with each command too (the container's env holds
+    // them as they were at its create): the command has one, the logs of
+    // its exec none.
     let exec = host.hermes(
         &["exec", "--", "printenv", "OPENAI_API_KEY"],
         &[("RUST_LOG", "trace")],

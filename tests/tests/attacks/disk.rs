@@ -21,7 +21,7 @@ fn mounted(dir: &Path) -> bool {
 fn a_sandbox_cannot_write_past_container_disk_and_keeps_its_files() {
     let profile = format!("atk-disk-{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(format!(
         "terminal:\n  backend: docker\n  docker_image: {}\n  container_disk: {LIMIT_MB}\n",
         hermes_tests::test_image()
@@ -36,11 +36,7 @@ fn a_sandbox_cannot_write_past_container_disk_and_keeps_its_files() {
 
     let keep = sh("echo kept-w > /workspace/keep && echo kept-r > /root/keep");
     assert_eq!(keep.code, 0, "{keep:?}");
-    let data = home
-        .path()
-        .join("sandboxes/docker")
-        .join(&profile)
-        .join("default");
+    let data = home.path().join("sandboxes/docker/default");
     let image = data.parent().unwrap().join(".default.disk");
 
     // Past the limit: ENOSPC, in /workspace and in /root alike.

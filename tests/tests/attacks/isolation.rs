@@ -106,7 +106,7 @@ fn config_check_refuses_what_hands_the_sandbox_the_host_while_the_proxy_is_enfor
 fn reconcile_refuses_such_a_config_and_changes_no_sandbox() {
     let profile = profile("cfg");
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(docker_config(""));
     let made = hermes(&home, &profile, &["reconcile"]);
     assert_eq!(made.code, 0, "{made:?}");
@@ -172,7 +172,10 @@ fn names_listed(home: &TestHome, profile: &str) -> Vec<String> {
 fn two_homes_with_one_profile_name_never_touch_each_others_sandboxes() {
     let profile = profile("homes");
     let _cleanup = ProfileCleanup(profile.clone());
-    let (a, b) = (TestHome::new(), TestHome::new());
+    let (a, b) = (
+        TestHome::with_profile(&profile),
+        TestHome::with_profile(&profile),
+    );
     a.write_config(docker_config(""));
     // B wants something else of the same names: another environment (a
     // recreate) and no warm sandbox at all (a removal, with --prune).
@@ -229,7 +232,10 @@ fn two_homes_with_one_profile_name_never_touch_each_others_sandboxes() {
 fn a_container_from_before_the_home_label_is_adopted_by_its_home_only() {
     let profile = profile("adopt");
     let _cleanup = ProfileCleanup(profile.clone());
-    let (a, b) = (TestHome::new(), TestHome::new());
+    let (a, b) = (
+        TestHome::with_profile(&profile),
+        TestHome::with_profile(&profile),
+    );
     a.write_config(docker_config(""));
     b.write_config(docker_config(""));
     let made = hermes(&a, &profile, &["reconcile"]);
@@ -387,7 +393,7 @@ impl Drop for EnforcedCleanup<'_> {
 #[test]
 fn sandboxes_on_the_proxy_only_network_reach_neither_each_other_nor_is_the_proxy_on_docker0() {
     let profile = profile("icc");
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let docker0 = hermes_tests::egress::bridge_gateway();
     let port = hermes_tests::egress::free_port_pair(Some(docker0));
     home.write_config(docker_config(&format!(
@@ -483,7 +489,7 @@ fn sandboxes_on_the_proxy_only_network_reach_neither_each_other_nor_is_the_proxy
 #[test]
 fn a_proxy_only_network_made_before_icc_was_off_is_replaced_with_its_sandboxes_on_it() {
     let profile = profile("old");
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let port = hermes_tests::egress::free_port_pair(Some(hermes_tests::egress::bridge_gateway()));
     home.write_config(docker_config(&format!(
         "reconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n  enforce_network: true\n  tunnel_port: {port}\n"

@@ -8,9 +8,10 @@ use std::path::Path;
 use hermes_tests::cli::{Run, TestHome};
 use hermes_tests::docker_cli::{ProfileCleanup, containers_of, docker};
 
-/// A home on the Docker backend, with a real-looking key in `.env`.
-fn home_with_key(key: &str) -> TestHome {
-    let home = TestHome::new();
+/// The home of `profile` on the Docker backend, with a real-looking key
+/// in `.env`.
+fn home_with_key(profile: &str, key: &str) -> TestHome {
+    let home = TestHome::with_profile(profile);
     home.write_config(format!(
         "terminal:\n  backend: docker\n  docker_image: {}\n",
         hermes_tests::test_image()
@@ -53,7 +54,7 @@ fn names_that_walk_a_path_are_refused_at_the_edge_and_nothing_is_made() {
     let profile = format!("atk-names-{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
     let _cleanup_dots = [ProfileCleanup("..".into()), ProfileCleanup("_.".into())];
-    let home = home_with_key("sk-names-not-a-real-key");
+    let home = home_with_key(&profile, "sk-names-not-a-real-key");
     let long = "x".repeat(64);
     let exec = |extra: &[&str]| {
         let mut args = vec!["--profile", profile.as_str(), "exec"];
@@ -143,7 +144,7 @@ fn a_bind_source_through_a_planted_link_is_refused_and_the_env_never_shows() {
     let profile = format!("atk-link-{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
     let key = format!("sk-link-{}-not-a-real-key", std::process::id());
-    let home = home_with_key(&key);
+    let home = home_with_key(&profile, &key);
     let hermes = |args: &[&str]| {
         let mut all = vec!["--profile", profile.as_str()];
         all.extend_from_slice(args);
@@ -151,8 +152,7 @@ fn a_bind_source_through_a_planted_link_is_refused_and_the_env_never_shows() {
     };
 
     // Sandbox `a` plants, in its own workspace, a link that climbs (on the
-    // host) from `<home>/sandboxes/docker/<profile>/a/workspace/x` to the
-    // home.
+    // host) from `<home>/sandboxes/docker/a/workspace/x` to the home.
     let plant = hermes(&[
         "exec",
         "--task",
@@ -160,11 +160,11 @@ fn a_bind_source_through_a_planted_link_is_refused_and_the_env_never_shows() {
         "--",
         "sh",
         "-c",
-        "mkdir -p /workspace/x && ln -s ../../../../../.. /workspace/x/workspace",
+        "mkdir -p /workspace/x && ln -s ../../../../.. /workspace/x/workspace",
     ]);
     assert_eq!(plant.code, 0, "{plant:?}");
-    let profile_dir = home.path().join("sandboxes/docker").join(&profile);
-    let climbs = profile_dir.join("a/workspace/x/workspace");
+    let data_dir = home.path().join("sandboxes/docker");
+    let climbs = data_dir.join("a/workspace/x/workspace");
     assert!(
         climbs.join(".env").exists(),
         "the planted link reaches the home"
@@ -173,7 +173,7 @@ fn a_bind_source_through_a_planted_link_is_refused_and_the_env_never_shows() {
     // Task `b`'s data directory passes through `a`'s workspace: what a
     // name such as `.` made of the layout before names were checked, and
     // what any leftover of that still does.
-    std::os::unix::fs::symlink(profile_dir.join("a/workspace/x"), profile_dir.join("b")).unwrap();
+    std::os::unix::fs::symlink(data_dir.join("a/workspace/x"), data_dir.join("b")).unwrap();
     // Sandbox `c`'s runner directory is itself a link to the home.
     let runner_c = home
         .path()

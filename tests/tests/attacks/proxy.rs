@@ -136,7 +136,8 @@ struct DockerHome {
 
 impl DockerHome {
     fn new(tag: &str, upstream: &Upstream) -> DockerHome {
-        let home = hermes_tests::cli::TestHome::new();
+        let profile = format!("{tag}{}", std::process::id());
+        let home = hermes_tests::cli::TestHome::with_profile(&profile);
         let ca = home.path().join("upstream-ca.pem");
         std::fs::write(&ca, &upstream.ca_pem).unwrap();
         let port =
@@ -146,7 +147,6 @@ impl DockerHome {
             hermes_tests::test_image(),
             ca.display()
         ));
-        let profile = format!("{tag}{}", std::process::id());
         DockerHome {
             home,
             _cleanup: hermes_tests::docker_cli::ProfileCleanup(profile.clone()),
@@ -167,10 +167,9 @@ impl DockerHome {
     }
 
     fn workspace(&self, task: &str) -> std::path::PathBuf {
-        self.home.path().join(format!(
-            "sandboxes/docker/{}/{task}/workspace",
-            self.profile
-        ))
+        self.home
+            .path()
+            .join(format!("sandboxes/docker/{task}/workspace"))
     }
 }
 

@@ -23,7 +23,7 @@ impl Host {
     fn new(tag: &str) -> Host {
         let profile = format!("{tag}{}", std::process::id());
         let host = Host {
-            home: TestHome::new(),
+            home: TestHome::with_profile(&profile),
             _cleanup: ProfileCleanup(profile.clone()),
             profile,
         };
