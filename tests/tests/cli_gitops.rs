@@ -65,7 +65,7 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 fn check_plan_says_no_change_plans_a_change_and_fails_a_broken_candidate() {
     let profile = format!("gitops{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let config = format!(
         "terminal:\n  backend: docker\n  docker_image: {}\n",
         hermes_tests::test_image()

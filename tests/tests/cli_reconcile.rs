@@ -61,7 +61,7 @@ fn a_recreate_plan_names_the_changed_settings_never_an_env_value() {
 
     let profile = format!("diff{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let image = hermes_tests::test_image();
     let config = |memory: u32, image: &str, token: &str| {
         format!(

@@ -34,7 +34,7 @@ impl Host {
     fn with_image(tag: &str, image: &str) -> Host {
         let profile = format!("{tag}{}", std::process::id());
         let host = Host {
-            home: TestHome::new(),
+            home: TestHome::with_profile(&profile),
             _cleanup: ProfileCleanup(profile.clone()),
             profile,
         };

@@ -323,9 +323,8 @@ fn start_stop_and_config_check_say_when_the_next_pass_undoes_them() {
     proxy
         .home
         .write_config(format!("terminal:\n  backend: local\n{text}"));
-    let profile = format!("eu{}", std::process::id());
     let reconcile = |proxy: &Proxy| {
-        let run = proxy.hermes(&["--profile", &profile, "reconcile"], &[]);
+        let run = proxy.hermes(&["reconcile"], &[]);
         assert_eq!(run.code, 0, "{run:?}");
     };
     let start = proxy.start_run(&[]);

@@ -49,7 +49,8 @@ impl Host {
         } else {
             "security:\n  redact_secrets: false\n".to_string()
         };
-        let home = TestHome::new();
+        let profile = format!("{tag}{}", std::process::id());
+        let home = TestHome::with_profile(&profile);
         let ca = home.path().join("upstream-ca.pem");
         std::fs::write(&ca, &upstream.ca_pem).unwrap();
         let port = free_port_pair(Some(bridge_gateway()));
@@ -68,7 +69,6 @@ impl Host {
             format!("ANTHROPIC_API_KEY={ANTHROPIC_KEY}\n"),
         )
         .unwrap();
-        let profile = format!("{tag}{}", std::process::id());
         Host {
             home,
             _cleanup: ProfileCleanup(profile.clone()),
@@ -96,10 +96,7 @@ impl Host {
     }
 
     fn workspace(&self) -> std::path::PathBuf {
-        self.home.path().join(format!(
-            "sandboxes/docker/{}/default/workspace",
-            self.profile
-        ))
+        self.home.path().join("sandboxes/docker/default/workspace")
     }
 
     fn proxy_pid(&self) -> i32 {
@@ -328,7 +325,7 @@ fn reconcile_carries_out_exactly_the_stages_the_dry_run_printed() {
 fn a_stage_the_host_no_longer_plans_is_left_to_the_next_pass() {
     let profile = format!("sth{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let _stop = hermes_tests::egress::StopProxy(&home);
     let port = free_port_pair(None);
     home.write_config(format!(

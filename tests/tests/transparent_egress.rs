@@ -35,7 +35,8 @@ struct Enforced {
 
 impl Enforced {
     fn new(tag: &str, upstream: &Upstream) -> Enforced {
-        let home = TestHome::new();
+        let profile = format!("{tag}{}", std::process::id());
+        let home = TestHome::with_profile(&profile);
         let ca = home.path().join("upstream-ca.pem");
         std::fs::write(&ca, &upstream.ca_pem).unwrap();
         let port = free_port_pair(Some(bridge_gateway()));
@@ -46,7 +47,6 @@ impl Enforced {
             hermes_tests::test_image(),
             ca.display()
         ));
-        let profile = format!("{tag}{}", std::process::id());
         Enforced {
             home,
             _cleanup: ProfileCleanup(profile.clone()),
