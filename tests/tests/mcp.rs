@@ -259,7 +259,7 @@ fn docker_config() -> String {
 fn scenario(client: Client, tag: &str) {
     let profile = format!("{tag}{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(docker_config());
     let procs = r#"for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'echo [t]ick'"#;
     let steps = json!([
@@ -437,7 +437,7 @@ fn typescript_sdk_drives_the_docker_sandbox() {
 fn a_command_refused_while_the_egress_proxy_is_down_is_a_tool_error() {
     let profile = format!("mcfc{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     let port = hermes_tests::egress::free_port_pair(None);
     home.write_config(format!(
         "terminal:\n  backend: docker\n  docker_image: {}\nproxy:\n  enabled: true\n  tunnel_port: {port}\n",
@@ -482,7 +482,7 @@ fn a_command_refused_while_the_egress_proxy_is_down_is_a_tool_error() {
 fn a_connection_of_its_own_gets_a_sandbox_removed_at_its_end() {
     let profile = format!("mcown{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(format!(
         "{}  container_persistent: false\n",
         docker_config()
@@ -499,7 +499,7 @@ fn a_connection_of_its_own_gets_a_sandbox_removed_at_its_end() {
 fn an_http_session_of_its_own_gets_a_sandbox_removed_when_the_client_ends_it() {
     let profile = format!("mchttp{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
-    let home = TestHome::new();
+    let home = TestHome::with_profile(&profile);
     home.write_config(format!(
         "{}  container_persistent: false\n",
         docker_config()
