@@ -64,6 +64,9 @@ pub(crate) fn default_listen() -> Vec<IpAddr> {
     listen
 }
 
+/// The most copies of one rule [`ProxyNetwork::remove_firewall`] deletes.
+const MAX_COPIES: usize = 16;
+
 /// What [`setup`] did to the proxy-only network.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetworkSetup {
@@ -323,7 +326,11 @@ impl ProxyNetwork {
     pub fn remove_firewall(&self) -> anyhow::Result<()> {
         let saved = iptables_save()?;
         for forward in self.forward_rules() {
-            while let Some(parent) = forward_rule_in(&iptables_save()?, &forward) {
+            // A rule may stand more than once (in either parent chain).
+            for _ in 0..MAX_COPIES {
+                let Some(parent) = forward_rule_in(&iptables_save()?, &forward) else {
+                    break;
+                };
                 let mut cmd = Command::new("iptables");
                 cmd.args(["-w", "-D", parent])
                     .args(forward.split_whitespace());

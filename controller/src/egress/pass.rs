@@ -250,11 +250,15 @@ fn enforces_network(paths: &Paths) -> bool {
         .is_some_and(|f| f.enforce_network)
 }
 
-/// This home's proxy-only network and its firewall chain, when either is
+/// This home's proxy-only network and its firewall chains, when any is
 /// there: the Docker network counts only with hermes's labels and this
 /// home's `hermes-home` label (a network of that name made by anyone else
-/// is never touched). Asked only when `proxy.enforce_network` is off (or
-/// the proxy disabled), the one case a pass plans from it: its removal.
+/// is never touched), with the containers attached to it; the chains
+/// (`HERMES-<h>`, in the filter or the nat table) are this home's own, and
+/// count without the network too (one removed by hand, or a removal cut
+/// short between the chains and the network). Asked only when
+/// `proxy.enforce_network` is off (or the proxy disabled), the one case a
+/// pass plans from it: its removal.
 pub async fn observe_network(
     home: &Home,
     engine: &Engine,
@@ -281,24 +285,25 @@ pub async fn observe_network(
             None
         }
     };
-    // The chain is looked for only beside the network: `egress setup`
-    // removes the chain first, so a chain without its network is one
-    // removed by hand.
-    let net = found?;
-    let chain_exists = chain_exists(&network.chain).await;
+    let chain_exists =
+        chain_exists(&network.chain, "filter").await || chain_exists(&network.chain, "nat").await;
+    if found.is_none() && !chain_exists {
+        return None;
+    }
     Some(ProxyNetworkObserved {
         name: network.name,
-        exists: true,
-        attached: net.attached,
+        exists: found.is_some(),
+        attached: found.map(|net| net.attached).unwrap_or_default(),
         chain: network.chain,
         chain_exists,
     })
 }
 
-/// Whether the host firewall has the chain `chain` (`iptables -S`).
-async fn chain_exists(chain: &str) -> bool {
+/// Whether the host firewall's `table` has the chain `chain`
+/// (`iptables -S`).
+async fn chain_exists(chain: &str, table: &str) -> bool {
     let out = tokio::process::Command::new("iptables")
-        .args(["-w", "-S", chain])
+        .args(["-w", "-t", table, "-S", chain])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -403,3 +403,85 @@ fn a_sandbox_made_unwired_before_the_setup_is_recreated_in_the_stage_after() {
         "{plan}"
     );
 }
+
+#[test]
+fn sandboxes_made_on_demand_leave_the_network_by_their_removal_then_it_goes() {
+    use hermes_model::observed::{ContainerState, ObservedContainer};
+    use hermes_model::sandbox::{
+        LABEL_AGENT, LABEL_PROFILE, LABEL_SESSION, LABEL_SPEC_HASH, LABEL_TASK,
+    };
+    let d = desired(DOCKER_PROXY, on());
+    let sandbox = |id: &str, task: &str, session: Option<&str>, processes: u32| {
+        let mut labels: std::collections::BTreeMap<String, String> = [
+            (LABEL_AGENT, "1"),
+            (LABEL_PROFILE, "default"),
+            (LABEL_TASK, task),
+            (LABEL_SPEC_HASH, "0123456789ab"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut name = format!("hermes-default-{task}");
+        if let Some(s) = session {
+            labels.insert(LABEL_SESSION.to_string(), s.to_string());
+            name = format!("{name}-{s}");
+        }
+        ObservedContainer {
+            id: id.to_string(),
+            name,
+            labels,
+            state: ContainerState::Running,
+            created: NOW as i64 - 60,
+            started_at: Some(NOW as i64 - 60),
+            processes: Some(processes),
+            ..ObservedContainer::default()
+        }
+    };
+    let mut proxy = healthy();
+    proxy.network = network(3);
+    let observed = Observed {
+        proxy: proxy.clone(),
+        containers: vec![
+            sandbox("c1", "default", None, 0),
+            sandbox("c2", "other", None, 0),
+            sandbox("c3", "default", Some("s1"), 0),
+        ],
+        ..Observed::default()
+    };
+    let plan = crate::plan_stages(&d, &observed, UNIX_EPOCH + Duration::from_secs(NOW));
+    let t = plan.to_string();
+    // The warm sandbox is recreated off it, the others removed (the next
+    // exec makes them anew), and then the network goes.
+    assert!(
+        t.contains("- sandbox default/other        remove      on the proxy-only network hermes-egress-0a1b2c3d, which goes (proxy.enforce_network is off); the next exec makes it anew off it; files outside /workspace and /root are lost\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("- sandbox default/default@s1   remove      on the proxy-only network hermes-egress-0a1b2c3d, which goes (proxy.enforce_network is off); the next exec makes it anew off it; every file in it is lost\n"),
+        "{t}"
+    );
+    assert!(t.contains("~ sandbox default/default "), "{t}");
+    assert!(
+        t.contains("\n\nStage 2 of 2, once the sandboxes are off the proxy-only network:\n- proxy   remove-network  "),
+        "{t}"
+    );
+    // A busy one is kept: the network waits for it, and no removal of the
+    // network is promised.
+    let busy = Observed {
+        proxy,
+        containers: vec![
+            sandbox("c1", "default", None, 0),
+            sandbox("c2", "other", None, 2),
+        ],
+        ..Observed::default()
+    };
+    let plan = crate::plan_stages(&d, &busy, UNIX_EPOCH + Duration::from_secs(NOW));
+    let t = plan.to_string();
+    assert!(!t.contains("sandbox default/other"), "{t}");
+    assert!(!t.contains("remove-network"), "{t}");
+    assert!(t.contains("network-in-use"), "{t}");
+    // The network wanted: nothing leaves it.
+    let enforced = desired(&format!("{DOCKER_PROXY}  enforce_network: true\n"), on());
+    let plan = crate::plan_all(&enforced, &observed, UNIX_EPOCH + Duration::from_secs(NOW));
+    assert!(!plan.to_string().contains("proxy-only network"), "{plan}");
+}

@@ -12,6 +12,7 @@
 //!   header, the host's own addresses, the access log grown without bound;
 //! - [`isolation`]: sandboxes reaching each other, two homes sharing a
 //!   profile name, config that defeats isolation;
+//! - [`network`]: the proxy-only network outliving `enforce_network`;
 //! - [`controls`]: the exec environment, the metrics listener, the files
 //!   and logs hermes writes.
 
@@ -21,5 +22,6 @@ mod controls;
 mod disk;
 mod isolation;
 mod names;
+mod network;
 mod proxy;
 mod runner;
