@@ -1,7 +1,8 @@
 //! Carrying out a plan against the Docker engine: each operation is one
 //! engine call or a short idempotent sequence, so an interrupted pass is
 //! finished by the next one. A failed operation does not stop the others.
-//! Removals go first and run a few at a time; the rest follow in order.
+//! Removals go first and run a few at a time, then the releases of disk
+//! images; the rest follow in order.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,9 +11,9 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use hermes_backends::docker::{CreateOutcome, DockerError, Engine};
 use hermes_model::action::{Action, Families, SandboxAction};
+use hermes_model::migration::DataMove;
 use hermes_model::observed::ContainerState;
 use hermes_model::plan::{Describe, Op, Target};
-use hermes_model::migration::DataMove;
 use hermes_model::sandbox::SandboxSpec;
 use hermes_reconcilers::HostPlan;
 
@@ -47,6 +48,9 @@ pub enum ApplyError {
     /// No driver could be made for the cloud backend.
     #[error(transparent)]
     Driver(#[from] crate::cloud::DriverError),
+    /// A sandbox's disk image could not be released.
+    #[error(transparent)]
+    Disk(#[from] crate::disk::DiskError),
     /// A directory hermes keeps could not be removed.
     #[error("cannot remove {}: {source}", path.display())]
     Remove {
@@ -136,7 +140,9 @@ impl Applied {
 /// Applies every operation of `plan`, printing each as it completes
 /// (`verbose`) and every failure. Removals go first, [`REMOVE_CONCURRENCY`]
 /// at a time: a duplicate must be gone before a create takes the name it
-/// may hold. The activity record of a removed container is dropped.
+/// may hold. The releases of disk images follow, once the containers that
+/// used them are gone, and before a create mounts one anew. The activity
+/// record of a removed container is dropped.
 pub async fn apply(
     engine: Option<&Engine>,
     plan: &HostPlan,
@@ -169,6 +175,9 @@ pub async fn apply(
         .sandbox
         .into_iter()
         .partition(|(_, action)| matches!(action, SandboxAction::Remove { .. }));
+    let (releases, others): (Vec<_>, Vec<_>) = others
+        .into_iter()
+        .partition(|(_, action)| matches!(action, SandboxAction::ReleaseDisk(_)));
     let mut removing = futures_util::stream::iter(removals)
         .map(|(op, action)| async move {
             let started = Instant::now();
@@ -190,7 +199,7 @@ pub async fn apply(
         }
         applied.record(op, started, result, verbose);
     }
-    for (op, action) in others {
+    for (op, action) in releases.into_iter().chain(others) {
         if options.stopping() {
             applied.skipped += 1;
             continue;
@@ -205,14 +214,14 @@ pub async fn apply(
 /// [`apply_sandbox`] when there is an engine; an error when there is none.
 async fn apply_with(engine: Option<&Engine>, action: &SandboxAction) -> Result<bool, ApplyError> {
     match engine {
-        Some(engine) => Ok(apply_sandbox(engine, action).await.map(|()| true)?),
+        Some(engine) => apply_sandbox(engine, action).await.map(|()| true),
         None => Err(ApplyError::NoEngine),
     }
 }
 
 /// Carries out the Docker sandbox's operation of `op`; `Ok(false)` when it
 /// has none (a refusal, a report).
-pub async fn apply_one(engine: &Engine, op: &Op<Action>) -> Result<bool, DockerError> {
+pub async fn apply_one(engine: &Engine, op: &Op<Action>) -> Result<bool, ApplyError> {
     match &op.action {
         Action::Sandbox(action) => apply_sandbox(engine, action).await.map(|()| true),
         Action::Proxy(_)
@@ -225,7 +234,7 @@ pub async fn apply_one(engine: &Engine, op: &Op<Action>) -> Result<bool, DockerE
 }
 
 /// Carries out one operation on a Docker sandbox.
-pub async fn apply_sandbox(engine: &Engine, action: &SandboxAction) -> Result<(), DockerError> {
+pub async fn apply_sandbox(engine: &Engine, action: &SandboxAction) -> Result<(), ApplyError> {
     match action {
         SandboxAction::Create(spec) => {
             ensure_image(engine, spec).await?;
@@ -266,12 +275,17 @@ pub async fn apply_sandbox(engine: &Engine, action: &SandboxAction) -> Result<()
         SandboxAction::Remove { id, disk, .. } => {
             engine.remove(id).await?;
             if let Some(disk) = disk {
-                crate::disk::release(disk).await?;
+                match crate::disk::release(engine, disk).await {
+                    // Another container of the sandbox, removed beside
+                    // this one, is the last to go: its removal releases it.
+                    Err(crate::disk::DiskError::InUse { container, .. }) => {
+                        tracing::debug!(%container, image = %disk.image.display(), "the disk image is still in use; left mounted");
+                    }
+                    other => other?,
+                }
             }
         }
-        SandboxAction::ReleaseDisk(disk) => {
-            crate::disk::release(disk).await?;
-        }
+        SandboxAction::ReleaseDisk(disk) => crate::disk::release(engine, disk).await?,
     }
     Ok(())
 }
@@ -486,6 +500,10 @@ pub async fn create_and_start(engine: &Engine, spec: &SandboxSpec) -> Result<Str
             },
         }
     };
+    // Its disk image mounted again if a release took it off since the
+    // prepare (under the lock a release takes: made now, the container
+    // keeps its image from here on).
+    crate::disk::remount(engine, &id).await?;
     engine.start(&id).await?;
     Ok(id)
 }

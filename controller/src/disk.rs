@@ -21,12 +21,21 @@
 //! The engine's `--storage-opt size=` limits only the container's own
 //! layer, and only on some storage drivers; the sandbox's data is in the
 //! bind mounts, so this module is what limits it.
+//!
+//! An image stays mounted while a container of its sandbox exists. A pass
+//! sees the images mounted under this home ([`observe`]: the host's mount
+//! table, each loop device's backing file, and the containers that bind
+//! something inside it), and the plan releases one whose containers are
+//! gone ([`release`]: unmounted, its loop device freed, the file kept),
+//! under the lock [`prepare`] and [`remount`] take: a container made
+//! meanwhile finds its image mounted again before it starts.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hermes_backends::docker::DockerError;
+use hermes_backends::docker::{DockerError, Engine};
 use hermes_backends::host_dir::{HostDirError, make_below};
+use hermes_model::observed::MountedDisk;
 use hermes_model::sandbox::SandboxSpec;
 
 /// Whether this process warned already that the limit is not enforced.
@@ -302,123 +311,255 @@ async fn mount_image(image: &Path, data: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot set the mode of {}: {e}", data.display()))
 }
 
-/// The disk images mounted below `<sandbox_dir>/docker` (this home's
-/// persistent sandboxes of `profile`), from the host's mount table, with
-/// the containers (by id, from `sources`: each container's bind sources)
-/// that bind something from inside each.
-pub fn observe(
-    sandbox_dir: &Path,
-    profile: &str,
-    sources: &std::collections::HashMap<String, Vec<String>>,
-) -> Vec<hermes_model::observed::MountedDisk> {
-    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+/// Why a disk image could not be released.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    /// The data directory's parent could not be locked.
+    #[error("cannot lock {}: {reason}", path.display())]
+    Lock { path: PathBuf, reason: String },
+    /// A container uses the image again (made since the plan).
+    #[error(
+        "container {container} uses {} now; nothing done, the next pass plans again",
+        mount_point.display()
+    )]
+    InUse {
+        mount_point: PathBuf,
+        container: String,
+    },
+    /// `umount` or `losetup` failed, or could not run.
+    #[error("cannot {what}: {message}")]
+    Command { what: String, message: String },
+    /// The engine could not say which containers use the image.
+    #[error(transparent)]
+    Docker(#[from] DockerError),
+}
+
+/// The most mounts stacked on one data directory that a release takes off.
+const MAX_STACKED: usize = 16;
+
+/// The images mounted for this home's persistent sandboxes of `profile`:
+/// every loop mount whose mount point is a data directory
+/// (`<sandbox_dir>/docker/<task>`) and whose loop device is backed by
+/// that directory's image (a file deleted since included), with the
+/// containers (any, labelled or not) that bind something inside it.
+/// Nothing when the mount table cannot be read or the engine cannot list
+/// its containers: a pass in doubt releases nothing.
+pub async fn observe(sandbox_dir: &Path, profile: &str, engine: &Engine) -> Vec<MountedDisk> {
+    let Ok(root) = std::fs::canonicalize(sandbox_dir.join("docker")) else {
         return Vec::new();
     };
-    let below = sandbox_dir.join("docker");
-    let mut disks: Vec<hermes_model::observed::MountedDisk> = Vec::new();
-    for line in table.lines() {
-        // `id parent major:minor root mount-point options … - fstype source …`
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else {
+    let Some(table) = mount_table() else {
+        return Vec::new();
+    };
+    let mut disks: Vec<MountedDisk> = Vec::new();
+    for (point, device) in table {
+        let Some(task) = task_of(&root, &point) else {
             continue;
         };
-        let (Some(point), Some(fstype), Some(source)) =
-            (fields.get(4), fields.get(dash + 1), fields.get(dash + 2))
-        else {
-            continue;
-        };
-        let point = PathBuf::from(unescape(point));
-        if *fstype != "ext4" || !source.starts_with("/dev/loop") || point.parent() != Some(&below)
-        {
-            continue;
-        }
         let Some(image) = image_of(&point) else {
             continue;
         };
-        let Some(task) = point.file_name().and_then(|n| n.to_str()) else {
+        let Some((backing, deleted)) = backing_file(&device) else {
             continue;
         };
-        let deleted = std::fs::read_to_string(format!(
-            "/sys/block/{}/loop/backing_file",
-            source.trim_start_matches("/dev/")
-        ))
-        .is_ok_and(|f| f.trim_end().ends_with("(deleted)"));
+        if backing != image {
+            continue;
+        }
         match disks.iter_mut().find(|d| d.mount_point == point) {
-            Some(d) => d.devices.push((*source).to_string()),
-            None => {
-                let users = sources
-                    .iter()
-                    .filter(|(_, binds)| binds.iter().any(|b| Path::new(b).starts_with(&point)))
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                disks.push(hermes_model::observed::MountedDisk {
-                    profile: hermes_model::sandbox::sanitize(profile),
-                    task: task.to_string(),
-                    mount_point: point.clone(),
-                    image,
-                    devices: vec![(*source).to_string()],
-                    deleted,
-                    users,
-                });
+            Some(disk) => {
+                disk.devices.push(device);
+                disk.deleted |= deleted;
+            }
+            None => disks.push(MountedDisk {
+                profile: hermes_model::sandbox::sanitize(profile),
+                task,
+                mount_point: point,
+                image,
+                devices: vec![device],
+                deleted,
+                users: Vec::new(),
+            }),
+        }
+    }
+    for disk in &mut disks {
+        match engine.containers_using(&disk.mount_point).await {
+            Ok(users) => disk.users = users,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot list the containers: no disk image is released");
+                return Vec::new();
             }
         }
     }
+    disks.sort_by(|a, b| a.mount_point.cmp(&b.mount_point));
     disks
 }
 
-/// A mount table path: `\040` and its kin back to their bytes.
-fn unescape(field: &str) -> String {
-    let mut out = String::new();
-    let mut chars = field.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            let code: String = chars.by_ref().take(3).collect();
-            match u8::from_str_radix(&code, 8) {
-                Ok(b) => out.push(char::from(b)),
-                Err(_) => {
-                    out.push(c);
-                    out.push_str(&code);
-                }
-            }
-        } else {
-            out.push(c);
-        }
+/// The task of a data directory `point`, right below `root`
+/// (`<sandbox_dir>/docker`); `None` for any other path.
+fn task_of(root: &Path, point: &Path) -> Option<String> {
+    if point.parent() != Some(root) {
+        return None;
     }
-    out
+    point.file_name()?.to_str().map(str::to_string)
 }
 
-/// Releases a disk image: unmounts every mount of it from its data
-/// directory (a loop mount frees its device as it goes). The image file
-/// stays.
-pub async fn release(disk: &hermes_model::observed::MountedDisk) -> Result<(), DockerError> {
-    for _ in &disk.devices {
-        if !is_mount_point(&disk.mount_point) {
-            break;
+/// The loop mounts of this process's mount table, `(mount point, device)`,
+/// in the table's order (a mount stacked on another comes after it).
+fn mount_table() -> Option<Vec<(PathBuf, String)>> {
+    let bytes = crate::fsio::read_bounded(std::path::Path::new("/proc/self/mountinfo"), 16 << 20)
+        .ok()
+        .flatten()?;
+    let text = String::from_utf8_lossy(&bytes);
+    Some(text.lines().filter_map(loop_mount).collect())
+}
+
+/// One line of `/proc/self/mountinfo` as `(mount point, /dev/loopN)`,
+/// when its source is a loop device.
+fn loop_mount(line: &str) -> Option<(PathBuf, String)> {
+    let (left, right) = line.split_once(" - ")?;
+    let point = left.split(' ').nth(4)?;
+    let source = right.split(' ').nth(1)?;
+    let n = source.strip_prefix("/dev/loop")?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((PathBuf::from(unescape(point)), source.to_string()))
+}
+
+/// A mount table path with its octal escapes (`\040` for a space) undone.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match octal {
+            Some(d) => {
+                let value = d.iter().fold(0u32, |v, b| v * 8 + u32::from(b - b'0'));
+                out.push(u8::try_from(value).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
         }
-        let out = tokio::process::Command::new("umount")
-            .arg(&disk.mount_point)
-            .output()
-            .await;
-        let failed_with = match out {
-            Ok(out) if out.status.success() => continue,
-            Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            Err(e) => format!("cannot run umount: {e}"),
-        };
-        return Err(DockerError::HostFiles {
-            container: format!("{}/{}", disk.profile, disk.task),
-            message: format!(
-                "cannot unmount its disk image from {}: {failed_with}",
-                disk.mount_point.display()
-            ),
+    }
+    use std::os::unix::ffi::OsStringExt;
+    std::ffi::OsString::from_vec(out)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The file behind the loop device `device` (`/dev/loopN`), and whether it
+/// was deleted; `None` when the device is attached to nothing.
+fn backing_file(device: &str) -> Option<(PathBuf, bool)> {
+    let name = device.strip_prefix("/dev/")?;
+    let path = format!("/sys/block/{name}/loop/backing_file");
+    let bytes = crate::fsio::read_bounded(std::path::Path::new(&path), 8192)
+        .ok()
+        .flatten()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.trim_end_matches('\n');
+    Some(match text.strip_suffix(" (deleted)") {
+        Some(file) => (PathBuf::from(file), true),
+        None => (PathBuf::from(text), false),
+    })
+}
+
+/// Releases `disk`: under the lock of its data directory's parent, and
+/// only while no container uses it, unmounts each image mount on the data
+/// directory, then detaches its loop devices that are still attached to
+/// the image and mounted nowhere. The image file is left as it is.
+pub async fn release(engine: &Engine, disk: &MountedDisk) -> Result<(), DiskError> {
+    let parent = disk
+        .mount_point
+        .parent()
+        .unwrap_or(&disk.mount_point)
+        .to_path_buf();
+    let _lock = std::fs::File::open(&parent)
+        .map_err(|e| e.to_string())
+        .and_then(|f| lock(f.into()))
+        .map_err(|reason| DiskError::Lock {
+            path: parent.clone(),
+            reason,
+        })?;
+    if let Some(container) = engine
+        .containers_using(&disk.mount_point)
+        .await?
+        .into_iter()
+        .next()
+    {
+        return Err(DiskError::InUse {
+            mount_point: disk.mount_point.clone(),
+            container,
         });
     }
-    // A device the mount did not free (mounted without autoclear).
+    for _ in 0..MAX_STACKED {
+        let on_top = mount_table()
+            .unwrap_or_default()
+            .into_iter()
+            .rfind(|(point, _)| *point == disk.mount_point);
+        let Some((_, device)) = on_top else {
+            break;
+        };
+        if backing_file(&device).map(|(file, _)| file) != Some(disk.image.clone()) {
+            break;
+        }
+        run("umount", [disk.mount_point.as_os_str()]).await?;
+    }
     for device in &disk.devices {
-        let _ = tokio::process::Command::new("losetup")
-            .arg("-d")
-            .arg(device)
-            .output()
-            .await;
+        let still = backing_file(device).is_some_and(|(file, _)| file == disk.image);
+        let mounted = mount_table()
+            .unwrap_or_default()
+            .iter()
+            .any(|(_, d)| d == device);
+        if still && !mounted {
+            run(
+                "losetup",
+                [std::ffi::OsStr::new("-d"), std::ffi::OsStr::new(device)],
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `program ARGS` to its end; its standard error is the failure.
+async fn run<'a>(
+    program: &str,
+    args: impl IntoIterator<Item = &'a std::ffi::OsStr>,
+) -> Result<(), DiskError> {
+    let args: Vec<&std::ffi::OsStr> = args.into_iter().collect();
+    let what = format!(
+        "{program} {}",
+        args.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let out = tokio::process::Command::new(program)
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), out)
+        .await
+        .map_err(|_| DiskError::Command {
+            what: what.clone(),
+            message: "took longer than 30 s".to_string(),
+        })?
+        .map_err(|e| DiskError::Command {
+            what: what.clone(),
+            message: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(DiskError::Command {
+            what,
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(())
 }
@@ -426,6 +567,38 @@ pub async fn release(disk: &hermes_model::observed::MountedDisk) -> Result<(), D
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loop_mount_line_gives_its_mount_point_and_device() {
+        let line = "612 29 7:3 / /h/sandboxes/docker/my\\040task rw,nosuid,nodev,noatime shared:339 - ext4 /dev/loop3 rw";
+        assert_eq!(
+            loop_mount(line),
+            Some((
+                PathBuf::from("/h/sandboxes/docker/my task"),
+                "/dev/loop3".to_string()
+            ))
+        );
+        let other = "30 29 0:26 / /sys rw,nosuid shared:2 - sysfs sysfs rw";
+        assert_eq!(loop_mount(other), None);
+        let mapper = "31 29 253:0 / /data rw - ext4 /dev/loop-control rw";
+        assert_eq!(loop_mount(mapper), None);
+    }
+
+    #[test]
+    fn only_a_data_directory_right_below_the_root_is_a_sandbox() {
+        let root = Path::new("/h/sandboxes/docker");
+        assert_eq!(
+            task_of(root, Path::new("/h/sandboxes/docker/t")),
+            Some("t".to_string())
+        );
+        for other in [
+            "/h/sandboxes/docker",
+            "/h/sandboxes/docker/t/workspace",
+            "/elsewhere/t",
+        ] {
+            assert_eq!(task_of(root, Path::new(other)), None, "{other}");
+        }
+    }
 
     #[test]
     fn the_image_sits_beside_the_data_under_a_name_no_task_has() {

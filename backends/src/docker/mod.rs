@@ -16,6 +16,7 @@
 //! and [`Engine::find`] refuses one.
 
 mod apply;
+mod binds;
 mod error;
 mod events;
 mod exec;

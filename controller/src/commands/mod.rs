@@ -60,8 +60,9 @@ pub async fn optional_engine(home: &Home) -> Option<Engine> {
     }
 }
 
-/// What a pass planning `desired` sees: as [`observe`], but only its own
-/// profile's containers inspected, and the process
+/// What a pass planning `desired` sees: as [`observe`] (with the
+/// proxy-only network and the sandboxes' disk images mounted under this
+/// home), but only its own profile's containers inspected, and the process
 /// counts (a `top` each, the engine's slowest read) only of the containers
 /// whose count the plan reads ([`hermes_reconcilers::processes_needed`]).
 pub async fn observe_for(
@@ -74,11 +75,10 @@ pub async fn observe_for(
     let containers = engine.observe_profile(&profile).await?;
     let mut observed = with_activity(containers, home).await?;
     observed.legacy = crate::migrate::observe_legacy(home, desired);
-    if desired.config.terminal.backend == hermes_model::config::Backend::Docker {
-        let sources = engine.mount_sources().await?;
-        let dir = hermes_model::sandbox::sandbox_dir(&desired.config, &desired.home);
-        observed.disks = crate::disk::observe(&dir, &desired.profile, &sources);
-    }
+    // Whatever the backend: an image left by an earlier Docker config is
+    // released as well.
+    let dir = hermes_model::sandbox::sandbox_dir(&desired.config, &desired.home);
+    observed.disks = crate::disk::observe(&dir, &desired.profile, engine).await;
     observed.proxy.network =
         crate::egress::pass::observe_network(home, engine, &desired.config).await;
     let needed = hermes_reconcilers::processes_needed(desired, &observed);
