@@ -48,10 +48,10 @@ impl Home {
     /// with none given, of the root's `active_profile` unless this home
     /// names a profile itself: Hermes Agent's rule for `-p NAME`. A
     /// profile other than `default` must exist, as the agent requires.
-    pub fn select_profile(self, name: Option<&str>) -> anyhow::Result<Home> {
+    pub fn select_profile(self, name: Option<(&str, &str)>) -> anyhow::Result<Home> {
         use hermes_model::profiles;
         let given = match name {
-            Some(name) => Some((name.to_string(), "--profile")),
+            Some((name, origin)) => Some((name.to_string(), origin)),
             None if profiles::names_a_profile(&self.root) => None,
             None => {
                 let root = profiles::root_of(&canonical(&self.root), &native_home());
@@ -68,8 +68,9 @@ impl Home {
         };
         if name != profiles::DEFAULT && !profiles::is_profile_id(&name) {
             anyhow::bail!(
-                "profile {name:?} (from {origin}) is not a profile name: 1 to 64 lowercase \
-                 letters, digits, `_` and `-`, starting with a letter or a digit"
+                "profile `{}` (from {origin}) is not a profile name: 1 to 64 lowercase \
+                 letters, digits, `_` and `-`, starting with a letter or a digit",
+                name.escape_debug()
             );
         }
         let root = profiles::root_of(&canonical(&self.root), &native_home());
@@ -208,20 +209,31 @@ mod tests {
         let home = || Home::resolve(Some(root.clone())).unwrap();
         assert_eq!(home().profile(), "default");
         // A profile that does not exist is refused, with the way to make it.
-        let err = home().select_profile(Some("coder")).unwrap_err().to_string();
+        let err = home()
+            .select_profile(Some(("coder", "--profile")))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("does not exist"), "{err}");
         assert!(err.contains("profiles/coder"), "{err}");
         std::fs::create_dir_all(root.join("profiles/coder")).unwrap();
-        let coder = home().select_profile(Some("coder")).unwrap();
+        let coder = home().select_profile(Some(("coder", "--profile"))).unwrap();
         assert_eq!(coder.root(), root.join("profiles/coder"));
         assert_eq!(coder.profile(), "coder");
         // From a profile's home, `default` is the root again.
-        let back = coder.select_profile(Some("default")).unwrap();
+        let back = coder
+            .select_profile(Some(("default", "--profile")))
+            .unwrap();
         assert_eq!(back.root(), root);
         // Not a profile id of the agent's: refused.
-        let bad = home().select_profile(Some("Coder")).unwrap_err().to_string();
+        let bad = home()
+            .select_profile(Some(("Coder", "--profile")))
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains("not a profile name"), "{bad}");
-        let bad = home().select_profile(Some("../x")).unwrap_err().to_string();
+        let bad = home()
+            .select_profile(Some(("../x", "--profile")))
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains("not a profile name"), "{bad}");
     }
 
@@ -239,7 +251,12 @@ mod tests {
         assert_eq!(dev.select_profile(None).unwrap().profile(), "dev");
         // A flag wins over the file.
         let home = Home::resolve(Some(root.clone())).unwrap();
-        assert_eq!(home.select_profile(Some("dev")).unwrap().profile(), "dev");
+        assert_eq!(
+            home.select_profile(Some(("dev", "--profile")))
+                .unwrap()
+                .profile(),
+            "dev"
+        );
         std::fs::write(root.join("active_profile"), "default").unwrap();
         let home = Home::resolve(Some(root.clone())).unwrap();
         assert_eq!(home.select_profile(None).unwrap().root(), root);

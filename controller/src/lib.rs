@@ -78,8 +78,10 @@ pub fn main() -> ExitCode {
     };
     // The profile is a home, as Hermes Agent has it: `--profile` (or
     // `$HERMES_PROFILE`) switches to `<root>/profiles/NAME`.
-    let home = Home::resolve(cli.home.clone())
-        .and_then(|home| home.select_profile(profile_flag(cli.profile.as_deref())?.as_deref()));
+    let home = Home::resolve(cli.home.clone()).and_then(|home| {
+        let flag = profile_flag(cli.profile.as_deref())?;
+        home.select_profile(flag.as_ref().map(|(n, o)| (n.as_str(), *o)))
+    });
     let default_level = match cli.command {
         // The controller says what it does: one line per change, error and
         // recovery (nothing while idle).
@@ -123,14 +125,14 @@ fn invoked_name(argv0: Option<std::ffi::OsString>) -> String {
         .to_string()
 }
 
-/// The profile asked for: `--profile`, else `$HERMES_PROFILE`; none when
-/// neither is set.
-fn profile_flag(flag: Option<&str>) -> anyhow::Result<Option<String>> {
+/// The profile asked for and where from: `--profile`, else
+/// `$HERMES_PROFILE`; none when neither is set.
+fn profile_flag(flag: Option<&str>) -> anyhow::Result<Option<(String, &'static str)>> {
     if let Some(name) = flag {
-        return Ok(Some(name.to_string()));
+        return Ok(Some((name.to_string(), "--profile")));
     }
     match std::env::var("HERMES_PROFILE") {
-        Ok(p) if !p.is_empty() => Ok(Some(p)),
+        Ok(p) if !p.is_empty() => Ok(Some((p, "HERMES_PROFILE"))),
         Err(std::env::VarError::NotUnicode(_)) => {
             anyhow::bail!("HERMES_PROFILE is not UTF-8")
         }

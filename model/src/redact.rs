@@ -99,10 +99,15 @@ impl Redactor {
     /// them: they are the sandbox's own values.
     #[must_use]
     pub fn with_proxy_tokens(mut self) -> Redactor {
-        let names: Vec<String> = crate::providers::PROVIDERS
+        // The AWS placeholder secret has a token's shape under its own
+        // name; longest names first, so `aws-secret` is not read as `aws`.
+        let mut names: Vec<String> = crate::providers::PROVIDERS
             .iter()
-            .map(|p| regex::escape(p.name))
+            .map(|p| p.name)
+            .chain([crate::providers::AWS_SECRET_TOKEN])
+            .map(regex::escape)
             .collect();
+        names.sort_by_key(|n| std::cmp::Reverse(n.len()));
         let pattern = format!(r"(?-u:\b)({})-[0-9a-f]{{32}}(?-u:\b)", names.join("|"));
         // Built from the provider table's plain names, escaped.
         #[allow(clippy::expect_used)]
