@@ -331,7 +331,11 @@ async fn ready(
                 session: spec.key.session.clone(),
             },
             action: Action::Sandbox(SandboxAction::Start { id: c.id.clone() }),
-            cause: format!("container {} made by Hermes Agent, {}", c.name, c.state.as_str()),
+            cause: format!(
+                "container {} made by Hermes Agent, {}",
+                c.name,
+                c.state.as_str()
+            ),
         };
         if c.state != ContainerState::Running {
             say(&op);

@@ -134,7 +134,8 @@ fn rename_into(from: &Path, to: &Path) -> Result<(), MoveError> {
         if target.is_dir() {
             for sub in ["workspace", "home"] {
                 let inner = to.join(sub);
-                if std::fs::symlink_metadata(&inner).is_ok_and(|m| m.is_dir()) && !holds_files(&inner)
+                if std::fs::symlink_metadata(&inner).is_ok_and(|m| m.is_dir())
+                    && !holds_files(&inner)
                 {
                     let _ = std::fs::remove_dir(&inner);
                 }
@@ -242,10 +243,16 @@ mod tests {
         // What a create already made at the new place: empty, it gives way.
         std::fs::create_dir_all(m.to.join("workspace")).unwrap();
         move_data(&m).unwrap();
-        assert_eq!(std::fs::read_to_string(m.to.join("workspace/f")).unwrap(), "kept");
+        assert_eq!(
+            std::fs::read_to_string(m.to.join("workspace/f")).unwrap(),
+            "kept"
+        );
         assert!(!m.from.exists());
         move_data(&m).unwrap();
-        assert_eq!(std::fs::read_to_string(m.to.join("workspace/f")).unwrap(), "kept");
+        assert_eq!(
+            std::fs::read_to_string(m.to.join("workspace/f")).unwrap(),
+            "kept"
+        );
     }
 
     #[test]
@@ -258,7 +265,10 @@ mod tests {
         let other = root.join("sandboxes/docker/default/t2/workspace");
         std::fs::create_dir_all(&other).unwrap();
         move_data(&m).unwrap();
-        assert_eq!(std::fs::read_to_string(m.to.join("home/.bashrc")).unwrap(), "x");
+        assert_eq!(
+            std::fs::read_to_string(m.to.join("home/.bashrc")).unwrap(),
+            "x"
+        );
         assert!(!m.from.exists());
         assert!(other.is_dir());
     }
@@ -273,14 +283,25 @@ mod tests {
         std::fs::create_dir_all(m.to.join("workspace")).unwrap();
         std::fs::write(m.to.join("workspace/b"), "new").unwrap();
         assert!(matches!(move_data(&m), Err(MoveError::Occupied { .. })));
-        assert_eq!(std::fs::read_to_string(m.from.join("workspace/a")).unwrap(), "old");
-        assert_eq!(std::fs::read_to_string(m.to.join("workspace/b")).unwrap(), "new");
+        assert_eq!(
+            std::fs::read_to_string(m.from.join("workspace/a")).unwrap(),
+            "old"
+        );
+        assert_eq!(
+            std::fs::read_to_string(m.to.join("workspace/b")).unwrap(),
+            "new"
+        );
 
         let l = plain(root, "ops", "t2");
         std::fs::create_dir_all(l.from.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink("/etc", &l.from).unwrap();
         assert!(matches!(move_data(&l), Err(MoveError::Link { .. })));
-        assert!(std::fs::symlink_metadata(&l.from).unwrap().file_type().is_symlink());
+        assert!(
+            std::fs::symlink_metadata(&l.from)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
     }
 
     #[test]

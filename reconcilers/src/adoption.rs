@@ -91,9 +91,16 @@ fn duplicate_op(c: &ObservedContainer, target: &Target, kept: &str) -> Op<Action
 }
 
 /// The agent's container for the task, adopted.
-fn adopt_op(spec: &SandboxSpec, target: &Target, c: &ObservedContainer, cost: String) -> Op<Action> {
+fn adopt_op(
+    spec: &SandboxSpec,
+    target: &Target,
+    c: &ObservedContainer,
+    cost: String,
+) -> Op<Action> {
     let data = spec.data_dir();
-    let workspace = data.as_ref().map(|d| d.join("workspace").display().to_string());
+    let workspace = data
+        .as_ref()
+        .map(|d| d.join("workspace").display().to_string());
     let bound_from = c.made_by_agent.as_ref().and_then(|m| {
         m.binds.iter().find_map(|b| {
             let mut parts = b.split(':');

@@ -149,7 +149,11 @@ fn plan_one(
 
 /// Why `c` must leave the proxy-only network, when it is attached to it
 /// and the network is no longer wanted: the cause of its removal.
-fn off_the_network(desired: &Desired, observed: &Observed, c: &ObservedContainer) -> Option<String> {
+fn off_the_network(
+    desired: &Desired,
+    observed: &Observed,
+    c: &ObservedContainer,
+) -> Option<String> {
     let proxy = &desired.config.proxy;
     if proxy.enabled && proxy.enforce_network {
         return None;

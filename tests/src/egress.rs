@@ -103,7 +103,10 @@ pub fn network_gateway(network: &str) -> std::net::IpAddr {
         .output()
         .unwrap_or_else(|e| panic!("docker network inspect {network}: {e}"));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "docker network inspect {network}: {out:?}");
+    assert!(
+        out.status.success(),
+        "docker network inspect {network}: {out:?}"
+    );
     let mut words = text.split_whitespace();
     let id = words.next().unwrap_or_default();
     // The engine names a bridge `br-<first 12 of the id>` unless the
@@ -120,7 +123,12 @@ pub fn network_gateway(network: &str) -> std::net::IpAddr {
 pub fn interface_ipv4(name: &str) -> Option<std::net::IpAddr> {
     nix::ifaddrs::getifaddrs().ok()?.find_map(|ifa| {
         (ifa.interface_name == name)
-            .then(|| ifa.address.as_ref()?.as_sockaddr_in().map(|v4| v4.ip().into()))
+            .then(|| {
+                ifa.address
+                    .as_ref()?
+                    .as_sockaddr_in()
+                    .map(|v4| v4.ip().into())
+            })
             .flatten()
     })
 }

@@ -119,21 +119,6 @@ impl Engine {
         Ok((seen, main_pids))
     }
 
-    /// The host sources of every container's mounts, by id, labelled or
-    /// not: one list call.
-    pub async fn mount_sources(&self) -> Result<HashMap<String, Vec<String>>, DockerError> {
-        let options = ListContainersOptionsBuilder::default().all(true).build();
-        let summaries = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| DockerError::engine("list containers", "all", e))?;
-        Ok(summaries
-            .into_iter()
-            .filter_map(|s| Some((s.id.clone()?, mount_sources(s.mounts.as_deref()))))
-            .collect())
-    }
-
     /// Reads the process count of the running containers among `containers`
     /// whose id is in `ids` (one inspect and one `top` each). Best effort: a
     /// count that cannot be read stays `None`.

@@ -139,7 +139,12 @@ fn removing_the_last_container_of_a_sandbox_releases_its_image_in_the_same_opera
     let d = desired(
         "terminal:\n  backend: docker\n  container_disk: 64\n  container_persistent: false\n",
     );
-    let containers = vec![container("o", "other", ContainerState::Exited, "0123456789ab")];
+    let containers = vec![container(
+        "o",
+        "other",
+        ContainerState::Exited,
+        "0123456789ab",
+    )];
     let observed = Observed {
         containers,
         disks: vec![disk("other", &["o"], false)],

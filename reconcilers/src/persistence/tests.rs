@@ -317,7 +317,8 @@ fn agent_made(id: &str, image: &str, shm: i64) -> ObservedContainer {
 
 #[test]
 fn a_container_hermes_agent_made_on_the_config_s_settings_is_adopted_as_it_is() {
-    let d = desired("terminal:\n  backend: docker\n  docker_image: img:1\n  docker_shm_size: 64m\n");
+    let d =
+        desired("terminal:\n  backend: docker\n  docker_image: img:1\n  docker_shm_size: 64m\n");
     let plan = crate::plan_all(
         &d,
         &Observed {
@@ -364,7 +365,10 @@ fn beside_hermes_s_own_the_agent_s_idle_container_goes_and_a_busy_one_waits() {
         text.contains("? sandbox default/default   busy        duplicate hermes-b0000000 made by Hermes Agent runs a command; removed once it is idle (hermes-default-default is kept)"),
         "{text}"
     );
-    assert!(text.ends_with("Plan: 0 to create, 0 to change, 1 to remove."), "{text}");
+    assert!(
+        text.ends_with("Plan: 0 to create, 0 to change, 1 to remove."),
+        "{text}"
+    );
 }
 
 #[test]
