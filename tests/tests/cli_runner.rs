@@ -593,6 +593,13 @@ fn a_sandbox_made_before_the_runner_keeps_the_engines_exec_and_is_not_recreated(
         args.push("--label".into());
         args.push(label.to_string());
     }
+    // Its data binds, as that hermes made them: without them its disk image
+    // would be no container's, and released.
+    let data = host.home.path().join("sandboxes/docker/default");
+    for (dir, at) in [("workspace", "/workspace"), ("home", "/root")] {
+        args.push("-v".into());
+        args.push(format!("{}:{at}", data.join(dir).display()));
+    }
     args.extend([
         hermes_tests::test_image(),
         "sleep".into(),

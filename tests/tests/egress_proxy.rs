@@ -111,9 +111,22 @@ node /t/get.js generativelanguage.googleapis.com {port} "/echo?alt=sse&key=$GEMI
     }
     for key in [OPENAI_KEY, ANTHROPIC_KEY, GOOGLE_KEY] {
         assert!(!log.contains(key), "a real key in the log:\n{log}");
-        for entry in std::fs::read_dir(proxy.dir()).unwrap() {
-            let text = std::fs::read(entry.unwrap().path()).unwrap();
-            assert!(!String::from_utf8_lossy(&text).contains(key));
+        // Every file the proxy keeps, those of its subdirectories too.
+        let mut dirs = vec![proxy.dir()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let text = std::fs::read(&path).unwrap();
+                assert!(
+                    !String::from_utf8_lossy(&text).contains(key),
+                    "{}",
+                    path.display()
+                );
+            }
         }
     }
     assert!(log.contains(r#""path":"/echo?alt=&key=&z=""#), "{log}");
