@@ -77,7 +77,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         home.join("config.yaml"),
         format!("terminal:\n  backend: docker\n  docker_image: {image}\n"),
     )?;
-    let _cleanup = Cleanup(profile.clone());
+    let _cleanup = hermes_tests::docker_cli::ProfileCleanup(profile.clone());
     let hermes_cmd = |extra: &[&str]| {
         let mut c = Command::new(&hermes);
         c.arg("--home")
@@ -150,28 +150,4 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     );
     println!("hermes exec (reattach included) / agent reattach (p50): {attach_ratio:.2}");
     Ok(met)
-}
-
-/// Removes the run's containers.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let filter = format!("label=hermes-profile={}", self.0);
-        if let Ok(out) = Command::new("docker")
-            .args(["ps", "-aq", "--filter", &filter])
-            .output()
-        {
-            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .split_whitespace()
-                .map(str::to_string)
-                .collect();
-            if !ids.is_empty() {
-                let _ = Command::new("docker")
-                    .args(["rm", "-f"])
-                    .args(&ids)
-                    .output();
-            }
-        }
-    }
 }
