@@ -109,6 +109,21 @@ fn loop_devices_of(image: &Path) -> Vec<String> {
     found
 }
 
+/// The loop devices still on `image` once the kernel had its chance to
+/// free them: a device mounted with autoclear is detached after its last
+/// unmount, asynchronously, so a check right after the unmount can still
+/// see it. Waits (10 s at most) for none; returns what is left.
+fn loop_devices_freed(image: &Path) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let left = loop_devices_of(image);
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Whether the host's mount table has a mount on `dir`.
 fn mount_on(dir: &Path) -> bool {
     std::fs::read_to_string("/proc/self/mountinfo")
@@ -184,7 +199,7 @@ fn a_disk_image_is_released_once_its_sandbox_is_gone_and_its_files_come_back() {
         "{pass:?}"
     );
     assert!(!mount_on(&gone), "still mounted");
-    assert_eq!(loop_devices_of(&gone_image), Vec::<String>::new());
+    assert_eq!(loop_devices_freed(&gone_image), Vec::<String>::new());
     assert!(gone_image.is_file(), "the image file is kept");
     assert!(mount_on(&kept), "a stopped sandbox's image stays mounted");
     let again = hermes(&["reconcile", "--dry-run"]);
@@ -258,7 +273,7 @@ fn a_disk_image_whose_file_was_deleted_is_released_and_a_removal_releases_its_ow
         (pruned.clone(), dir.join(".pruned.disk")),
     ] {
         assert!(!mount_on(&point), "{} still mounted", point.display());
-        assert_eq!(loop_devices_of(&image), Vec::<String>::new());
+        assert_eq!(loop_devices_freed(&image), Vec::<String>::new());
     }
     assert!(dir.join(".pruned.disk").is_file(), "the image file is kept");
     // Nothing holds the directories any more: they can go.
