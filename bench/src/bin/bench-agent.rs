@@ -75,7 +75,9 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     std::fs::create_dir_all(&home)?;
     std::fs::write(
         home.join("config.yaml"),
-        format!("terminal:\n  backend: docker\n  docker_image: {image}\n"),
+        // No disk image: the run's home is a temporary directory, removed
+        // at the end, and an image mounted in it would outlive it.
+        format!("terminal:\n  backend: docker\n  docker_image: {image}\n  container_disk: 0\n"),
     )?;
     let _cleanup = hermes_tests::docker_cli::ProfileCleanup(profile.clone());
     let hermes_cmd = |extra: &[&str]| {
