@@ -48,7 +48,7 @@ pub fn image_of(data: &Path) -> Option<PathBuf> {
 }
 
 /// Whether `dir` is a mount point (its device differs from its parent's).
-fn is_mount_point(dir: &Path) -> bool {
+pub(crate) fn is_mount_point(dir: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let (Ok(d), Some(Ok(p))) = (
         std::fs::symlink_metadata(dir),

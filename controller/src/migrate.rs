@@ -82,7 +82,7 @@ fn holds_files(dir: &Path) -> bool {
 /// the emptied directory removed. Empty directories at the new place (a
 /// create made them) give way; anything else there refuses the move.
 pub fn move_data(m: &DataMove) -> Result<(), MoveError> {
-    if is_mount_point(&m.from) {
+    if crate::disk::is_mount_point(&m.from) {
         let out = std::process::Command::new("umount")
             .arg(&m.from)
             .output()
@@ -173,18 +173,6 @@ fn rename_into(from: &Path, to: &Path) -> Result<(), MoveError> {
             }
         }
     })
-}
-
-/// Whether `dir` is a mount point (its device differs from its parent's).
-fn is_mount_point(dir: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let (Ok(d), Some(Ok(p))) = (
-        std::fs::symlink_metadata(dir),
-        dir.parent().map(std::fs::symlink_metadata),
-    ) else {
-        return false;
-    };
-    d.is_dir() && d.dev() != p.dev()
 }
 
 /// The directory of the adoption records.

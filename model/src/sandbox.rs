@@ -118,6 +118,16 @@ pub struct Bind {
     pub options: Option<String>,
 }
 
+impl From<&Volume> for Bind {
+    fn from(v: &Volume) -> Bind {
+        Bind {
+            host: v.host.clone(),
+            container: v.container.clone(),
+            options: v.options.clone(),
+        }
+    }
+}
+
 impl Bind {
     /// `host:container[:options]`, the engine's bind syntax.
     pub fn to_engine(&self) -> String {
@@ -267,17 +277,7 @@ impl SandboxSpec {
                 host_dirs.push(host);
             }
         }
-        binds.extend(t.docker_volumes.iter().map(
-            |Volume {
-                 host,
-                 container,
-                 options,
-             }| Bind {
-                host: host.clone(),
-                container: container.clone(),
-                options: options.clone(),
-            },
-        ));
+        binds.extend(t.docker_volumes.iter().map(Bind::from));
         tmpfs.insert("/tmp".to_string(), "rw,nosuid,size=512m".to_string());
         tmpfs.insert(
             "/var/tmp".to_string(),

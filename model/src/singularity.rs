@@ -20,7 +20,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use crate::config::{Config, PROXY_HOST_NAME, Volume};
+use crate::config::{Config, PROXY_HOST_NAME};
 use crate::egress::{CA_IN_SANDBOX, EgressWiring};
 use crate::sandbox::{Bind, SandboxKey, sanitize};
 
@@ -153,21 +153,7 @@ impl InstanceSpec {
         } else {
             PathBuf::from(&source)
         };
-        let mut binds: Vec<Bind> = t
-            .docker_volumes
-            .iter()
-            .map(
-                |Volume {
-                     host,
-                     container,
-                     options,
-                 }| Bind {
-                    host: host.clone(),
-                    container: container.clone(),
-                    options: options.clone(),
-                },
-            )
-            .collect();
+        let mut binds: Vec<Bind> = t.docker_volumes.iter().map(Bind::from).collect();
         let mut env: Vec<(String, String)> = Vec::new();
         let mut put = |k: &str, v: &str| {
             env.retain(|(name, _)| name != k);

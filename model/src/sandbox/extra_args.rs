@@ -595,17 +595,7 @@ impl SandboxSpec {
     /// itself: volumes, the network, name servers, security options, GPUs,
     /// the user, the CPU set and the runtime.
     pub fn apply_extra_args(&mut self, extra: &ExtraArgs) {
-        self.binds.extend(extra.volumes.iter().map(
-            |Volume {
-                 host,
-                 container,
-                 options,
-             }| Bind {
-                host: host.clone(),
-                container: container.clone(),
-                options: options.clone(),
-            },
-        ));
+        self.binds.extend(extra.volumes.iter().map(Bind::from));
         match extra.network.as_deref() {
             Some("none") => self.network = false,
             Some(name) => self.network_name = Some(name.to_string()),
