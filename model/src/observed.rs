@@ -4,8 +4,14 @@
 use std::collections::BTreeMap;
 
 use crate::sandbox::{
-    LABEL_PROFILE, LABEL_SESSION, LABEL_SESSION_TASK, LABEL_SPEC_HASH, LABEL_TASK,
+    LABEL_EGRESS, LABEL_PROFILE, LABEL_RUNNER, LABEL_SESSION, LABEL_SESSION_TASK,
+    LABEL_SPEC_HASH, LABEL_TASK,
 };
+
+/// The task of the container Hermes Agent starts, at each start of its
+/// CLI, to describe the backend to its model (`agent/prompt_builder.py`);
+/// it stays running after the probe's one command.
+pub const AGENT_PROBE_TASK: &str = "prompt-backend-probe";
 
 /// The engine's state of a container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -118,6 +124,18 @@ impl ObservedContainer {
 
     pub fn session(&self) -> Option<&str> {
         self.label(LABEL_SESSION)
+    }
+
+    /// Whether Hermes Agent made it: its three labels (`hermes-agent=1`,
+    /// a task, a profile) and none of hermes's own (no spec hash, session,
+    /// runner or egress label), and not adopted by hermes since.
+    pub fn is_agents(&self) -> bool {
+        self.label(LABEL_TASK).is_some()
+            && self.profile().is_some()
+            && self.spec_hash().is_none()
+            && [LABEL_SESSION, LABEL_SESSION_TASK, LABEL_RUNNER, LABEL_EGRESS]
+                .iter()
+                .all(|l| self.label(l).is_none())
     }
 
     /// The spec hash: its label, or the one hermes recorded when it

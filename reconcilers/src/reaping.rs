@@ -2,7 +2,13 @@
 //! active profile that no warm sandbox claims. Each rule names its cause in
 //! the plan:
 //!
-//! - no spec hash → reported, never removed;
+//! - no spec hash, made by Hermes Agent (its labels only), for a task
+//!   hermes does not keep warm → the agent's own rules: exited or dead,
+//!   finished longer than the orphan limit below ago (or never started
+//!   for as long) → removed; its backend probe ([`AGENT_PROBE_TASK`]),
+//!   idle longer than `lifetime_seconds` → removed; anything else, and
+//!   any of them while a command runs inside → kept, saying when it goes;
+//! - no spec hash otherwise → reported, never removed;
 //! - left in `created` longer than [`STUCK_SECONDS`] → removed (a start
 //!   that failed);
 //! - exited or dead, finished longer than 2 × max(60, `lifetime_seconds`)
@@ -28,7 +34,9 @@ use std::collections::BTreeSet;
 
 use hermes_model::action::{Action, SandboxAction};
 use hermes_model::desired::{Desired, Role};
-use hermes_model::observed::{ContainerState, Idleness, Observed, ObservedContainer};
+use hermes_model::observed::{
+    AGENT_PROBE_TASK, ContainerState, Idleness, Observed, ObservedContainer,
+};
 use hermes_model::plan::{Op, Target};
 use hermes_model::sandbox::sanitize;
 
@@ -66,21 +74,13 @@ fn plan_one(
     c: &ObservedContainer,
     now: i64,
 ) -> Option<Op<Action>> {
+    if c.is_agents() {
+        return Some(agent_leftover(desired, observed, c, now));
+    }
     if c.spec_hash().is_none() {
         return Some(unmanaged_op(c));
     }
-    let remove = |cause: String| {
-        Some(Op {
-            changes: Vec::new(),
-            target: target(c),
-            action: Action::Sandbox(SandboxAction::Remove {
-                id: c.id.clone(),
-                name: c.name.clone(),
-                disk: None,
-            }),
-            cause,
-        })
-    };
+    let remove = |cause: String| Some(remove_op(c, cause));
     if c.state == ContainerState::Created && now - c.created > STUCK_SECONDS {
         return remove(stuck_cause(c, now));
     }
@@ -144,6 +144,107 @@ fn plan_one(
                 c.state.as_str()
             ),
         }),
+    }
+}
+
+/// A container Hermes Agent made for a task no warm sandbox of hermes's
+/// is (another task's, its backend probe), by the agent's own rules
+/// (`tools/environments/docker.py`, `reap_orphan_containers`): removed
+/// once exited (or never started) for longer than the orphan limit, the
+/// probe once idle for `lifetime_seconds`; never while a command runs in
+/// it, and nothing else of the agent's.
+fn agent_leftover(
+    desired: &Desired,
+    observed: &Observed,
+    c: &ObservedContainer,
+    now: i64,
+) -> Op<Action> {
+    let terminal = &desired.config.terminal;
+    let limit = orphan_limit(desired);
+    let idle_limit = i64::try_from(terminal.lifetime_seconds).unwrap_or(i64::MAX);
+    let task = c.task().unwrap_or_default();
+    let probe = task == AGENT_PROBE_TASK;
+    let whose = if probe {
+        "Hermes Agent's backend probe".to_string()
+    } else {
+        format!("made by Hermes Agent for task {task} (not kept warm here)")
+    };
+    let kept = |verb: &'static str, cause: String| Op {
+        changes: Vec::new(),
+        target: target(c),
+        action: Action::Keep {
+            id: c.id.clone(),
+            verb,
+        },
+        cause,
+    };
+    let state = c.state.as_str();
+    if !terminal.docker_orphan_reaper {
+        return kept(
+            "unmanaged",
+            format!("{whose}, {state}; left alone (terminal.docker_orphan_reaper is off)"),
+        );
+    }
+    let exited = matches!(c.state, ContainerState::Exited | ContainerState::Dead);
+    if exited || c.state == ContainerState::Created {
+        let (since, what) = match c.finished_at {
+            Some(t) if exited => (t, state),
+            _ if exited => (c.created, state),
+            _ => (c.created, "created, never started,"),
+        };
+        if now - since > limit {
+            return remove_op(
+                c,
+                format!(
+                    "{whose}: {what} {} ago (> {}, the agent's orphan rule: 2 × \
+                     terminal.lifetime_seconds)",
+                    age(now - since),
+                    age(limit)
+                ),
+            );
+        }
+    }
+    let when = if probe && c.state == ContainerState::Running {
+        format!(
+            "removed once idle for {} (terminal.lifetime_seconds)",
+            age(idle_limit)
+        )
+    } else {
+        format!(
+            "removed once exited for {} (2 × terminal.lifetime_seconds)",
+            age(limit)
+        )
+    };
+    match observed.idleness(c) {
+        Idleness::IdleSince(t) if probe && now - t > idle_limit => remove_op(
+            c,
+            format!(
+                "{whose}, idle {} (> {}, terminal.lifetime_seconds)",
+                age(now - t),
+                age(idle_limit)
+            ),
+        ),
+        Idleness::Busy { processes } => kept(
+            "busy",
+            format!(
+                "{whose} runs {processes} command{}; {when}",
+                if processes == 1 { "" } else { "s" }
+            ),
+        ),
+        _ => kept("unmanaged", format!("{whose}, {state}; {when}")),
+    }
+}
+
+fn remove_op(c: &ObservedContainer, cause: String) -> Op<Action> {
+    Op {
+        changes: Vec::new(),
+        target: target(c),
+        action: Action::Sandbox(SandboxAction::Remove {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            disk: None,
+        }),
+        cause,
     }
 }
 

@@ -345,3 +345,116 @@ fn ending_a_session_removes_its_containers_of_every_task_and_nothing_else() {
     );
     assert!(super::end_session("default", "s3", &observed).is_empty());
 }
+
+/// A container Hermes Agent made for `task`: its three labels only.
+fn agents(task: &str) -> ObservedContainer {
+    let mut c = sandbox(task, None);
+    c.labels.remove(LABEL_SPEC_HASH);
+    c.name = "hermes-1a2b3c4d".to_string();
+    c.id = format!("id-agent-{task}");
+    c
+}
+
+#[test]
+fn the_agent_s_exited_containers_go_by_its_own_orphan_rule_across_the_boundary() {
+    // lifetime 300 → 600 s, as the agent's reaper computes it.
+    let d = desired("  lifetime_seconds: 300\n");
+    let at = |finished_ago: i64| {
+        let mut c = agents("other");
+        c.state = ContainerState::Exited;
+        c.processes = None;
+        c.finished_at = Some(NOW - finished_ago);
+        text(&d, vec![c])
+    };
+    let kept = "? sandbox default/other   unmanaged   made by Hermes Agent for task other (not kept warm here), exited; removed once exited for 10m (2 × terminal.lifetime_seconds)\n\
+         No changes. The host is converged.";
+    assert_eq!(at(599), kept);
+    assert_eq!(at(600), kept);
+    assert_eq!(
+        at(601),
+        "- sandbox default/other   remove      made by Hermes Agent for task other (not kept warm here): exited 10m1s ago (> 10m, the agent's orphan rule: 2 × terminal.lifetime_seconds)\n\
+         Plan: 0 to create, 0 to change, 1 to remove."
+    );
+    // Never started (a `docker run` that failed after its create): the
+    // same limit, from its creation.
+    let mut created = agents("other");
+    created.state = ContainerState::Created;
+    created.started_at = None;
+    created.processes = None;
+    created.created = NOW - 601;
+    assert!(
+        text(&d, vec![created]).contains("created, never started, 10m1s ago (> 10m"),
+        "{}",
+        text(&d, vec![agents("x")])
+    );
+}
+
+#[test]
+fn the_agent_s_running_containers_of_other_tasks_are_left_to_it() {
+    let d = desired("  lifetime_seconds: 60\n");
+    // Idle for a day: the agent's, so not hermes's to reap while it runs.
+    assert_eq!(
+        plan_with(&d, vec![agents("other")], &[("hermes-1a2b3c4d", NOW - 86_400)]).to_string(),
+        "? sandbox default/other   unmanaged   made by Hermes Agent for task other (not kept warm here), running; removed once exited for 2m (2 × terminal.lifetime_seconds)\n\
+         No changes. The host is converged."
+    );
+}
+
+#[test]
+fn the_agent_s_backend_probe_goes_once_idle_for_the_lifetime_and_never_while_busy() {
+    let d = desired("  lifetime_seconds: 300\n");
+    let at = |idle: i64| {
+        plan_with(
+            &d,
+            vec![agents("prompt-backend-probe")],
+            &[("hermes-1a2b3c4d", NOW - idle)],
+        )
+        .to_string()
+    };
+    let kept = "? sandbox default/prompt-backend-probe   unmanaged   Hermes Agent's backend probe, running; removed once idle for 5m (terminal.lifetime_seconds)\n\
+         No changes. The host is converged.";
+    assert_eq!(at(299), kept);
+    assert_eq!(at(300), kept);
+    assert_eq!(
+        at(301),
+        "- sandbox default/prompt-backend-probe   remove      Hermes Agent's backend probe, idle 5m1s (> 5m, terminal.lifetime_seconds)\n\
+         Plan: 0 to create, 0 to change, 1 to remove."
+    );
+    // A command inside, or an unknown count: kept.
+    let mut busy = agents("prompt-backend-probe");
+    busy.processes = Some(2);
+    assert_eq!(
+        plan_with(&d, vec![busy], &[("hermes-1a2b3c4d", NOW - 86_400)]).to_string(),
+        "? sandbox default/prompt-backend-probe   busy        Hermes Agent's backend probe runs 2 commands; removed once idle for 5m (terminal.lifetime_seconds)\n\
+         No changes. The host is converged."
+    );
+    let mut unknown = agents("prompt-backend-probe");
+    unknown.processes = None;
+    assert!(
+        !plan_with(&d, vec![unknown], &[("hermes-1a2b3c4d", NOW - 86_400)]).is_pending()
+    );
+}
+
+#[test]
+fn without_the_orphan_reaper_the_agent_s_containers_stay() {
+    let d = desired("  docker_orphan_reaper: false\n  lifetime_seconds: 60\n");
+    let mut exited = agents("other");
+    exited.state = ContainerState::Exited;
+    exited.finished_at = Some(NOW - 86_400);
+    let probe = agents("prompt-backend-probe");
+    let plan = plan_with(&d, vec![exited, probe], &[("hermes-1a2b3c4d", NOW - 86_400)]);
+    assert!(!plan.is_pending(), "{plan}");
+    assert!(plan.to_string().contains("left alone (terminal.docker_orphan_reaper is off)"));
+}
+
+#[test]
+fn a_container_with_agent_labels_and_one_of_hermes_s_own_is_not_the_agent_s() {
+    // A session's container whose spec hash label is gone: unmanaged,
+    // however old, never reaped as the agent's.
+    let d = desired("  lifetime_seconds: 60\n");
+    let mut c = sandbox("t", Some("s"));
+    c.labels.remove(LABEL_SPEC_HASH);
+    c.state = ContainerState::Exited;
+    c.finished_at = Some(NOW - 86_400);
+    assert!(text(&d, vec![c]).contains("no hermes-spec-hash label; left alone"));
+}
