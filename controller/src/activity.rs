@@ -31,6 +31,23 @@ impl Activity {
 
     /// Records that `container` is in use now.
     pub fn touch(&self, container: &str) -> io::Result<()> {
+        self.record(container, SystemTime::now())
+    }
+
+    /// Records that `container` was in use at `at` (Unix seconds), unless
+    /// its record is later already (the engine's events come late, and a
+    /// replay brings old ones).
+    pub fn touch_at(&self, container: &str, at: i64) -> io::Result<()> {
+        let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(at.max(0).unsigned_abs());
+        if let Ok(meta) = fs::symlink_metadata(self.dir.join(container))
+            && meta.modified().is_ok_and(|m| m >= at)
+        {
+            return Ok(());
+        }
+        self.record(container, at)
+    }
+
+    fn record(&self, container: &str, at: SystemTime) -> io::Result<()> {
         if !is_plain_name(container) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -46,7 +63,7 @@ impl Activity {
             // Never through a symlink planted in the directory.
             .custom_flags(nix::libc::O_NOFOLLOW)
             .open(self.dir.join(container))?;
-        file.set_modified(SystemTime::now())
+        file.set_modified(at)
     }
 
     /// Unix seconds of the last recorded use of every container that has a
@@ -129,6 +146,19 @@ mod tests {
         activity.forget("hermes-default-default").unwrap();
         activity.forget("hermes-default-default").unwrap();
         assert!(activity.read_all().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_engine_s_event_moves_a_record_forward_never_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::resolve(Some(dir.path().to_path_buf())).unwrap();
+        let activity = Activity::new(&home);
+        activity.touch_at("hermes-1a2b3c4d", 1_000).unwrap();
+        assert_eq!(activity.read_all().unwrap()["hermes-1a2b3c4d"], 1_000);
+        activity.touch_at("hermes-1a2b3c4d", 2_000).unwrap();
+        activity.touch_at("hermes-1a2b3c4d", 1_500).unwrap();
+        assert_eq!(activity.read_all().unwrap()["hermes-1a2b3c4d"], 2_000);
+        assert!(activity.touch_at("../escape", 3_000).is_err());
     }
 
     #[test]

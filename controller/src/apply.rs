@@ -273,6 +273,12 @@ pub async fn apply_sandbox(engine: &Engine, action: &SandboxAction) -> Result<()
             }
         }
         SandboxAction::Remove { id, disk, .. } => {
+            // What runs inside (an exec of anyone's, a process one left)
+            // ends first, up to a grace; the removal stops what is left,
+            // as the plan's cost said.
+            engine
+                .wait_idle(id, crate::sandbox_locks::IN_FLIGHT_GRACE)
+                .await;
             engine.remove(id).await?;
             if let Some(disk) = disk {
                 match crate::disk::release(engine, disk).await {

@@ -17,6 +17,7 @@
 //! family in `model/src/action.rs`.
 
 use hermes_backends::docker::Engine;
+use hermes_model::action::{Action, SandboxAction};
 use hermes_model::config::Backend;
 use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
@@ -142,7 +143,18 @@ impl Seam {
         match self {
             Seam::Local | Seam::Docker | Seam::Ssh => {
                 let engine = Engine::connect().await?.for_home(home.scope());
-                let observed = crate::commands::observe(&engine, home).await?;
+                let mut observed = crate::commands::observe(&engine, home).await?;
+                // The plan says what runs in what it removes.
+                let ending = hermes_reconcilers::reaping::end_session(profile, session, &observed);
+                let ids: Vec<String> = ending
+                    .iter()
+                    .filter_map(|op| match &op.action {
+                        Action::Sandbox(SandboxAction::Remove { id, .. }) => Some(id.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                engine.count_processes(&mut observed.containers, &ids).await;
                 let ops = hermes_reconcilers::reaping::end_session(profile, session, &observed);
                 Ok(Ending {
                     plan: Plan::new(ops),

@@ -27,7 +27,8 @@ use nix::fcntl::Flock;
 
 /// How long a replacement waits for the commands running in the sandbox
 /// before it stops them with their container.
-pub const IN_FLIGHT_GRACE: Duration = Duration::from_secs(10);
+pub const IN_FLIGHT_GRACE: Duration =
+    Duration::from_secs(hermes_model::sandbox::DRAIN_GRACE_SECONDS);
 
 /// How often a replacement looks whether the commands ended.
 const POLL: Duration = Duration::from_millis(20);

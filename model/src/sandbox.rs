@@ -33,6 +33,10 @@ pub const LABEL_SPEC_HASH: &str = "hermes-spec-hash";
 /// engine exec each. Not part of the spec hash (see [`SandboxSpec::runner_dir`]).
 pub const LABEL_RUNNER: &str = "hermes-runner";
 
+/// How long a replacement or a removal waits for the commands running in
+/// a sandbox to end before stopping them with it (the plan's cost says so).
+pub const DRAIN_GRACE_SECONDS: u64 = 10;
+
 /// Where a sandbox sees its runner's directory.
 pub const RUNNER_MOUNT: &str = "/run/hermes";
 

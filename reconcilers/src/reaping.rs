@@ -38,7 +38,7 @@ use hermes_model::observed::{
     AGENT_PROBE_TASK, ContainerState, Idleness, Observed, ObservedContainer,
 };
 use hermes_model::plan::{Op, Target};
-use hermes_model::sandbox::sanitize;
+use hermes_model::sandbox::{DRAIN_GRACE_SECONDS, sanitize};
 
 use crate::age;
 use crate::persistence::{STUCK_SECONDS, stuck_cause, unmanaged_op};
@@ -127,9 +127,11 @@ fn plan_one(
             }
         }
         Role::OnDemand { idle_limit: None } => None,
-        Role::NotDesired if desired.config.reconcile.prune => {
-            remove(format!("not desired ({}); pruned", c.state.as_str()))
-        }
+        Role::NotDesired if desired.config.reconcile.prune => remove(format!(
+            "not desired ({}); pruned{}",
+            c.state.as_str(),
+            removal_cost(c)
+        )),
         Role::NotDesired => Some(Op {
             changes: Vec::new(),
             target: Target::Container {
@@ -235,6 +237,25 @@ fn agent_leftover(
     }
 }
 
+/// What a removal of a running container costs, for the cause: the
+/// commands it waits for, up to [`DRAIN_GRACE_SECONDS`], and then stops.
+fn removal_cost(c: &ObservedContainer) -> String {
+    let grace = age(i64::try_from(DRAIN_GRACE_SECONDS).unwrap_or(i64::MAX));
+    match (c.state, c.processes) {
+        (ContainerState::Running, Some(0)) => String::new(),
+        (ContainerState::Running, Some(1)) => {
+            format!("; waits up to {grace} for the 1 process running in it, then stops it")
+        }
+        (ContainerState::Running, Some(n)) => {
+            format!("; waits up to {grace} for the {n} processes running in it, then stops them")
+        }
+        (ContainerState::Running, None) => {
+            format!("; waits up to {grace} for what runs in it, then stops it")
+        }
+        _ => String::new(),
+    }
+}
+
 fn remove_op(c: &ObservedContainer, cause: String) -> Op<Action> {
     Op {
         changes: Vec::new(),
@@ -299,7 +320,7 @@ pub fn end_session(profile: &str, session: &str, observed: &Observed) -> Vec<Op<
                 name: c.name.clone(),
                 disk: None,
             }),
-            cause: format!("session {session} ended by hand"),
+            cause: format!("session {session} ended by hand{}", removal_cost(c)),
         })
         .collect()
 }

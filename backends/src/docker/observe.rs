@@ -197,6 +197,53 @@ impl Engine {
 
     /// The processes of a running container besides its init and keeper
     /// (`main_pid`: the host pid of its first process, the init).
+    /// Waits until nothing runs in the running container `id` besides its
+    /// init and keeper (no exec, whoever started it, and no process one
+    /// left), or `grace` passed; polls the engine's `top`. `true` when it
+    /// is idle (or not running, or gone), `false` when something still ran
+    /// at the end of the grace, or what runs cannot be read.
+    pub async fn wait_idle(&self, id: &str, grace: std::time::Duration) -> bool {
+        const POLL: std::time::Duration = std::time::Duration::from_millis(200);
+        let started = std::time::Instant::now();
+        let mut said = false;
+        loop {
+            let main_pid = match self.docker.inspect_container(id, None).await {
+                Ok(info) => match info.state {
+                    Some(s) if s.running == Some(true) => s.pid,
+                    _ => return true,
+                },
+                Err(e) if is_not_found(&e) => return true,
+                Err(e) => {
+                    tracing::debug!(container = %id, error = %e, "inspect failed");
+                    return false;
+                }
+            };
+            let count = match self.docker.top_processes(id, None).await {
+                Ok(top) => count_processes(&top, main_pid),
+                Err(e) if is_not_found(&e) => return true,
+                Err(e) => {
+                    tracing::debug!(container = %id, error = %e, "top failed");
+                    None
+                }
+            };
+            match count {
+                Some(0) => return true,
+                None => return false,
+                Some(n) if started.elapsed() >= grace => {
+                    tracing::warn!(container = %id, processes = n, grace_s = grace.as_secs(), "commands still run in the container; its removal stops them");
+                    return false;
+                }
+                Some(n) => {
+                    if !said {
+                        tracing::info!(container = %id, processes = n, grace_s = grace.as_secs(), "waiting for the commands running in the container to end before it is removed");
+                        said = true;
+                    }
+                }
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     async fn processes_of(
         &self,
         container: &ObservedContainer,

@@ -74,6 +74,7 @@ pub async fn observe_for(
     let profile = hermes_model::sandbox::sanitize(&desired.profile);
     let containers = engine.observe_profile(&profile).await?;
     let mut observed = with_activity(containers, home).await?;
+    merge_exec_activity(engine, &profile, &mut observed).await;
     observed.legacy = crate::migrate::observe_legacy(home, desired);
     // Whatever the backend: an image left by an earlier Docker config is
     // released as well.
@@ -87,6 +88,32 @@ pub async fn observe_for(
         engine.count_processes(&mut observed.containers, &ids).await;
     }
     Ok(observed)
+}
+
+/// How far back a pass asks the engine for the commands run in the
+/// sandboxes (the engine holds fewer events than this in practice).
+const EXEC_EVENTS_WINDOW_SECONDS: i64 = 7 * 86_400;
+
+/// Adds to the activity records the commands the engine saw start or end
+/// in the profile's containers, whoever ran them (Hermes Agent's `docker
+/// exec` leaves no record of hermes's): the later of the two times counts.
+/// An engine that cannot replay its events leaves the records as they are.
+async fn merge_exec_activity(engine: &Engine, profile: &str, observed: &mut Observed) {
+    let now = hermes_reconcilers::unix_seconds(std::time::SystemTime::now());
+    match engine
+        .exec_activity(profile, now - EXEC_EVENTS_WINDOW_SECONDS, now + 1)
+        .await
+    {
+        Ok(seen) => {
+            for (name, at) in seen {
+                let record = observed.activity.entry(name).or_insert(at);
+                *record = (*record).max(at);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the engine's exec events; idleness counts hermes's own commands only");
+        }
+    }
 }
 
 async fn with_activity(

@@ -485,6 +485,7 @@ impl Controller {
             spawn_event_watch(
                 engine.clone(),
                 hermes_model::sandbox::sanitize(&self.profile),
+                crate::activity::Activity::new(&self.home),
                 self.engine_tx.clone(),
             );
         }
@@ -582,12 +583,19 @@ impl crate::pass::Engines for Controller {
 }
 
 /// Follows the engine's events of the profile's containers for as long as
-/// the controller runs. Each event wakes the loop, and so does the stream's
+/// the controller runs. A command's start or end is recorded as the
+/// sandbox's activity (whoever ran it: Hermes Agent's `docker exec` too)
+/// and wakes nothing. Each other event wakes the loop, and so does the stream's
 /// end (the engine may be restarting: events are missed meanwhile) and
 /// its coming back: while the engine does not answer it is asked every
 /// [`ENGINE_PROBE`], and followed again as soon as it does. A stream that
 /// ends at once with the engine answering is retried with a growing delay.
-fn spawn_event_watch(engine: Engine, profile: String, wake: mpsc::Sender<()>) {
+fn spawn_event_watch(
+    engine: Engine,
+    profile: String,
+    activity: crate::activity::Activity,
+    wake: mpsc::Sender<()>,
+) {
     tokio::spawn(async move {
         let mut empty_streams = 0u32;
         loop {
@@ -595,6 +603,12 @@ fn spawn_event_watch(engine: Engine, profile: String, wake: mpsc::Sender<()>) {
             let mut got_any = false;
             while let Some(event) = events.next().await {
                 match event {
+                    Ok(event) if event.is_exec() => {
+                        got_any = true;
+                        if let Err(e) = activity.touch_at(&event.container, event.time) {
+                            tracing::debug!(container = %event.container, error = %e, "cannot record a command's activity");
+                        }
+                    }
                     Ok(event) => {
                         got_any = true;
                         tracing::debug!(action = %event.action, container = %event.container, "container event");

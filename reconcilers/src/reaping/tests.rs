@@ -346,6 +346,53 @@ fn ending_a_session_removes_its_containers_of_every_task_and_nothing_else() {
     assert!(super::end_session("default", "s3", &observed).is_empty());
 }
 
+#[test]
+fn ending_a_session_or_pruning_says_what_runs_in_what_goes() {
+    let with = |processes: Option<u32>| {
+        let mut c = sandbox("default", Some("s1"));
+        c.processes = processes;
+        c
+    };
+    let cause = |c: ObservedContainer| {
+        let observed = Observed {
+            containers: vec![c],
+            ..Observed::default()
+        };
+        super::end_session("default", "s1", &observed)[0].cause.clone()
+    };
+    assert_eq!(cause(with(Some(0))), "session s1 ended by hand");
+    assert_eq!(
+        cause(with(Some(1))),
+        "session s1 ended by hand; waits up to 10s for the 1 process running in it, then stops it"
+    );
+    assert_eq!(
+        cause(with(Some(3))),
+        "session s1 ended by hand; waits up to 10s for the 3 processes running in it, then stops them"
+    );
+    assert_eq!(
+        cause(with(None)),
+        "session s1 ended by hand; waits up to 10s for what runs in it, then stops it"
+    );
+    let mut exited = with(Some(2));
+    exited.state = ContainerState::Exited;
+    assert_eq!(cause(exited), "session s1 ended by hand");
+    let mut pruning = Desired::build(
+        load("").unwrap().config,
+        "default",
+        Path::new("/h"),
+        &HostEnv::default(),
+    )
+    .unwrap();
+    pruning.config.reconcile.prune = true;
+    let mut busy = sandbox("default", None);
+    busy.processes = Some(2);
+    assert_eq!(
+        text(&pruning, vec![busy]),
+        "- sandbox default/default   remove      not desired (running); pruned; waits up to 10s for the 2 processes running in it, then stops them\n\
+         Plan: 0 to create, 0 to change, 1 to remove."
+    );
+}
+
 /// A container Hermes Agent made for `task`: its three labels only.
 fn agents(task: &str) -> ObservedContainer {
     let mut c = sandbox(task, None);
@@ -382,10 +429,10 @@ fn the_agent_s_exited_containers_go_by_its_own_orphan_rule_across_the_boundary()
     created.started_at = None;
     created.processes = None;
     created.created = NOW - 601;
+    let plan = text(&d, vec![created]);
     assert!(
-        text(&d, vec![created]).contains("created, never started, 10m1s ago (> 10m"),
-        "{}",
-        text(&d, vec![agents("x")])
+        plan.contains("remove      made by Hermes Agent for task other (not kept warm here): created, never started, 10m1s ago (> 10m"),
+        "{plan}"
     );
 }
 
