@@ -21,6 +21,8 @@ use crate::settings::{self, Change};
 /// inspected (still `created`): nothing is known, so it is recreated.
 pub fn differences(spec: &SandboxSpec, c: &ObservedContainer) -> Option<Vec<Change>> {
     let made = c.made_by_agent.as_ref()?;
+    // Hardening as it is for this image (an s6-overlay `/init`'s).
+    let spec = &spec.for_entrypoint(&made.entrypoint);
     let mut wanted = spec.settings();
     let mut seen = observed_settings(spec, c, made);
     for (k, v) in hardening(spec) {
@@ -110,6 +112,9 @@ fn observed_settings(
         "egress".to_string(),
         c.label(LABEL_EGRESS).unwrap_or("off").to_string(),
     );
+    if !made.user.is_empty() {
+        s.insert("user".to_string(), made.user.clone());
+    }
     s
 }
 
@@ -120,8 +125,15 @@ fn hardening(spec: &SandboxSpec) -> Vec<(String, String)> {
         .iter()
         .map(|(at, opts)| (format!("tmpfs {at}"), opts.clone()))
         .collect();
-    v.push(("pids_limit".to_string(), spec.pids_limit.to_string()));
-    v.push(("init".to_string(), "true".to_string()));
+    v.push((
+        "pids_limit".to_string(),
+        if spec.pids_limit > 0 {
+            spec.pids_limit.to_string()
+        } else {
+            "none".to_string()
+        },
+    ));
+    v.push(("init".to_string(), spec.init.to_string()));
     v
 }
 
@@ -207,6 +219,8 @@ mod tests {
                 devices: Vec::new(),
                 extra_hosts: Vec::new(),
                 init: true,
+                user: String::new(),
+                entrypoint: Vec::new(),
             }),
             adopted_hash: None,
         }
@@ -235,6 +249,54 @@ mod tests {
                 "docker_shm_size 67108864 → 1073741824"
             ]
         );
+    }
+
+    #[test]
+    fn an_s6_overlay_image_s_container_without_init_and_with_an_exec_run_is_adopted_as_it_is() {
+        let s = spec("terminal:\n  docker_image: img:1\n  docker_shm_size: 64m\n");
+        let mut c = agent_container("img:1", 64 << 20);
+        let made = c.made_by_agent.as_mut().unwrap();
+        made.entrypoint = vec!["/init".to_string()];
+        made.init = false;
+        made.tmpfs
+            .insert("/run".to_string(), "rw,exec,nosuid,size=64m".to_string());
+        assert_eq!(differences(&s, &c), Some(vec![]));
+        // The same container of an image without that init differs.
+        c.made_by_agent.as_mut().unwrap().entrypoint.clear();
+        let changes: Vec<String> = differences(&s, &c)
+            .unwrap()
+            .iter()
+            .map(Change::describe)
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                "init false → true",
+                "tmpfs /run rw,exec,nosuid,size=64m → rw,noexec,nosuid,size=64m"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_agent_s_container_run_as_the_host_user_is_adopted_as_it_is() {
+        let config = "terminal:\n  docker_image: img:1\n  docker_shm_size: 64m\n  docker_run_as_host_user: true\n";
+        let host = crate::desired::HostFacts {
+            user: Some("1000:1000".to_string()),
+            no_pids_controller: false,
+        };
+        let s = spec(config).with_host(&load(config).unwrap().config, &host);
+        let mut c = agent_container("img:1", 64 << 20);
+        let made = c.made_by_agent.as_mut().unwrap();
+        made.user = "1000:1000".to_string();
+        made.cap_add.retain(|c| c != "SETUID" && c != "SETGID");
+        assert_eq!(differences(&s, &c), Some(vec![]));
+        c.made_by_agent.as_mut().unwrap().user.clear();
+        let changes: Vec<String> = differences(&s, &c)
+            .unwrap()
+            .iter()
+            .map(Change::describe)
+            .collect();
+        assert_eq!(changes, ["user (none) → 1000:1000"]);
     }
 
     #[test]

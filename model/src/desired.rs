@@ -30,6 +30,19 @@ pub struct HostEnv {
     /// Whether `~/.modal.toml` exists (Modal's credentials file), as the
     /// caller found it.
     pub modal_toml: bool,
+    /// What of the host shapes a Docker sandbox.
+    pub facts: HostFacts,
+}
+
+/// What of the host shapes a Docker sandbox, as the caller found it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostFacts {
+    /// `uid:gid` of the process: the user `docker_run_as_host_user` runs
+    /// a sandbox as.
+    pub user: Option<String>,
+    /// Whether the host's cgroups lack the `pids` controller (an
+    /// unprivileged LXC, say): a sandbox then gets no pids limit.
+    pub no_pids_controller: bool,
 }
 
 impl HostEnv {
@@ -97,6 +110,8 @@ pub struct Desired {
     /// The home's identity ([`crate::homes::home_id`]), set by the caller
     /// that can resolve the home's path: every sandbox is labelled with it.
     pub home_id: Option<String>,
+    /// What of the host shapes a Docker sandbox.
+    pub host: HostFacts,
 }
 
 /// The egress side of the desired state: what the config asks of the
@@ -213,6 +228,7 @@ impl Desired {
             cloud,
             instances: Vec::new(),
             home_id: None,
+            host: env.facts.clone(),
         };
         if desired.config.terminal.backend == Backend::Ssh {
             desired.ssh = Some(crate::ssh::SshTarget::from_config(
@@ -241,7 +257,8 @@ impl Desired {
     /// The sandbox of a key of the active profile, wired to the egress
     /// proxy when it is on.
     pub fn sandbox(&self, key: SandboxKey) -> SandboxSpec {
-        let mut spec = SandboxSpec::new(&self.config, key, &self.home, &self.extra_args);
+        let mut spec = SandboxSpec::new(&self.config, key, &self.home, &self.extra_args)
+            .with_host(&self.config, &self.host);
         if let Some(id) = &self.home_id {
             // Not part of the spec hash: see `crate::homes`.
             spec.labels

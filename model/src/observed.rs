@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::sandbox::{
-    LABEL_EGRESS, LABEL_PROFILE, LABEL_RUNNER, LABEL_SESSION, LABEL_SESSION_TASK,
-    LABEL_SPEC_HASH, LABEL_TASK,
+    LABEL_EGRESS, LABEL_PROFILE, LABEL_RUNNER, LABEL_SESSION, LABEL_SESSION_TASK, LABEL_SPEC_HASH,
+    LABEL_TASK,
 };
 
 /// The task of the container Hermes Agent starts, at each start of its
@@ -101,6 +101,10 @@ pub struct AgentMade {
     pub devices: Vec<String>,
     pub extra_hosts: Vec<String>,
     pub init: bool,
+    /// `Config.User`: empty for the image's user.
+    pub user: String,
+    /// `Config.Entrypoint`: the image's, unless the agent's run set one.
+    pub entrypoint: Vec<String>,
 }
 
 impl ObservedContainer {
@@ -133,9 +137,14 @@ impl ObservedContainer {
         self.label(LABEL_TASK).is_some()
             && self.profile().is_some()
             && self.spec_hash().is_none()
-            && [LABEL_SESSION, LABEL_SESSION_TASK, LABEL_RUNNER, LABEL_EGRESS]
-                .iter()
-                .all(|l| self.label(l).is_none())
+            && [
+                LABEL_SESSION,
+                LABEL_SESSION_TASK,
+                LABEL_RUNNER,
+                LABEL_EGRESS,
+            ]
+            .iter()
+            .all(|l| self.label(l).is_none())
     }
 
     /// The spec hash: its label, or the one hermes recorded when it

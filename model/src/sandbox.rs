@@ -42,7 +42,24 @@ pub const RUNNER_MOUNT: &str = "/run/hermes";
 
 /// The capabilities a sandbox keeps after dropping all.
 pub const CAP_ADD: &[&str] = &["DAC_OVERRIDE", "CHOWN", "FOWNER", "SETUID", "SETGID"];
+/// The capabilities an image's init needs to drop from root to its user
+/// (`s6-setuidgid`, `gosu`, `su`): not kept when the sandbox starts as
+/// the host's user (`docker_run_as_host_user`), which needs no drop.
+pub const PRIVILEGE_DROP_CAPS: &[&str] = &["SETUID", "SETGID"];
 pub const PIDS_LIMIT: i64 = 256;
+
+/// The entrypoints of s6-overlay images (Hermes Agent's own image among
+/// them), as the agent recognises them: their `/init` must be PID 1, and
+/// execs from `/run` while it starts.
+pub const S6_INIT_ENTRYPOINTS: &[&str] = &["/init", "/package/admin/s6-overlay/command/init"];
+
+/// Whether an image (or container) with `entrypoint` starts through
+/// s6-overlay's `/init`.
+pub fn uses_s6_init(entrypoint: &[String]) -> bool {
+    entrypoint
+        .first()
+        .is_some_and(|first| S6_INIT_ENTRYPOINTS.contains(&first.trim()))
+}
 
 /// Which sandbox: a (profile, task) pair, plus a session id for
 /// disposable session sandboxes.
@@ -207,6 +224,10 @@ pub struct SandboxSpec {
     pub runtime: Option<String>,
     pub cmd: Vec<String>,
     pub working_dir: String,
+    /// The engine's `--init` as PID 1 (it reaps what commands leave).
+    /// Not a setting: false only for an image whose own init must be PID 1
+    /// ([`SandboxSpec::for_entrypoint`]), so not in the spec hash.
+    pub init: bool,
     /// The host directory of the sandbox's runner ([`runner_dir`]), mounted
     /// at [`RUNNER_MOUNT`] (one of `binds`). It and [`LABEL_RUNNER`]
     /// are plumbing, not settings: the spec hash leaves them out, so a
@@ -364,11 +385,54 @@ impl SandboxSpec {
             runtime: None,
             cmd: vec!["sleep".to_string(), "infinity".to_string()],
             working_dir: "/workspace".to_string(),
+            init: true,
             runner_dir: Some(runner),
         };
         spec.apply_extra_args(extra);
         spec.rehash();
         spec
+    }
+
+    /// The spec as it is created from an image whose entrypoint is
+    /// `entrypoint`. For an s6-overlay `/init` ([`uses_s6_init`]), as
+    /// Hermes Agent does: no engine `--init` (two inits would compete for
+    /// PID 1) and `/run` mounted `exec` (s6's stage 0 execs from it; a
+    /// `noexec` one stops it with exit 126). The spec hash stays the
+    /// desired one's: what the image implies is not a setting.
+    pub fn for_entrypoint(&self, entrypoint: &[String]) -> SandboxSpec {
+        let mut spec = self.clone();
+        if uses_s6_init(entrypoint) {
+            spec.init = false;
+            if let Some(opts) = spec.tmpfs.get_mut("/run") {
+                *opts = opts
+                    .split(',')
+                    .map(|o| if o == "noexec" { "exec" } else { o })
+                    .collect::<Vec<_>>()
+                    .join(",");
+            }
+        }
+        spec
+    }
+
+    /// The spec with what of the host shapes a sandbox: started as the
+    /// host's user under `docker_run_as_host_user` (a `--user` of
+    /// `docker_extra_args` still wins, as it comes later on the agent's
+    /// command line), without the capabilities a drop from root needs;
+    /// no pids limit where the host's cgroups have no `pids` controller
+    /// (the engine could not apply one). Rehashed.
+    pub fn with_host(mut self, config: &Config, host: &crate::desired::HostFacts) -> SandboxSpec {
+        if config.terminal.docker_run_as_host_user
+            && let Some(user) = &host.user
+        {
+            self.user.get_or_insert_with(|| user.clone());
+            self.cap_add
+                .retain(|c| !PRIVILEGE_DROP_CAPS.contains(&c.as_str()));
+        }
+        if host.no_pids_controller {
+            self.pids_limit = 0;
+        }
+        self.rehash();
+        self
     }
 
     /// The spec hash: the first 12 hex digits of SHA-256 over every field
@@ -517,6 +581,73 @@ mod tests {
 
     use super::*;
     use crate::config::load;
+
+    #[test]
+    fn an_s6_overlay_image_starts_without_the_engine_s_init_and_with_an_exec_run() {
+        let spec = spec("terminal:\n  docker_image: img:1\n");
+        assert!(spec.init);
+        assert_eq!(spec.tmpfs["/run"], "rw,noexec,nosuid,size=64m");
+        for entrypoint in [
+            &["/init"][..],
+            &["/package/admin/s6-overlay/command/init", "x"],
+        ] {
+            let entrypoint: Vec<String> = entrypoint.iter().map(|s| s.to_string()).collect();
+            let s6 = spec.for_entrypoint(&entrypoint);
+            assert!(!s6.init);
+            assert_eq!(s6.tmpfs["/run"], "rw,exec,nosuid,size=64m");
+            // What the image implies is not a setting.
+            assert_eq!(s6.hash(), spec.hash());
+        }
+        for other in [&[][..], &["/docker-entrypoint.sh"], &["/usr/bin/init"]] {
+            let other: Vec<String> = other.iter().map(|s| s.to_string()).collect();
+            assert_eq!(spec.for_entrypoint(&other), spec);
+        }
+    }
+
+    #[test]
+    fn run_as_host_user_starts_the_sandbox_as_the_host_s_user_without_the_drop_caps() {
+        let text = "terminal:\n  docker_run_as_host_user: true\n";
+        let config = crate::config::load(text).unwrap().config;
+        let host = crate::desired::HostFacts {
+            user: Some("1000:1001".to_string()),
+            no_pids_controller: false,
+        };
+        let plain = spec(text);
+        let as_user = plain.clone().with_host(&config, &host);
+        assert_eq!(as_user.user.as_deref(), Some("1000:1001"));
+        assert!(
+            !as_user
+                .cap_add
+                .iter()
+                .any(|c| c == "SETUID" || c == "SETGID")
+        );
+        assert!(as_user.cap_add.iter().any(|c| c == "CHOWN"));
+        assert_ne!(as_user.hash(), plain.hash());
+        // A `--user` of docker_extra_args comes later on the agent's line.
+        let text =
+            "terminal:\n  docker_run_as_host_user: true\n  docker_extra_args: [--user=7:7]\n";
+        let config = crate::config::load(text).unwrap().config;
+        let given = spec(text).with_host(&config, &host);
+        assert_eq!(given.user.as_deref(), Some("7:7"));
+        // Off: the host's user is not used.
+        let off = crate::config::load("").unwrap().config;
+        let unchanged = spec("").with_host(&off, &host);
+        assert_eq!(unchanged, spec(""));
+    }
+
+    #[test]
+    fn without_the_pids_controller_a_sandbox_gets_no_pids_limit() {
+        let config = crate::config::load("").unwrap().config;
+        let host = crate::desired::HostFacts {
+            user: None,
+            no_pids_controller: true,
+        };
+        let plain = spec("");
+        assert_eq!(plain.pids_limit, PIDS_LIMIT);
+        let unlimited = plain.clone().with_host(&config, &host);
+        assert_eq!(unlimited.pids_limit, 0);
+        assert_ne!(unlimited.hash(), plain.hash());
+    }
 
     fn spec(text: &str) -> SandboxSpec {
         let config = load(text).unwrap().config;

@@ -80,6 +80,8 @@ impl Engine {
                     source,
                 })?;
         }
+        // As the image wants it started (an s6-overlay `/init`).
+        let spec = &spec.for_entrypoint(&self.image_entrypoint(&spec.image).await);
         let body = create_body(spec)?;
         let options = CreateContainerOptionsBuilder::default()
             .name(&spec.name)
@@ -97,6 +99,18 @@ impl Engine {
                 &format!("{} from image {}", spec.name, spec.image),
                 e,
             )),
+        }
+    }
+
+    /// The entrypoint of a local image; empty when it has none or cannot
+    /// be inspected (the create then says what is wrong).
+    async fn image_entrypoint(&self, image: &str) -> Vec<String> {
+        match self.docker.inspect_image(image).await {
+            Ok(info) => info.config.and_then(|c| c.entrypoint).unwrap_or_default(),
+            Err(e) => {
+                tracing::debug!(image, error = %e, "cannot inspect the image's entrypoint");
+                Vec::new()
+            }
         }
     }
 
@@ -272,7 +286,8 @@ fn create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody, DockerError> {
         cap_drop: Some(spec.cap_drop.clone()),
         cap_add: Some(spec.cap_add.clone()),
         security_opt: Some(spec.security_opt.clone()),
-        pids_limit: Some(spec.pids_limit),
+        // 0: no limit (a host without the pids controller).
+        pids_limit: (spec.pids_limit > 0).then_some(spec.pids_limit),
         // 0: no limit (terminal.container_cpu, container_memory: 0).
         nano_cpus: (spec.nano_cpus > 0).then_some(spec.nano_cpus),
         memory: (spec.memory_bytes > 0).then_some(spec.memory_bytes),
@@ -291,7 +306,7 @@ fn create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody, DockerError> {
                 })
                 .collect()
         }),
-        init: Some(true),
+        init: Some(spec.init),
         network_mode: if spec.network {
             spec.network_name.clone()
         } else {

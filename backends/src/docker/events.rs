@@ -51,7 +51,12 @@ impl ContainerEvent {
         let action = event.action.unwrap_or_default();
         ContainerEvent {
             // `exec_start: sh -c …`: the command is not ours to keep.
-            action: action.split(':').next().unwrap_or_default().trim().to_string(),
+            action: action
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
             container: event
                 .actor
                 .and_then(|a| a.attributes)
@@ -125,8 +130,9 @@ impl Engine {
         let mut events = Box::pin(self.docker.events(Some(options)).take(REPLAY_LIMIT));
         let mut last = BTreeMap::new();
         while let Some(item) = events.next().await {
-            let event =
-                ContainerEvent::of(item.map_err(|e| DockerError::engine("read events", "the engine", e))?);
+            let event = ContainerEvent::of(
+                item.map_err(|e| DockerError::engine("read events", "the engine", e))?,
+            );
             if event.container.is_empty() || !event.is_exec() {
                 continue;
             }

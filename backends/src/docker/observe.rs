@@ -289,6 +289,8 @@ fn agent_made(info: &ContainerInspectResponse) -> AgentMade {
             .collect(),
         extra_hosts: host.extra_hosts.unwrap_or_default(),
         init: host.init.unwrap_or(false),
+        user: config.user.clone().unwrap_or_default(),
+        entrypoint: config.entrypoint.clone().unwrap_or_default(),
     }
 }
 

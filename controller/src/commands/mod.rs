@@ -371,7 +371,8 @@ fn remember_good(path: &std::path::Path, text: &str) {
 
 /// The environment `docker_forward_env` (and the cloud backends'
 /// `*_forward_env` and credentials) may read: this process's, then `.env`;
-/// and whether `~/.modal.toml` exists.
+/// whether `~/.modal.toml` exists; and what of the host shapes a Docker
+/// sandbox ([`host_facts`]).
 pub fn host_env(home: &Home) -> anyhow::Result<HostEnv> {
     let process: std::collections::BTreeMap<String, String> = std::env::vars().collect();
     // Modal's own credentials file, which its client reads when the token
@@ -383,5 +384,63 @@ pub fn host_env(home: &Home) -> anyhow::Result<HostEnv> {
         process,
         dotenv: hermes_model::dotenv::parse(&config::read_env_text(home)?),
         modal_toml,
+        facts: host_facts(std::path::Path::new(CGROUP_ROOT)),
     })
+}
+
+/// Where the host's cgroup hierarchy is mounted.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// This process's `uid:gid`, and whether the cgroups at `cgroup_root`
+/// lack the `pids` controller: cgroup v2 lists it in the root's
+/// `cgroup.controllers`, v1 mounts a `pids` hierarchy. A root that shows
+/// neither layout (no cgroup filesystem here) counts as having it: the
+/// engine is then elsewhere, and says so itself if it cannot apply it.
+fn host_facts(cgroup_root: &std::path::Path) -> hermes_model::desired::HostFacts {
+    let controllers = cgroup_root.join("cgroup.controllers");
+    let no_pids_controller = match std::fs::read_to_string(&controllers) {
+        Ok(list) => !list.split_whitespace().any(|c| c == "pids"),
+        Err(_) if cgroup_root.join("cpu").exists() || cgroup_root.join("memory").exists() => {
+            !cgroup_root.join("pids").exists()
+        }
+        Err(_) => false,
+    };
+    hermes_model::desired::HostFacts {
+        user: Some(format!(
+            "{}:{}",
+            nix::unistd::getuid(),
+            nix::unistd::getgid()
+        )),
+        no_pids_controller,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::host_facts;
+
+    #[test]
+    fn the_pids_controller_is_read_from_either_cgroup_layout() {
+        let root = tempfile::tempdir().unwrap();
+        let at = root.path();
+        // No cgroup filesystem at all: taken as there.
+        assert!(!host_facts(at).no_pids_controller);
+        // v1: one hierarchy per controller.
+        std::fs::create_dir(at.join("memory")).unwrap();
+        assert!(host_facts(at).no_pids_controller);
+        std::fs::create_dir(at.join("pids")).unwrap();
+        assert!(!host_facts(at).no_pids_controller);
+        // v2: the root's list wins.
+        std::fs::write(at.join("cgroup.controllers"), "cpuset cpu io memory\n").unwrap();
+        assert!(host_facts(at).no_pids_controller);
+        std::fs::write(at.join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
+        assert!(!host_facts(at).no_pids_controller);
+        let user = host_facts(at).user.unwrap();
+        assert_eq!(
+            user,
+            format!("{}:{}", nix::unistd::getuid(), nix::unistd::getgid())
+        );
+    }
 }

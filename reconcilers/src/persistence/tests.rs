@@ -311,6 +311,8 @@ fn agent_made(id: &str, image: &str, shm: i64) -> ObservedContainer {
         devices: Vec::new(),
         extra_hosts: Vec::new(),
         init: true,
+        user: String::new(),
+        entrypoint: Vec::new(),
     });
     c
 }

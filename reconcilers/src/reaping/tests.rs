@@ -358,7 +358,9 @@ fn ending_a_session_or_pruning_says_what_runs_in_what_goes() {
             containers: vec![c],
             ..Observed::default()
         };
-        super::end_session("default", "s1", &observed)[0].cause.clone()
+        super::end_session("default", "s1", &observed)[0]
+            .cause
+            .clone()
     };
     assert_eq!(cause(with(Some(0))), "session s1 ended by hand");
     assert_eq!(
@@ -441,7 +443,12 @@ fn the_agent_s_running_containers_of_other_tasks_are_left_to_it() {
     let d = desired("  lifetime_seconds: 60\n");
     // Idle for a day: the agent's, so not hermes's to reap while it runs.
     assert_eq!(
-        plan_with(&d, vec![agents("other")], &[("hermes-1a2b3c4d", NOW - 86_400)]).to_string(),
+        plan_with(
+            &d,
+            vec![agents("other")],
+            &[("hermes-1a2b3c4d", NOW - 86_400)]
+        )
+        .to_string(),
         "? sandbox default/other   unmanaged   made by Hermes Agent for task other (not kept warm here), running; removed once exited for 2m (2 × terminal.lifetime_seconds)\n\
          No changes. The host is converged."
     );
@@ -477,9 +484,7 @@ fn the_agent_s_backend_probe_goes_once_idle_for_the_lifetime_and_never_while_bus
     );
     let mut unknown = agents("prompt-backend-probe");
     unknown.processes = None;
-    assert!(
-        !plan_with(&d, vec![unknown], &[("hermes-1a2b3c4d", NOW - 86_400)]).is_pending()
-    );
+    assert!(!plan_with(&d, vec![unknown], &[("hermes-1a2b3c4d", NOW - 86_400)]).is_pending());
 }
 
 #[test]
@@ -489,9 +494,16 @@ fn without_the_orphan_reaper_the_agent_s_containers_stay() {
     exited.state = ContainerState::Exited;
     exited.finished_at = Some(NOW - 86_400);
     let probe = agents("prompt-backend-probe");
-    let plan = plan_with(&d, vec![exited, probe], &[("hermes-1a2b3c4d", NOW - 86_400)]);
+    let plan = plan_with(
+        &d,
+        vec![exited, probe],
+        &[("hermes-1a2b3c4d", NOW - 86_400)],
+    );
     assert!(!plan.is_pending(), "{plan}");
-    assert!(plan.to_string().contains("left alone (terminal.docker_orphan_reaper is off)"));
+    assert!(
+        plan.to_string()
+            .contains("left alone (terminal.docker_orphan_reaper is off)")
+    );
 }
 
 #[test]
