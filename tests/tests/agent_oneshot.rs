@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hermes_tests::agent::agent;
-use hermes_tests::cli::{Run, TestHome};
+use hermes_tests::cli::{Run, TestHome, hermesctl_bin};
 use hermes_tests::docker_cli::{ProfileCleanup, containers_of, docker};
 use hermes_tests::egress::{bridge_gateway, free_port_pair};
 use serde_json::{Value, json};
@@ -503,4 +503,123 @@ fn the_agents_one_shot_mode_runs_its_tool_call_in_the_sandbox_hermes_keeps_behin
         "one-shot through the agent's terminal: {:?}",
         started.elapsed()
     );
+}
+
+/// `hermes reconcile` makes task `default`'s sandbox; the agent's config
+/// lists `hermesctl mcp --task default` as its MCP server `sandbox`, and
+/// its `hermes -z` with only that server's tools (`-t sandbox`) asks the
+/// fake model, which calls `mcp__sandbox__terminal`, our MCP server's
+/// `terminal`. The agent's MCP client (the `mcp` package of
+/// `hermes-agent[mcp]`) spawns our server over stdio as the user's config
+/// says and calls the tool; the command runs in hermes's container (the
+/// same id, the only container of the profile), its file lands in
+/// hermes's data directory, and its output and exit code reach the model
+/// in its second request. The CLI is driven as a user runs it, nothing of
+/// the agent's MCP client is called directly.
+#[test]
+fn the_agents_one_shot_mode_calls_hermesctl_mcp_from_its_mcp_servers() {
+    let started = Instant::now();
+    let python = hermes_tests::agent::agent_hermes()
+        .parent()
+        .unwrap()
+        .join("python");
+    let has_mcp = Command::new(&python)
+        .args(["-c", "import mcp"])
+        .output()
+        .unwrap();
+    assert!(
+        has_mcp.status.success(),
+        "the agent's venv has no `mcp` package (the `hermes-agent[mcp]` extra): run \
+         scripts/test, which makes the venv with it"
+    );
+    let profile = format!("aom{}", std::process::id());
+    let home = TestHome::with_profile(&profile);
+    let _cleanup = ProfileCleanup(profile.clone());
+    let command =
+        "echo through-mcp > /workspace/mcp-marker; echo \"MCP-SUM-$((6 * 7))\"; cat /etc/hostname";
+    let llm = FakeLlm::start(
+        home.root(),
+        "mcp__sandbox__terminal",
+        json!({ "command": command }),
+    );
+    home.write_config(format!(
+        "{}terminal:\n  backend: docker\n  docker_image: {}\nmcp_servers:\n  sandbox:\n    command: {}\n    args: [mcp, --task, default]\n    env:\n      HERMES_HOME: {}\n    connect_timeout: 120\n    timeout: 240\n",
+        llm.model_yaml(),
+        hermes_tests::test_image(),
+        hermesctl_bin().display(),
+        home.path().display()
+    ));
+    let apply = home.run(["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    let name = format!("hermes-{profile}-default");
+    let before = id_of(&name);
+
+    let run = oneshot(
+        &home,
+        "Write the marker file through the sandbox.",
+        "sandbox",
+    );
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.stdout.trim(), FINAL, "{run:?}");
+
+    let requests = llm.chat_requests();
+    assert!(requests.len() >= 2, "{requests:#?}");
+    let tools = offered(&requests[0]);
+    assert!(
+        tools.iter().any(|t| t == "mcp__sandbox__terminal"),
+        "our MCP server's terminal was not offered: {tools:?}"
+    );
+    assert!(
+        !tools.iter().any(|t| t == "terminal"),
+        "the agent's own terminal was offered too: {tools:?}"
+    );
+    let result = tool_results(requests.last().unwrap());
+    assert!(
+        result.contains("MCP-SUM-42"),
+        "the tool's output did not reach the model:\n{result}"
+    );
+    // Our server's result, `{output, exit_code, cwd}`, as the model got
+    // it: the agent wraps an MCP tool's text as `{"result": TEXT}` inside
+    // its `<untrusted_tool_result>` block.
+    let wrapped = result
+        .find("{\"result\"")
+        .map(|at| &result[at..])
+        .map(|rest| {
+            rest.split("\n</untrusted_tool_result>")
+                .next()
+                .unwrap_or(rest)
+        })
+        .unwrap_or_else(|| panic!("no {{\"result\": ...}} in the tool's result:\n{result}"));
+    let text: Value =
+        serde_json::from_str(wrapped.trim()).unwrap_or_else(|e| panic!("{e}: {wrapped}\n{result}"));
+    let ours: Value = serde_json::from_str(text["result"].as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: not our terminal's JSON:\n{result}"));
+    assert_eq!(ours["exit_code"], 0, "{result}");
+    let hostname = docker(&["inspect", "--format", "{{.Config.Hostname}}", &name]);
+    assert!(
+        ours["output"]
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l == hostname.trim()),
+        "the command ran elsewhere than {name} ({}):\n{result}",
+        hostname.trim()
+    );
+
+    assert_eq!(id_of(&name), before, "hermes's container was replaced");
+    assert_eq!(
+        all_containers_of(&profile),
+        vec![(name.clone(), before.clone(), "default".to_string())],
+        "a container besides hermes's"
+    );
+    let marker = home
+        .path()
+        .join("sandboxes/docker/default/workspace/mcp-marker");
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap_or_default(),
+        "through-mcp\n",
+        "{}",
+        marker.display()
+    );
+    eprintln!("one-shot through hermesctl mcp: {:?}", started.elapsed());
 }
