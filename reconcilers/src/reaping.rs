@@ -6,7 +6,9 @@
 //!   hermes does not keep warm → the agent's own rules: exited or dead,
 //!   finished longer than the orphan limit below ago (or never started
 //!   for as long) → removed; its backend probe ([`AGENT_PROBE_TASK`]),
-//!   idle longer than `lifetime_seconds` → removed; anything else, and
+//!   idle longer than `lifetime_seconds` → removed; running off the
+//!   proxy-only network while it is enforced, idle → removed (its commands
+//!   would bypass the proxy), whatever `docker_orphan_reaper`; anything else, and
 //!   any of them while a command runs inside → kept, saying when it goes;
 //! - no spec hash otherwise → reported, never removed;
 //! - left in `created` longer than [`STUCK_SECONDS`] → removed (a start
@@ -153,8 +155,9 @@ fn plan_one(
 /// is (another task's, its backend probe), by the agent's own rules
 /// (`tools/environments/docker.py`, `reap_orphan_containers`): removed
 /// once exited (or never started) for longer than the orphan limit, the
-/// probe once idle for `lifetime_seconds`; never while a command runs in
-/// it, and nothing else of the agent's.
+/// probe once idle for `lifetime_seconds`, and, while the proxy-only
+/// network is enforced, any running one off it once idle; never while a
+/// command runs in it, and nothing else of the agent's.
 fn agent_leftover(
     desired: &Desired,
     observed: &Observed,
@@ -181,14 +184,16 @@ fn agent_leftover(
         cause,
     };
     let state = c.state.as_str();
-    if !terminal.docker_orphan_reaper {
+    // Enforcement comes first, whatever docker_orphan_reaper says.
+    let off_network = off_the_enforced_network(desired, observed, c);
+    if !terminal.docker_orphan_reaper && off_network.is_none() {
         return kept(
             "unmanaged",
             format!("{whose}, {state}; left alone (terminal.docker_orphan_reaper is off)"),
         );
     }
     let exited = matches!(c.state, ContainerState::Exited | ContainerState::Dead);
-    if exited || c.state == ContainerState::Created {
+    if terminal.docker_orphan_reaper && (exited || c.state == ContainerState::Created) {
         let (since, what) = match c.finished_at {
             Some(t) if exited => (t, state),
             _ if exited => (c.created, state),
@@ -218,6 +223,18 @@ fn agent_leftover(
         )
     };
     match observed.idleness(c) {
+        Idleness::IdleSince(_) if off_network.is_some() => remove_op(
+            c,
+            format!("{whose}, idle, {}", off_network.unwrap_or_default()),
+        ),
+        Idleness::Busy { processes } if off_network.is_some() => kept(
+            "busy",
+            format!(
+                "{whose} runs {processes} command{}; removed once idle: {}",
+                if processes == 1 { "" } else { "s" },
+                off_network.unwrap_or_default()
+            ),
+        ),
         Idleness::IdleSince(t) if probe && now - t > idle_limit => remove_op(
             c,
             format!(
@@ -254,6 +271,31 @@ fn removal_cost(c: &ObservedContainer) -> String {
         }
         _ => String::new(),
     }
+}
+
+/// Why a running container of the agent's must go while the proxy-only
+/// network is enforced, when it is not on that network: what runs in it
+/// would reach the network without the proxy. Its data is in bind mounts;
+/// the agent makes it again when it needs it.
+fn off_the_enforced_network(
+    desired: &Desired,
+    observed: &Observed,
+    c: &ObservedContainer,
+) -> Option<String> {
+    let proxy = &desired.config.proxy;
+    if !(proxy.enabled && proxy.enforce_network) || c.state != ContainerState::Running {
+        return None;
+    }
+    let attached = observed
+        .proxy
+        .network
+        .as_ref()
+        .is_some_and(|n| n.exists && n.attached.contains(&c.id));
+    (!attached).then(|| {
+        "off the proxy-only network while proxy.enforce_network is on (its commands would \
+         bypass the proxy)"
+            .to_string()
+    })
 }
 
 fn remove_op(c: &ObservedContainer, cause: String) -> Op<Action> {

@@ -350,8 +350,9 @@ fn host_service() -> u16 {
 /// request its system prompt probes the backend (`uname`, `whoami`, ...)
 /// through `DockerEnvironment` with task `prompt-backend-probe`, which
 /// makes (and keeps, across processes) a container of the agent's on the
-/// default bridge. It has no spec hash, so hermes reports it and leaves it
-/// alone; the model's tool calls never run there.
+/// default bridge. The model's tool calls never run there; off the
+/// enforced proxy-only network, it is hermes's next pass's to remove once
+/// idle, and then nothing is left to change.
 #[test]
 fn the_agents_one_shot_mode_runs_its_tool_call_in_the_sandbox_hermes_keeps_behind_the_proxy() {
     let started = Instant::now();
@@ -414,9 +415,9 @@ fn the_agents_one_shot_mode_runs_its_tool_call_in_the_sandbox_hermes_keeps_behin
 
     // The same container, still running, and no other for the task. The
     // agent's system prompt probes its backend (OS, user, cwd) in a
-    // container of a task of its own, `prompt-backend-probe`, which hermes
-    // reports and leaves alone (it has no spec hash); the tool call never
-    // runs there (its hostname below is hermes's container's).
+    // container of a task of its own, `prompt-backend-probe` (removed by
+    // the next pass, below); the tool call never runs there (its hostname
+    // below is hermes's container's).
     assert_eq!(id_of(&name), before, "hermes's container was replaced");
     let all = all_containers_of(&profile);
     assert!(
@@ -496,7 +497,29 @@ fn the_agents_one_shot_mode_runs_its_tool_call_in_the_sandbox_hermes_keeps_behin
     ]);
     assert_eq!(control.trim(), "HOST-SERVICE");
 
-    // Hermes has nothing to change after the agent's run.
+    // The agent's probe, idle off the enforced network, is the one thing
+    // a pass changes after the agent's run; then nothing is left.
+    let probing = all_containers_of(&profile)
+        .iter()
+        .any(|c| c.2 == "prompt-backend-probe");
+    if probing {
+        let dry = home.run(["reconcile", "--dry-run"]);
+        assert_eq!(dry.code, 2, "{dry:?}");
+        assert!(
+            dry.stdout.contains(
+                "Hermes Agent's backend probe, idle, off the proxy-only network while proxy.enforce_network is on"
+            ),
+            "{dry:?}"
+        );
+        let applied = home.run(["reconcile"]);
+        assert_eq!(applied.code, 0, "{applied:?}");
+    }
+    let all = all_containers_of(&profile);
+    assert_eq!(
+        all.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+        [name.as_str()],
+        "{all:?}"
+    );
     let dry = home.run(["reconcile", "--dry-run"]);
     assert_eq!(dry.code, 0, "{dry:?}");
     eprintln!(

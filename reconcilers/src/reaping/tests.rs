@@ -517,3 +517,60 @@ fn a_container_with_agent_labels_and_one_of_hermes_s_own_is_not_the_agent_s() {
     c.finished_at = Some(NOW - 86_400);
     assert!(text(&d, vec![c]).contains("no hermes-spec-hash label; left alone"));
 }
+
+#[test]
+fn while_the_network_is_enforced_the_agent_s_idle_containers_off_it_go_at_once() {
+    use hermes_model::observed::ProxyNetworkObserved;
+    let text = "proxy:\n  enabled: true\n  enforce_network: true\nterminal:\n  backend: docker\n  lifetime_seconds: 300\n";
+    let mut d = Desired::build(
+        load(text).unwrap().config,
+        "default",
+        Path::new("/h"),
+        &HostEnv::default(),
+    )
+    .unwrap();
+    d.sandboxes.clear();
+    let plan = |c: ObservedContainer, attached: bool| {
+        let mut observed = Observed {
+            activity: [("hermes-1a2b3c4d".to_string(), NOW - 1)].into(),
+            ..Observed::default()
+        };
+        observed.proxy.network = Some(ProxyNetworkObserved {
+            name: "hermes-egress-x".to_string(),
+            exists: true,
+            attached: if attached {
+                vec![c.id.clone()]
+            } else {
+                Vec::new()
+            },
+            chain: "HERMES-x".to_string(),
+            chain_exists: true,
+        });
+        observed.containers = vec![c];
+        crate::plan_all(&d, &observed, UNIX_EPOCH + Duration::from_secs(NOW as u64))
+    };
+    let off = plan(agents("prompt-backend-probe"), false);
+    assert!(
+        off.to_string().contains(
+            "remove      Hermes Agent's backend probe, idle, off the proxy-only network while proxy.enforce_network is on"
+        ),
+        "{off}"
+    );
+    let other = plan(agents("other"), false);
+    assert!(
+        other
+            .to_string()
+            .contains("remove      made by Hermes Agent for task other"),
+        "{other}"
+    );
+    let mut busy = agents("other");
+    busy.processes = Some(1);
+    let busy = plan(busy, false);
+    assert!(
+        busy.to_string().contains("busy        made by Hermes Agent for task other (not kept warm here) runs 1 command; removed once idle: off the proxy-only network"),
+        "{busy}"
+    );
+    // On the network: the usual rules (the probe used a second ago).
+    let on = plan(agents("prompt-backend-probe"), true);
+    assert!(!on.to_string().contains("remove "), "{on}");
+}
