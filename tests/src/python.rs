@@ -62,9 +62,19 @@ pub fn venv(dir: &Path, name: &str, packages: &[&str]) -> Option<PathBuf> {
 ///
 /// When pip fails for another reason than being offline.
 pub fn pip_target(dir: &Path, name: &str, packages: &[&str]) -> Option<PathBuf> {
+    // The pip of a venv of its own: a Debian python3 has none without
+    // python3-pip, and ensurepip gives every venv one.
+    let pip = made_once(dir, "pip-tool", "bin/python", &["pip"], |making| {
+        output_of(
+            Command::new("python3").args(["-m", "venv"]).arg(making),
+            "python3 -m venv",
+        )
+    })?
+    .join("bin")
+    .join("python");
     made_once(dir, name, ".complete", packages, |making| {
         let done = output_of(
-            Command::new("python3")
+            Command::new(&pip)
                 .args([
                     "-m",
                     "pip",

@@ -33,6 +33,10 @@ enum Client {
     TypeScript,
 }
 
+/// The SDKs' versions, pinned: a new release is taken on purpose.
+const PYTHON_SDK_VERSION: &str = "2.3.0";
+const TYPESCRIPT_SDK_VERSION: &str = "1.32.2";
+
 fn clients_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -62,7 +66,7 @@ fn python() -> PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
     PYTHON
         .get_or_init(|| {
-            let venv = clients_dir().join("venv");
+            let venv = clients_dir().join(format!("venv-mcp-{PYTHON_SDK_VERSION}"));
             let python = venv.join("bin/python");
             let ready = Command::new(&python)
                 .args(["-c", "import mcp"])
@@ -75,7 +79,11 @@ fn python() -> PathBuf {
                     "python3 -m venv",
                 );
                 run_ok(
-                    Command::new(venv.join("bin/pip")).args(["install", "--quiet", "mcp"]),
+                    Command::new(venv.join("bin/pip")).args([
+                        "install",
+                        "--quiet",
+                        &format!("mcp=={PYTHON_SDK_VERSION}"),
+                    ]),
                     "pip install mcp",
                 );
             }
@@ -91,7 +99,7 @@ fn python() -> PathBuf {
 fn node_dir() -> PathBuf {
     static NODE: OnceLock<PathBuf> = OnceLock::new();
     NODE.get_or_init(|| {
-        let dir = clients_dir().join("node");
+        let dir = clients_dir().join(format!("node-sdk-{TYPESCRIPT_SDK_VERSION}"));
         if !dir.join(".complete").exists() {
             std::fs::create_dir_all(clients_dir()).unwrap();
             let making = clients_dir().join(format!("node.making-{}", std::process::id()));
@@ -105,7 +113,7 @@ fn node_dir() -> PathBuf {
                         "--silent",
                         "--no-audit",
                         "--no-fund",
-                        "@modelcontextprotocol/sdk",
+                        &format!("@modelcontextprotocol/sdk@{TYPESCRIPT_SDK_VERSION}"),
                     ])
                     .current_dir(&making),
                 "npm install @modelcontextprotocol/sdk",
