@@ -286,6 +286,20 @@ pub fn say(op: &Op<Action>) {
     );
 }
 
+/// An exec refused, failing closed: the egress proxy enforced on the
+/// backend is not ready, or the sandbox is not wired to it as it is now.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}; `hermes reconcile` (or a running controller) brings it back")]
+pub struct FailClosed(pub String);
+
+/// Whether `c` was made with other egress wiring than `spec` has (the
+/// proxy turned on, off, or set up anew since): its route, CA and
+/// variables are not the proxy's of now.
+pub fn egress_stale(spec: &SandboxSpec, c: &ObservedContainer) -> bool {
+    let label = hermes_model::sandbox::LABEL_EGRESS;
+    c.label(label).unwrap_or("off") != spec.labels.get(label).map_or("off", String::as_str)
+}
+
 /// The sandbox of `spec`, running, and its in-use lock, held by the
 /// caller while its command runs: a missing one is created and a stopped
 /// one started (each printed as the plan prints it); a running one is used
@@ -347,6 +361,21 @@ async fn ready(
             spec.name, c.name
         ));
         return Ok(c.clone());
+    }
+    if let Some(c) = &found
+        && desired.egress_enforced()
+        && egress_stale(spec, c)
+    {
+        // Fail closed: its commands would run without the proxy's route
+        // or CA (or with a stale one), the variables saying otherwise.
+        return Err(FailClosed(format!(
+            "sandbox {} ({}) was made without the egress proxy's current wiring, and no command \
+             runs in it while the proxy is enforced: its next pass recreates it ({})",
+            spec.name,
+            c.state.as_str(),
+            recreate_keeps(spec)
+        ))
+        .into());
     }
     if let Some(c) = &found {
         match c.state {
@@ -510,7 +539,17 @@ pub fn stale_line(spec: &SandboxSpec, c: &ObservedContainer) -> String {
         )
     });
     format!(
-        "hermes: sandbox {} runs a stale spec ({what}); the command runs in it as it is: `hermes reconcile` recreates it (its /workspace and /root kept)",
-        spec.name
+        "hermes: sandbox {} runs a stale spec ({what}); the command runs in it as it is: `hermes reconcile` recreates it ({})",
+        spec.name,
+        recreate_keeps(spec)
     )
+}
+
+/// What a recreate of `spec`'s sandbox keeps, in words.
+fn recreate_keeps(spec: &SandboxSpec) -> &'static str {
+    if spec.key.session.is_some() {
+        "a session's files are on tmpfs: every file in it is lost"
+    } else {
+        "its /workspace and /root kept"
+    }
 }

@@ -56,6 +56,10 @@ pub const SANDBOX_ENV_SCRIPT_NAME: &str = "tokens.sh";
 /// sends it without refreshing), named by `GOOGLE_APPLICATION_CREDENTIALS`.
 pub const GCP_ADC_IN_SANDBOX: &str = "/etc/hermes-egress/gcp-credentials.json";
 
+/// Where the proxy's files are bound in a wired sandbox: plumbing, read
+/// only, never data a recreate keeps.
+pub const WIRING_MOUNTS: &[&str] = &[CA_IN_SANDBOX, SANDBOX_ENV_DIR, GCP_ADC_IN_SANDBOX];
+
 /// What a sandbox needs to reach the proxy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressWiring {

@@ -373,7 +373,7 @@ fn changed_settings(spec: &SandboxSpec, keep: &ObservedContainer) -> Vec<Change>
 /// What a recreate costs, for the cause: the processes it stops, and the
 /// files it loses (all but the data mounts and the configured volumes; a
 /// session sandbox keeps nothing).
-fn recreate_cost(spec: &SandboxSpec, c: &ObservedContainer) -> String {
+pub(crate) fn recreate_cost(spec: &SandboxSpec, c: &ObservedContainer) -> String {
     let stops = match (c.state, c.processes) {
         (ContainerState::Running, Some(0)) => "no command running".to_string(),
         (ContainerState::Running, Some(1)) => "stops 1 running process".to_string(),
@@ -387,7 +387,8 @@ fn recreate_cost(spec: &SandboxSpec, c: &ObservedContainer) -> String {
     }
     let runner = spec.runner_bind();
     for b in &spec.binds {
-        if runner.as_ref() != Some(b) && !kept.contains(&b.container.as_str()) {
+        let wiring = hermes_model::egress::WIRING_MOUNTS.contains(&b.container.as_str());
+        if runner.as_ref() != Some(b) && !wiring && !kept.contains(&b.container.as_str()) {
             kept.push(&b.container);
         }
     }

@@ -35,12 +35,12 @@
 use std::collections::BTreeSet;
 
 use hermes_model::action::{Action, SandboxAction};
-use hermes_model::desired::{Desired, Role};
+use hermes_model::desired::{Desired, Egress, Role};
 use hermes_model::observed::{
     AGENT_PROBE_TASK, ContainerState, Idleness, Observed, ObservedContainer,
 };
 use hermes_model::plan::{Op, Target};
-use hermes_model::sandbox::{DRAIN_GRACE_SECONDS, sanitize};
+use hermes_model::sandbox::{DRAIN_GRACE_SECONDS, LABEL_EGRESS, SandboxKey, sanitize};
 
 use crate::age;
 use crate::persistence::{STUCK_SECONDS, stuck_cause, unmanaged_op};
@@ -92,6 +92,9 @@ fn plan_one(
             Idleness::Busy { .. } | Idleness::Unknown => None,
             Idleness::NotRunning | Idleness::IdleSince(_) => remove(why),
         };
+    }
+    if let Some(op) = egress_recreate(desired, c) {
+        return Some(op);
     }
     if desired.config.terminal.docker_orphan_reaper
         && matches!(c.state, ContainerState::Exited | ContainerState::Dead)
@@ -149,6 +152,53 @@ fn plan_one(
             ),
         }),
     }
+}
+
+/// The recreate of a sandbox made on demand (a session's, another
+/// task's) whose egress wiring is not the proxy's of now (made before the
+/// proxy was set up, or with other settings, or wired while it is now
+/// off), as a warm sandbox's would be: its commands would otherwise run
+/// without the proxy's route and CA while their variables name it (exec
+/// refuses them while the proxy is enforced). Not while the proxy still
+/// awaits its setup: the setup comes first, and the wiring is known after.
+fn egress_recreate(desired: &Desired, c: &ObservedContainer) -> Option<Op<Action>> {
+    if matches!(desired.egress, Egress::NotSetUp { .. })
+        || c.state == ContainerState::Removing
+        || !matches!(desired.role(c.session().is_some()), Role::OnDemand { .. })
+    {
+        return None;
+    }
+    let (profile, task) = (c.profile()?, c.task()?);
+    let key = match c.session() {
+        Some(session) => SandboxKey::session(profile, task, session),
+        None => SandboxKey::persistent(profile, task),
+    };
+    let spec = desired.sandbox(key);
+    let label = |l: Option<&str>| l.unwrap_or("off").to_string();
+    let (had, wants) = (
+        label(c.label(LABEL_EGRESS)),
+        label(spec.labels.get(LABEL_EGRESS).map(String::as_str)),
+    );
+    if spec.name != c.name || had == wants {
+        return None;
+    }
+    let why = match (had.as_str(), wants.as_str()) {
+        ("off", _) => "made before the egress proxy was on",
+        (_, "off") => "wired to the egress proxy, which is off",
+        _ => "wired to other egress proxy settings",
+    };
+    Some(Op {
+        changes: Vec::new(),
+        target: target(c),
+        action: Action::Sandbox(SandboxAction::Recreate {
+            old_id: c.id.clone(),
+            spec: Box::new(spec.clone()),
+        }),
+        cause: format!(
+            "egress wiring changed: {why}{}",
+            crate::persistence::recreate_cost(&spec, c)
+        ),
+    })
 }
 
 /// A container Hermes Agent made for a task no warm sandbox of hermes's

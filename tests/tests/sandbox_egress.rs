@@ -743,3 +743,63 @@ fn exec_applies_the_proxys_part_of_the_plan_after_a_proxy_edit_and_runs() {
     let dry = host.hermes(&["reconcile", "--dry-run"]);
     assert_eq!(dry.code, 0, "{dry:?}");
 }
+
+/// A session sandbox made while the proxy was off: once the proxy is on,
+/// its commands are refused (exit 3, failing closed) rather than run with
+/// variables naming a proxy it has no route or CA for; the next pass plans
+/// and carries out its recreate, wired, saying its files are lost; then
+/// its commands run behind the proxy and the host is converged.
+#[test]
+fn a_session_sandbox_made_before_the_proxy_fails_closed_until_a_pass_recreates_it_wired() {
+    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);
+    let host = Host::new("ses", &upstream, true);
+    let on = host.home.read_config();
+    host.home
+        .write_config(on.replace("proxy:\n  enabled: true\n", "proxy:\n  enabled: false\n"));
+    let made = host.hermes(&["exec", "--session", "s1", "--", "true"]);
+    assert_eq!(made.code, 0, "{made:?}");
+
+    host.home.write_config(&on);
+    let setup = host.hermes(&["egress", "setup"]);
+    assert_eq!(setup.code, 0, "{setup:?}");
+    let started = host.hermes(&["egress", "start"]);
+    assert_eq!(started.code, 0, "{started:?}");
+    let refused = host.hermes(&["exec", "--session", "s1", "--", "echo", "ran"]);
+    assert_eq!(refused.code, 3, "{refused:?}");
+    assert!(!refused.stdout.contains("ran"), "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("was made without the egress proxy's current wiring"),
+        "{refused:?}"
+    );
+
+    let dry = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    let line = dry
+        .stdout
+        .lines()
+        .find(|l| l.contains("@s1"))
+        .unwrap_or_else(|| panic!("{dry:?}"));
+    assert!(
+        line.contains("recreate")
+            && line.contains("egress wiring changed: made before the egress proxy was on")
+            && line.contains("every file in it is lost"),
+        "{line}"
+    );
+    let applied = host.hermes(&["reconcile"]);
+    assert_eq!(applied.code, 0, "{applied:?}");
+    let wired = host.hermes(&[
+        "exec",
+        "--session",
+        "s1",
+        "--",
+        "sh",
+        "-c",
+        "test -s \"$SSL_CERT_FILE\" && echo \"wired $HTTPS_PROXY\"",
+    ]);
+    assert_eq!(wired.code, 0, "{wired:?}");
+    assert!(wired.stdout.starts_with("wired http://"), "{wired:?}");
+    let dry = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{dry:?}");
+}

@@ -95,11 +95,7 @@ pub enum Stdin {
     Empty,
 }
 
-/// An exec refused, failing closed: the egress proxy enforced on the
-/// backend is not ready.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}; `hermes reconcile` (or a running controller) brings it back")]
-pub struct FailClosed(String);
+pub use crate::exec_target::FailClosed;
 
 /// [`run`] with the caller's streams: returns the command's exit code
 /// (124 timed out), or [`FailClosed`] as the error of a refused exec.

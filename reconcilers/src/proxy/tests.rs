@@ -485,3 +485,80 @@ fn sandboxes_made_on_demand_leave_the_network_by_their_removal_then_it_goes() {
     let plan = crate::plan_all(&enforced, &observed, UNIX_EPOCH + Duration::from_secs(NOW));
     assert!(!plan.to_string().contains("proxy-only network"), "{plan}");
 }
+
+/// A running container of `key`'s sandbox as `d` would make it, but with
+/// egress label `egress`.
+fn made_with_egress(
+    d: &Desired,
+    key: hermes_model::sandbox::SandboxKey,
+    egress: Option<&str>,
+) -> hermes_model::observed::ObservedContainer {
+    let spec = d.sandbox(key);
+    let mut labels = spec.labels.clone();
+    match egress {
+        Some(e) => labels.insert(
+            hermes_model::sandbox::LABEL_EGRESS.to_string(),
+            e.to_string(),
+        ),
+        None => labels.remove(hermes_model::sandbox::LABEL_EGRESS),
+    };
+    labels.insert(
+        hermes_model::sandbox::LABEL_SPEC_HASH.to_string(),
+        "0123456789ab".to_string(),
+    );
+    hermes_model::observed::ObservedContainer {
+        id: "s1".to_string(),
+        name: spec.name.clone(),
+        labels,
+        state: hermes_model::observed::ContainerState::Running,
+        created: 0,
+        started_at: Some(0),
+        finished_at: None,
+        processes: Some(1),
+        made_by_agent: None,
+        adopted_hash: None,
+    }
+}
+
+#[test]
+fn a_session_sandbox_made_before_the_proxy_is_recreated_with_its_wiring() {
+    use hermes_model::sandbox::SandboxKey;
+    let d = desired(
+        "terminal:\n  backend: docker\n  container_persistent: false\nproxy:\n  enabled: true\n",
+        on(),
+    );
+    let key = SandboxKey::session("default", "default", "s1");
+    let plan = |egress: Option<&str>| {
+        let observed = Observed {
+            proxy: healthy(),
+            containers: vec![made_with_egress(&d, key.clone(), egress)],
+            ..Observed::default()
+        };
+        crate::plan_all(&d, &observed, UNIX_EPOCH + Duration::from_secs(NOW)).to_string()
+    };
+    assert_eq!(
+        plan(Some("off")),
+        "~ sandbox default/default@s1   recreate    egress wiring changed: made before the egress proxy was on; stops 1 running process; every file in it is lost\n\
+         Plan: 0 to create, 1 to change, 0 to remove."
+    );
+    assert!(plan(None).contains("made before the egress proxy was on"));
+    assert!(plan(Some("0badc0ffee00")).contains("wired to other egress proxy settings"));
+    // Wired as now: nothing to do.
+    let wired = d.sandbox(key.clone());
+    let now = wired.labels[hermes_model::sandbox::LABEL_EGRESS].clone();
+    assert_eq!(plan(Some(&now)), "No changes. The host is converged.");
+    // While the proxy awaits its setup, the setup comes first.
+    let pending = desired(
+        "terminal:\n  backend: docker\n  container_persistent: false\nproxy:\n  enabled: true\n",
+        Egress::NotSetUp {
+            missing: "the CA".to_string(),
+        },
+    );
+    let observed = Observed {
+        containers: vec![made_with_egress(&pending, key, Some("off"))],
+        ..Observed::default()
+    };
+    let text =
+        crate::plan_all(&pending, &observed, UNIX_EPOCH + Duration::from_secs(NOW)).to_string();
+    assert!(!text.contains("recreate"), "{text}");
+}
