@@ -112,6 +112,11 @@ pub struct Desired {
     pub home_id: Option<String>,
     /// What of the host shapes a Docker sandbox.
     pub host: HostFacts,
+    /// While the egress proxy awaits its setup ([`Egress::NotSetUp`]): the
+    /// sandboxes' wiring once it is done, as far as it can be known now
+    /// (set by the caller, which reads the proxy's files); what a plan's
+    /// later stage is made against.
+    pub egress_after_setup: Option<crate::egress::EgressWiring>,
 }
 
 /// The egress side of the desired state: what the config asks of the
@@ -229,6 +234,7 @@ impl Desired {
             instances: Vec::new(),
             home_id: None,
             host: env.facts.clone(),
+            egress_after_setup: None,
         };
         if desired.config.terminal.backend == Backend::Ssh {
             desired.ssh = Some(crate::ssh::SshTarget::from_config(
@@ -264,8 +270,11 @@ impl Desired {
             spec.labels
                 .insert(crate::homes::LABEL_HOME.to_string(), id.clone());
         }
-        match &self.egress {
-            Egress::On { wiring, .. } => spec.with_egress(wiring),
+        match (&self.egress, &self.egress_after_setup) {
+            (Egress::On { wiring, .. }, _) => spec.with_egress(wiring),
+            // A setup that only brings the proxy's config up to date
+            // leaves the wiring as it is: the sandboxes keep theirs.
+            (Egress::NotSetUp { .. }, Some(after)) if after.is_known() => spec.with_egress(after),
             _ => spec,
         }
     }

@@ -56,6 +56,10 @@ pub const SANDBOX_ENV_SCRIPT_NAME: &str = "tokens.sh";
 /// sends it without refreshing), named by `GOOGLE_APPLICATION_CREDENTIALS`.
 pub const GCP_ADC_IN_SANDBOX: &str = "/etc/hermes-egress/gcp-credentials.json";
 
+/// What stands, in a wiring predicted before the proxy's setup, for what
+/// only the setup makes (a new CA's hash, its settings' fingerprint).
+pub const AFTER_SETUP: &str = "(known after setup)";
+
 /// Where the proxy's files are bound in a wired sandbox: plumbing, read
 /// only, never data a recreate keeps.
 pub const WIRING_MOUNTS: &[&str] = &[CA_IN_SANDBOX, SANDBOX_ENV_DIR, GCP_ADC_IN_SANDBOX];
@@ -87,6 +91,16 @@ pub struct EgressWiring {
 }
 
 impl EgressWiring {
+    /// Whether every part of a wiring predicted before the proxy's setup
+    /// is known: the CA's hash (a CA kept) and the address sandboxes reach
+    /// ([`AFTER_SETUP`] and the unspecified address stand for the parts
+    /// only the setup makes).
+    pub fn is_known(&self) -> bool {
+        self.ca_sha256 != AFTER_SETUP
+            && !self.gateway.is_unspecified()
+            && self.network.as_deref() != Some(AFTER_SETUP)
+    }
+
     /// The label value: a short hash of the settings above that the
     /// container fixes when it is made (not the port or the tokens, which
     /// each command gets).

@@ -204,7 +204,7 @@ pub fn has_proxy_work(ops: &[Op<Action>]) -> bool {
 /// proxy's files: the CA's hash, the tokens and the settings fingerprint
 /// are known only then. A sandbox planned against it differs from any
 /// made before the setup, as the one planned after it will.
-pub const AFTER_SETUP: &str = "made-by-the-setup";
+pub const AFTER_SETUP: &str = hermes_model::egress::AFTER_SETUP;
 
 /// Makes `desired` and `observed` what they will be once `ops` (a stage of
 /// the plan) are carried out, as far as the proxy goes: a setup leaves
@@ -237,16 +237,20 @@ pub fn predict(
             Action::Proxy(ProxyAction::Setup) => {
                 if let Egress::NotSetUp { .. } = desired.egress {
                     let proxy = &desired.config.proxy;
-                    let wiring = hermes_model::egress::EgressWiring {
-                        gateway: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-                        tunnel_port: proxy.tunnel_port,
-                        ca_host_path: std::path::PathBuf::from(AFTER_SETUP),
-                        ca_sha256: AFTER_SETUP.to_string(),
-                        tokens: Vec::new(),
-                        network: proxy.enforce_network.then(|| AFTER_SETUP.to_string()),
-                        gcp_adc_host_path: None,
-                        env_dir_host_path: Some(std::path::PathBuf::from(AFTER_SETUP)),
-                    };
+                    // As the caller predicted it from the proxy's files;
+                    // without that, nothing of it is known.
+                    let wiring = desired.egress_after_setup.clone().unwrap_or_else(|| {
+                        hermes_model::egress::EgressWiring {
+                            gateway: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                            tunnel_port: proxy.tunnel_port,
+                            ca_host_path: std::path::PathBuf::from(AFTER_SETUP),
+                            ca_sha256: AFTER_SETUP.to_string(),
+                            tokens: Vec::new(),
+                            network: proxy.enforce_network.then(|| AFTER_SETUP.to_string()),
+                            gcp_adc_host_path: None,
+                            env_dir_host_path: Some(std::path::PathBuf::from(AFTER_SETUP)),
+                        }
+                    });
                     desired.set_egress(Egress::On {
                         wiring,
                         settings: AFTER_SETUP.to_string(),

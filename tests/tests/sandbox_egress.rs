@@ -803,3 +803,61 @@ fn a_session_sandbox_made_before_the_proxy_fails_closed_until_a_pass_recreates_i
     let dry = host.hermes(&["reconcile", "--dry-run"]);
     assert_eq!(dry.code, 0, "{dry:?}");
 }
+
+/// An edit of the proxy's allowlist (or of its host overrides) changes
+/// the proxy, not the sandboxes' wiring: the dry run plans the proxy's
+/// setup and restart and no recreate, showing no placeholder, and the
+/// pass carries out every stage it printed.
+#[test]
+fn an_allowlist_edit_plans_the_proxy_only_and_every_stage_is_carried_out() {
+    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);
+    let host = Host::new("alw", &upstream, true);
+    let first = host.hermes(&["reconcile"]);
+    assert_eq!(first.code, 0, "{first:?}");
+    let before =
+        hermes_tests::docker_cli::docker(&["inspect", "--format", "{{.Id}}", &host.name()]);
+    for edit in [
+        "  extra_allowed_hosts: [api.example.org]\n",
+        "  extra_allowed_hosts: [api.example.org]\n  resolve:\n    api.example.org: 127.0.0.1\n",
+    ] {
+        let config = host.home.read_config();
+        let edited = match config.find("  extra_allowed_hosts:") {
+            Some(_) => config,
+            None => config.replace(
+                "proxy:\n  enabled: true\n",
+                &format!("proxy:\n  enabled: true\n{edit}"),
+            ),
+        };
+        let edited = if edit.contains("api.example.org: 127.0.0.1") {
+            edited.replace(
+                "  resolve:\n",
+                "  resolve:\n    api.example.org: 127.0.0.1\n",
+            )
+        } else {
+            edited
+        };
+        host.home.write_config(&edited);
+        let dry = host.hermes(&["reconcile", "--dry-run"]);
+        assert_eq!(dry.code, 2, "{dry:?}");
+        assert!(dry.stdout.contains("proxy "), "{}", dry.stdout);
+        for wrong in [
+            "recreate",
+            "known after setup",
+            "made-by-the-setup",
+            "0.0.0.0",
+        ] {
+            assert!(!dry.stdout.contains(wrong), "{wrong}: {}", dry.stdout);
+        }
+        let apply = host.hermes(&["reconcile"]);
+        assert_eq!(apply.code, 0, "{apply:?}");
+        assert!(
+            !apply.stdout.contains("not carried out"),
+            "{}",
+            apply.stdout
+        );
+        let again = host.hermes(&["reconcile", "--dry-run"]);
+        assert_eq!(again.code, 0, "converged: {again:?}");
+    }
+    let after = hermes_tests::docker_cli::docker(&["inspect", "--format", "{{.Id}}", &host.name()]);
+    assert_eq!(before, after, "the sandbox was recreated");
+}

@@ -320,6 +320,18 @@ pub fn load_for_pass(home: &Home, profile: &str) -> anyhow::Result<PassDesired> 
 /// Reads the proxy's files again (after a pass set the proxy up).
 pub fn refresh_egress(home: &Home, desired: &mut Desired) {
     let egress = crate::egress::pass::desired(home, &desired.config);
+    set_egress(home, desired, egress);
+}
+
+/// Sets the desired egress, and while it awaits the proxy's setup, the
+/// wiring the setup will leave ([`crate::egress::pass::after_setup`]).
+fn set_egress(home: &Home, desired: &mut Desired, egress: hermes_model::desired::Egress) {
+    desired.egress_after_setup = match egress {
+        hermes_model::desired::Egress::NotSetUp { .. } if desired.config.proxy.enabled => {
+            crate::egress::pass::after_setup(home, &desired.config)
+        }
+        _ => None,
+    };
     desired.set_egress(egress);
 }
 
@@ -347,7 +359,7 @@ fn wire_egress(home: &Home, desired: &mut Desired) {
             }
         }
     }
-    desired.set_egress(egress);
+    set_egress(home, desired, egress);
 }
 
 /// Keeps a copy of a config that loaded cleanly (0600: it may hold

@@ -130,6 +130,57 @@ pub fn desired(home: &Home, config: &Config) -> Egress {
     }
 }
 
+/// The sandboxes' wiring once `hermes egress setup` has run for `config`,
+/// as far as it is known before: the setup keeps a loadable CA and the
+/// tokens there are (minting those missing, whose values alone are not
+/// known, and a token's value is no part of a sandbox's spec), writes the
+/// built-in mappings and the Google credentials file, and the address
+/// sandboxes reach is the one they reach now. What only the setup makes
+/// (a new CA's hash, a proxy-only network's gateway) stands as
+/// [`hermes_model::egress::AFTER_SETUP`] (the unspecified address for
+/// the gateway). `None` when no address would be reachable.
+pub fn after_setup(home: &Home, config: &Config) -> Option<EgressWiring> {
+    let paths = Paths::new(home);
+    let ca = super::files::load_ca(&paths)
+        .ok()
+        .flatten()
+        .and_then(|_| read_file(&paths.ca_cert()).ok().flatten());
+    let existing = read_file(&paths.tokens())
+        .ok()
+        .flatten()
+        .and_then(|b| TokensFile::parse(&b).ok());
+    let tokens = TokensFile::updated(existing.as_ref(), false).ok()?;
+    let mappings = MappingsFile::with_aws_hosts(&config.proxy.aws_hosts);
+    let unknown = std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+    let network = match enforced_network(home, config) {
+        Ok(network) => network.map(|(name, gateway)| (name, std::net::IpAddr::V4(gateway))),
+        // The setup does not make the network: a pass does, before.
+        Err(_) => Some((ProxyNetwork::for_home(home).name, unknown)),
+    }
+    .filter(|_| config.proxy.enforce_network);
+    let listen = config.proxy.listen.clone().unwrap_or_else(default_listen);
+    let gateway = match &network {
+        Some((_, gateway)) => *gateway,
+        None => listen.into_iter().find(|ip| !ip.is_loopback())?,
+    };
+    Some(EgressWiring {
+        gateway,
+        tunnel_port: config.proxy.tunnel_port,
+        ca_host_path: paths.ca_cert(),
+        ca_sha256: ca.map_or_else(
+            || hermes_model::egress::AFTER_SETUP.to_string(),
+            |ca| hex(&Sha256::digest(&ca)),
+        ),
+        tokens: token_env(&tokens, &mappings, &config.proxy.aws_region),
+        network: network.map(|(name, _)| name),
+        gcp_adc_host_path: tokens
+            .tokens
+            .contains_key(hermes_egress::google::PROVIDER)
+            .then(|| paths.gcp_adc()),
+        env_dir_host_path: Some(paths.sandbox_env_dir()),
+    })
+}
+
 /// Every provider variable with its proxy token, and the AWS
 /// placeholder's variables: what a sandbox's commands get.
 pub(crate) fn token_env(

@@ -562,3 +562,44 @@ fn a_session_sandbox_made_before_the_proxy_is_recreated_with_its_wiring() {
         crate::plan_all(&pending, &observed, UNIX_EPOCH + Duration::from_secs(NOW)).to_string();
     assert!(!text.contains("recreate"), "{text}");
 }
+
+#[test]
+fn a_setup_that_keeps_the_wiring_plans_no_recreate_in_any_stage() {
+    let Egress::On { wiring, .. } = on() else {
+        unreachable!()
+    };
+    let wired = desired(DOCKER_PROXY, on());
+    let made = made_with_egress(
+        &wired,
+        hermes_model::sandbox::SandboxKey::persistent("default", "default"),
+        Some(&wired.sandboxes[0].labels[hermes_model::sandbox::LABEL_EGRESS]),
+    );
+    let mut made = made;
+    made.labels.insert(
+        hermes_model::sandbox::LABEL_SPEC_HASH.to_string(),
+        wired.sandboxes[0].hash().to_string(),
+    );
+    made.processes = Some(0);
+    // The proxy's config is out of date: a setup is due, which keeps the
+    // CA, the tokens and the address.
+    let mut d = Desired::build(
+        load(DOCKER_PROXY).unwrap().config,
+        "default",
+        Path::new("/h"),
+        &HostEnv::default(),
+    )
+    .unwrap();
+    d.egress_after_setup = Some(wiring);
+    d.set_egress(Egress::NotSetUp {
+        missing: "config.json is older than config.yaml's proxy section".to_string(),
+    });
+    let observed = Observed {
+        proxy: healthy(),
+        containers: vec![made],
+        ..Observed::default()
+    };
+    let text = crate::plan_stages(&d, &observed, UNIX_EPOCH + Duration::from_secs(NOW)).to_string();
+    assert!(text.contains("setup"), "{text}");
+    assert!(!text.contains("recreate"), "{text}");
+    assert!(!text.contains("known after setup"), "{text}");
+}
