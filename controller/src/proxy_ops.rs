@@ -41,6 +41,9 @@ pub enum ProxyError {
         "the network {network} has {containers} container(s) attached; it goes once they are off it"
     )]
     InUse { network: String, containers: usize },
+    /// The running proxy did not confirm a reload.
+    #[error("reload: {0:#}")]
+    Reload(anyhow::Error),
     /// The firewall chain or the network could not be removed.
     #[error("{0:#}")]
     Network(anyhow::Error),
@@ -61,6 +64,7 @@ pub async fn apply(
         ProxyAction::RemoveNetwork => {
             return remove_network(home, engine.ok_or(ProxyError::NoEngine)?).await;
         }
+        ProxyAction::Reload => return reload(home).await,
     };
     let exe = std::env::current_exe().map_err(ProxyError::NoBinary)?;
     for &step in steps {
@@ -119,4 +123,18 @@ async fn remove_network(home: &Home, engine: &Engine) -> Result<(), ProxyError> 
             .map_err(|e| ProxyError::Network(e.into()))?;
     }
     Ok(())
+}
+
+/// Has the running proxy load its tokens and real keys again (SIGHUP),
+/// and waits until it confirms.
+async fn reload(home: &Home) -> Result<(), ProxyError> {
+    let paths = crate::egress::files::Paths::new(home);
+    let reloaded = tokio::task::spawn_blocking(move || {
+        let pid = crate::egress::daemon::running_pid(&paths)?
+            .ok_or_else(|| anyhow::anyhow!("the proxy is not running"))?;
+        crate::egress::daemon::reload(&paths, pid)
+    })
+    .await
+    .map_err(|e| ProxyError::Reload(anyhow::Error::from(e)))?;
+    reloaded.map_err(ProxyError::Reload)
 }

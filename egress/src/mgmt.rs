@@ -109,6 +109,7 @@ fn handle(shared: &Shared, req: &Request<Incoming>) -> Response<ProxyBody> {
             "keys": shared.credentials().iter().map(|c| serde_json::json!({
                 "provider": c.provider,
                 "loaded": c.has_key() || c.oauth.is_some(),
+                "digest": c.key.as_ref().map(|k| crate::tokens::key_digest(&shared.mgmt_token, k.expose())),
                 "from": if c.oauth.is_some() {
                     Some(crate::google::KEY_FILE_VARIABLE.to_string())
                 } else {

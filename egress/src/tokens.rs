@@ -356,6 +356,23 @@ impl Credential {
     }
 }
 
+/// A short digest of a real key, keyed with the management token (which
+/// only hermes and the proxy hold): what `/health` says of a key, so that
+/// hermes can tell the key a running proxy holds from the one in `.env`
+/// without either ever leaving its process.
+pub fn key_digest(mgmt_token: &str, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"hermes-egress key digest\0");
+    h.update(mgmt_token.as_bytes());
+    h.update(b"\0");
+    h.update(key.as_bytes());
+    h.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Every provider's credential.
 #[derive(Debug, Default)]
 pub struct Credentials {

@@ -87,6 +87,9 @@ pub enum ProxyAction {
     Start,
     /// Stop the proxy daemon and start it again with the current settings.
     Restart,
+    /// Have the running proxy load its tokens and real keys again
+    /// (SIGHUP), keeping its connections.
+    Reload,
     /// Stop the proxy daemon.
     Stop,
     /// Remove the proxy-only network and its host firewall chain
@@ -197,7 +200,7 @@ impl Describe for ProxyAction {
     fn kind(&self) -> Kind {
         match self {
             ProxyAction::Setup | ProxyAction::Start => Kind::Create,
-            ProxyAction::Restart => Kind::Change,
+            ProxyAction::Restart | ProxyAction::Reload => Kind::Change,
             ProxyAction::Stop | ProxyAction::RemoveNetwork => Kind::Remove,
         }
     }
@@ -207,6 +210,7 @@ impl Describe for ProxyAction {
             ProxyAction::Setup => "setup",
             ProxyAction::Start => "start",
             ProxyAction::Restart => "restart",
+            ProxyAction::Reload => "reload",
             ProxyAction::Stop => "stop",
             ProxyAction::RemoveNetwork => "remove-network",
         }

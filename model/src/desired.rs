@@ -117,6 +117,10 @@ pub struct Desired {
     /// (set by the caller, which reads the proxy's files); what a plan's
     /// later stage is made against.
     pub egress_after_setup: Option<crate::egress::EgressWiring>,
+    /// The real keys the proxy should hold, by provider, as the host's
+    /// environment and `.env` have them now (set by the caller); `None`
+    /// when not known here (the keys come from a secret manager).
+    pub egress_keys: Option<BTreeMap<String, crate::egress::KeyState>>,
 }
 
 /// The egress side of the desired state: what the config asks of the
@@ -235,6 +239,7 @@ impl Desired {
             home_id: None,
             host: env.facts.clone(),
             egress_after_setup: None,
+            egress_keys: None,
         };
         if desired.config.terminal.backend == Backend::Ssh {
             desired.ssh = Some(crate::ssh::SshTarget::from_config(

@@ -56,6 +56,16 @@ pub const SANDBOX_ENV_SCRIPT_NAME: &str = "tokens.sh";
 /// sends it without refreshing), named by `GOOGLE_APPLICATION_CREDENTIALS`.
 pub const GCP_ADC_IN_SANDBOX: &str = "/etc/hermes-egress/gcp-credentials.json";
 
+/// A provider's real key as the proxy holds it (or should): whether one is
+/// loaded, and its digest (`hermes_egress::tokens::key_digest`, keyed with
+/// the management token; `None` for a credential without a key of its
+/// own, such as Google's minted tokens). Never the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyState {
+    pub loaded: bool,
+    pub digest: Option<String>,
+}
+
 /// What stands, in a wiring predicted before the proxy's setup, for what
 /// only the setup makes (a new CA's hash, its settings' fingerprint).
 pub const AFTER_SETUP: &str = "(known after setup)";

@@ -213,6 +213,9 @@ pub struct ProxyObserved {
     /// This home's proxy-only network (`proxy.enforce_network`) and its
     /// host firewall chain, when either exists.
     pub network: Option<ProxyNetworkObserved>,
+    /// The real keys it holds, by provider, as its health endpoint says;
+    /// `None` when it does not say (or does not answer).
+    pub keys: Option<BTreeMap<String, crate::egress::KeyState>>,
 }
 
 /// The proxy-only network of this home as a pass found it: the Docker

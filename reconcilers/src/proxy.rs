@@ -124,8 +124,42 @@ fn daemon(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
                 p.problem.as_deref().unwrap_or("no answer")
             ),
         ),
-        Egress::On { .. } => Vec::new(),
+        Egress::On { .. } => match keys_cause(desired, p) {
+            Some(cause) => op(ProxyAction::Reload, cause),
+            None => Vec::new(),
+        },
     }
+}
+
+/// What differs between the real keys the proxy should hold and those it
+/// does, in words (`keys: 1 added (openai), 1 changed (anthropic)`);
+/// `None` when they agree or either side is not known.
+fn keys_cause(desired: &Desired, p: &hermes_model::observed::ProxyObserved) -> Option<String> {
+    let (wanted, held) = (desired.egress_keys.as_ref()?, p.keys.as_ref()?);
+    let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+    for (provider, want) in wanted {
+        let have = held.get(provider);
+        let loaded = have.is_some_and(|h| h.loaded);
+        match (want.loaded, loaded) {
+            (true, false) => added.push(provider.as_str()),
+            (false, true) => removed.push(provider.as_str()),
+            (true, true) => {
+                let digest = have.and_then(|h| h.digest.as_ref());
+                if let (Some(a), Some(b)) = (&want.digest, digest)
+                    && a != b
+                {
+                    changed.push(provider.as_str());
+                }
+            }
+            (false, false) => {}
+        }
+    }
+    let parts: Vec<String> = [("added", added), ("changed", changed), ("removed", removed)]
+        .into_iter()
+        .filter(|(_, list)| !list.is_empty())
+        .map(|(what, list)| format!("{} {what} ({})", list.len(), list.join(", ")))
+        .collect();
+    (!parts.is_empty()).then(|| format!("keys: {}", parts.join(", ")))
 }
 
 /// Why Docker sandboxes (and singularity instances) may not start now (or,
@@ -276,7 +310,13 @@ pub fn predict(
                 observed.proxy.healthy = true;
                 observed.proxy.problem = None;
                 observed.proxy.settings = settings;
+                // A proxy that starts loads the keys of now.
+                observed.proxy.keys = desired.egress_keys.clone();
                 after.push("the proxy runs, healthy, on the current settings");
+            }
+            // The keys are the proxy's own: nothing waits on them.
+            Action::Proxy(ProxyAction::Reload) => {
+                observed.proxy.keys = desired.egress_keys.clone();
             }
             Action::Proxy(ProxyAction::Stop) => {
                 observed.proxy.running = false;

@@ -861,3 +861,70 @@ fn an_allowlist_edit_plans_the_proxy_only_and_every_stage_is_carried_out() {
     let after = hermes_tests::docker_cli::docker(&["inspect", "--format", "{{.Id}}", &host.name()]);
     assert_eq!(before, after, "the sandbox was recreated");
 }
+
+/// A key added to `.env` (`hermes config set` puts one there) or changed
+/// there reaches the running proxy by the pass that plans it: `~ proxy
+/// reload` naming the providers, carried out without a restart (the same
+/// pid), and converged after; the keys of the proxy's own environment
+/// are not taken as removed by a pass whose environment lacks them.
+#[test]
+fn a_key_added_or_changed_in_dotenv_reaches_the_running_proxy_by_a_planned_reload() {
+    let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);
+    let host = Host::new("key", &upstream, true);
+    let first = host.hermes(&["reconcile"]);
+    assert_eq!(first.code, 0, "{first:?}");
+    let pid = host.proxy_pid();
+    // A pass without the keys the proxy got from its environment.
+    let bare = host
+        .home
+        .run(["--profile", &host.profile, "reconcile", "--dry-run"]);
+    assert_eq!(bare.code, 0, "{bare:?}");
+
+    let set = host.hermes(&[
+        "config",
+        "set",
+        "OPENAI_API_KEY",
+        "sk-proj-e2e-REAL-openai-0042",
+    ]);
+    assert_eq!(set.code, 0, "{set:?}");
+    let dry = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert!(
+        dry.stdout.contains("~ proxy") && dry.stdout.contains("reload      keys: 1 added (openai"),
+        "{}",
+        dry.stdout
+    );
+    let applied = host.hermes(&["reconcile"]);
+    assert_eq!(applied.code, 0, "{applied:?}");
+    assert_eq!(host.proxy_pid(), pid, "the proxy was restarted");
+    let status = host.hermes(&["status", "--output", "json"]);
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(status["proxy"]["keys_loaded"], 4, "{status}");
+    let again = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(again.code, 0, "{again:?}");
+
+    let env = std::fs::read_to_string(host.home.path().join(".env")).unwrap();
+    std::fs::write(
+        host.home.path().join(".env"),
+        env.replace(ANTHROPIC_KEY, "sk-ant-e2e-REAL-anthropic-0099"),
+    )
+    .unwrap();
+    let dry = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert!(
+        dry.stdout.contains("keys: 1 changed (anthropic)"),
+        "{}",
+        dry.stdout
+    );
+    for secret in [
+        ANTHROPIC_KEY,
+        "sk-ant-e2e-REAL-anthropic-0099",
+        "sk-proj-e2e-REAL-openai-0042",
+    ] {
+        assert!(!dry.stdout.contains(secret) && !dry.stderr.contains(secret));
+    }
+    let applied = host.hermes(&["reconcile"]);
+    assert_eq!(applied.code, 0, "{applied:?}");
+    let again = host.hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(again.code, 0, "{again:?}");
+}

@@ -332,6 +332,7 @@ fn set_egress(home: &Home, desired: &mut Desired, egress: hermes_model::desired:
         }
         _ => None,
     };
+    desired.egress_keys = crate::egress::pass::desired_keys(home, &desired.config);
     desired.set_egress(egress);
 }
 

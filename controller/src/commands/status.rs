@@ -120,6 +120,12 @@ pub struct ProxyReport {
     /// Transparent egress (`proxy.enforce_network`): names resolve to the proxy.
     #[serde(rename = "transparent")]
     pub transparent: bool,
+    /// How many providers' real keys the running proxy holds, of how many
+    /// it serves; `None` when it does not say (or does not run).
+    #[serde(rename = "keys_loaded")]
+    pub keys_loaded: Option<usize>,
+    #[serde(rename = "keys_total")]
+    pub keys_total: Option<usize>,
 }
 
 /// The controller, if one runs, and its last status file.
@@ -155,6 +161,7 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
     let engine = pass.engine.as_ref();
     let observed = engine.map(|_| &pass.observed);
     let proxy = pass.observed.proxy.clone();
+    let keys = proxy.keys.clone();
     // What blocks now (the first stage: later ones wait on it).
     let plan = &pass.plan.first;
     let mut blocked = hermes_reconcilers::blocked(plan);
@@ -276,6 +283,10 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
             problem: proxy.problem,
             listening,
             transparent: proxy_enabled && desired.config.proxy.enforce_network,
+            keys_loaded: keys
+                .as_ref()
+                .map(|k| k.values().filter(|s| s.loaded).count()),
+            keys_total: keys.as_ref().map(|k| k.len()),
         },
         blocked,
         errors,
@@ -345,9 +356,16 @@ impl fmt::Display for StatusReport {
             } else {
                 ""
             };
+            let keys = match (proxy.keys_loaded, proxy.keys_total) {
+                (Some(0), Some(total)) => format!(
+                    "; holds none of {total} providers' real keys (set one: `hermes config set OPENAI_API_KEY …`, then reconcile)"
+                ),
+                (Some(n), Some(total)) => format!("; {n} of {total} providers' real keys"),
+                _ => String::new(),
+            };
             writeln!(
                 f,
-                "Proxy:       {health}; listening on {listening}{transparent}"
+                "Proxy:       {health}; listening on {listening}{transparent}{keys}"
             )?;
         } else {
             writeln!(

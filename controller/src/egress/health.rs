@@ -92,6 +92,11 @@ pub struct KeyHeld {
     /// The variable the key came from.
     #[serde(rename = "from", default)]
     pub from: Option<String>,
+    /// The key's digest (`hermes_egress::tokens::key_digest`), never the
+    /// key; `None` without a key of its own, or from a proxy that does not
+    /// say.
+    #[serde(rename = "digest", default)]
+    pub digest: Option<String>,
 }
 
 /// The proxy's counters (`hermes_egress::access::Counters::snapshot`),

@@ -8,12 +8,14 @@
 //! one it started with (and updates it when it reloads its tokens), and a
 //! difference restarts it.
 
+use std::collections::BTreeMap;
+
 use hermes_backends::docker::Engine;
 use hermes_egress::settings::ProxyConfigFile;
 use hermes_egress::tokens::{MappingsFile, TokensFile};
 use hermes_model::config::Config;
 use hermes_model::desired::Egress;
-use hermes_model::egress::EgressWiring;
+use hermes_model::egress::{EgressWiring, KeyState};
 use hermes_model::observed::{ProxyNetworkObserved, ProxyObserved};
 use sha2::{Digest, Sha256};
 
@@ -259,16 +261,22 @@ pub async fn observe(home: &Home) -> ProxyObserved {
         }
     };
     let settings = state.as_ref().and_then(|s| s.settings.clone());
+    let mut keys = None;
     let (healthy, problem) = match (state.map(|s| s.mgmt), mgmt_token(&paths)) {
         (Some(addr), Some(token)) => match super::health::probe(addr, &token).await {
-            // With transparent egress, its DNS responder is part of it.
-            Ok(health) if enforces_network(&paths) => {
-                match super::health::dns_problem(&health).await {
+            Ok(health) => {
+                keys = keys_held(&health);
+                // With transparent egress, its DNS responder is part of it.
+                let dns = if enforces_network(&paths) {
+                    super::health::dns_problem(&health).await
+                } else {
+                    None
+                };
+                match dns {
                     Some(problem) => (false, Some(problem)),
                     None => (true, None),
                 }
             }
-            Ok(_) => (true, None),
             Err(e) => {
                 tracing::debug!(%addr, error = %e, "the proxy's health endpoint");
                 (
@@ -288,7 +296,77 @@ pub async fn observe(home: &Home) -> ProxyObserved {
         settings,
         problem,
         network: None,
+        keys,
     }
+}
+
+/// The real keys a running proxy says it holds, by provider.
+fn keys_held(health: &super::health::Health) -> Option<BTreeMap<String, KeyState>> {
+    health.keys.as_ref().map(|held| {
+        held.iter()
+            .map(|k| {
+                let state = KeyState {
+                    loaded: k.loaded,
+                    digest: k.digest.clone(),
+                };
+                (k.provider.clone(), state)
+            })
+            .collect()
+    })
+}
+
+/// The real keys the running proxy should hold for `config`, by
+/// provider: those a reload would load now (its own environment, read
+/// from `/proc`, then `.env`, as the daemon reads them), with their
+/// digests under the management token; held in memory only. `None` when
+/// that is not known here: no proxy running (a start loads what it
+/// finds), not set up, or its keys coming from a secret manager.
+pub fn desired_keys(home: &Home, config: &Config) -> Option<BTreeMap<String, KeyState>> {
+    if !config.proxy.enabled {
+        return None;
+    }
+    let paths = Paths::new(home);
+    let pid = running_pid(&paths).ok().flatten()?;
+    let environ = zeroize::Zeroizing::new(std::fs::read(format!("/proc/{pid}/environ")).ok()?);
+    let process: BTreeMap<String, String> = environ
+        .split(|b| *b == 0)
+        .filter_map(|kv| {
+            let kv = std::str::from_utf8(kv).ok()?;
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_string(), v.to_string()))
+        })
+        .collect();
+    let read = |path: std::path::PathBuf| read_file(&path).ok().flatten();
+    let tokens = TokensFile::parse(&read(paths.tokens())?).ok()?;
+    let mappings = MappingsFile::parse(&read(paths.mappings())?).ok()?;
+    let file = ProxyConfigFile::parse(&read(paths.config())?).ok()?;
+    if file.credential_source == super::bitwarden::SOURCE {
+        return None;
+    }
+    let env = hermes_model::desired::HostEnv {
+        process,
+        ..crate::commands::host_env(home).ok()?
+    };
+    let lookup = |name: &str| {
+        env.lookup(name)
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    let service_account = lookup(hermes_egress::google::KEY_FILE_VARIABLE).is_some();
+    let mut keys = BTreeMap::new();
+    for m in &mappings.mappings {
+        if !tokens.tokens.contains_key(&m.provider) {
+            continue;
+        }
+        let key = m.env.iter().find_map(|name| lookup(name));
+        let oauth = m.provider == hermes_egress::google::PROVIDER && service_account;
+        let state = KeyState {
+            loaded: key.is_some() || oauth,
+            digest: key.map(|k| hermes_egress::tokens::key_digest(&file.mgmt_token, &k)),
+        };
+        keys.insert(m.provider.clone(), state);
+    }
+    Some(keys)
 }
 
 /// Whether the proxy's config file says `enforce_network` (transparent

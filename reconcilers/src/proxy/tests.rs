@@ -47,6 +47,7 @@ fn healthy() -> ProxyObserved {
         settings: Some("5e771265abcd".to_string()),
         problem: None,
         network: None,
+        keys: None,
     }
 }
 
@@ -602,4 +603,47 @@ fn a_setup_that_keeps_the_wiring_plans_no_recreate_in_any_stage() {
     assert!(text.contains("setup"), "{text}");
     assert!(!text.contains("recreate"), "{text}");
     assert!(!text.contains("known after setup"), "{text}");
+}
+
+#[test]
+fn keys_that_differ_from_the_running_proxy_s_are_reloaded_saying_which() {
+    use hermes_model::egress::KeyState;
+    let key = |loaded: bool, digest: Option<&str>| KeyState {
+        loaded,
+        digest: digest.map(str::to_string),
+    };
+    let mut d = desired(DOCKER_PROXY, on());
+    d.sandboxes.clear();
+    d.egress_keys = Some(
+        [
+            ("anthropic".to_string(), key(true, Some("a2"))),
+            ("openai".to_string(), key(true, Some("o1"))),
+            ("gemini".to_string(), key(false, None)),
+            ("gcp".to_string(), key(true, None)),
+        ]
+        .into(),
+    );
+    let mut proxy = healthy();
+    proxy.keys = Some(
+        [
+            ("anthropic".to_string(), key(true, Some("a1"))),
+            ("openai".to_string(), key(false, None)),
+            ("gemini".to_string(), key(true, Some("g1"))),
+            ("gcp".to_string(), key(true, None)),
+        ]
+        .into(),
+    );
+    assert_eq!(
+        text(&d, proxy.clone()),
+        "~ proxy   reload      keys: 1 added (openai), 1 changed (anthropic), 1 removed (gemini)\n\
+         Plan: 0 to create, 1 to change, 0 to remove."
+    );
+    // Held as wanted, or not known on one side: nothing to do.
+    proxy.keys = d.egress_keys.clone();
+    assert_eq!(
+        text(&d, proxy.clone()),
+        "No changes. The host is converged."
+    );
+    proxy.keys = None;
+    assert_eq!(text(&d, proxy), "No changes. The host is converged.");
 }
