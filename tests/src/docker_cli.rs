@@ -70,3 +70,17 @@ impl Drop for ProfileCleanup {
         }
     }
 }
+
+/// A new home of profile `<tag><pid>` on the Docker backend with the test
+/// image and `extra` config lines (indented, under `terminal:`), its
+/// profile's name, and the guard that removes its containers.
+pub fn docker_home(tag: &str, extra: &str) -> (crate::cli::TestHome, String, ProfileCleanup) {
+    let profile = format!("{tag}{}", std::process::id());
+    let home = crate::cli::TestHome::with_profile(&profile);
+    home.write_config(format!(
+        "terminal:\n  backend: docker\n  docker_image: {}\n{extra}",
+        crate::test_image()
+    ));
+    let cleanup = ProfileCleanup(profile.clone());
+    (home, profile, cleanup)
+}

@@ -69,16 +69,8 @@ fn agent_runs(home: &TestHome, cmds: &[&str]) -> AgentRun {
     }
 }
 
-/// A profile's home on the Docker backend; its containers go with it.
 fn home(tag: &str, extra: &str) -> (TestHome, String, ProfileCleanup) {
-    let profile = format!("{tag}{}", std::process::id());
-    let home = TestHome::with_profile(&profile);
-    home.write_config(format!(
-        "terminal:\n  backend: docker\n  docker_image: {}\n{extra}",
-        hermes_tests::test_image()
-    ));
-    let cleanup = ProfileCleanup(profile.clone());
-    (home, profile, cleanup)
+    hermes_tests::docker_cli::docker_home(tag, extra)
 }
 
 /// A container's short id (12 hex digits).

@@ -16,17 +16,8 @@ use hermes_tests::docker_cli::{ProfileCleanup, docker};
 /// The task of the agent's backend probe (`agent/prompt_builder.py`).
 const PROBE_TASK: &str = "prompt-backend-probe";
 
-/// A profile's home on the Docker backend with `extra` config; its
-/// containers go with it.
 fn home(tag: &str, extra: &str) -> (TestHome, String, ProfileCleanup) {
-    let profile = format!("{tag}{}", std::process::id());
-    let home = TestHome::with_profile(&profile);
-    home.write_config(format!(
-        "terminal:\n  backend: docker\n  docker_image: {}\n{extra}",
-        hermes_tests::test_image()
-    ));
-    let cleanup = ProfileCleanup(profile.clone());
-    (home, profile, cleanup)
+    hermes_tests::docker_cli::docker_home(tag, extra)
 }
 
 /// Runs the agent's own backend probe, as a start of its CLI does
