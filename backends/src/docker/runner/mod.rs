@@ -819,7 +819,14 @@ mod tests {
             let (base, dir) = files::tests::runner_dir();
             let root = RunnerDir::open(&dir).unwrap();
             let pipe = root.new_runner(&script::runner_file()).unwrap();
-            let out = std::process::Command::new("sh")
+            // The engine starts `docker exec` processes with every signal at
+            // its default; a test run launched under nohup or from a
+            // non-interactive shell may ignore SIGINT and SIGQUIT, which a
+            // shell cannot undo, so the stand-in resets them as the engine
+            // would (GNU env's --default-signal).
+            let out = std::process::Command::new("env")
+                .arg("--default-signal=INT,QUIT,HUP")
+                .arg("sh")
                 .args(
                     script::start_command(dir.to_str().unwrap(), &pipe, &files::script_of(&pipe))
                         .iter()
