@@ -82,6 +82,9 @@ pub trait Executor {
 ///   has it, else `sh` (`hermes exec -- 'echo x > f'`).
 /// - Several arguments are an argv, delivered intact, never re-split.
 /// - A command that is not found exits 127 (the shell's own code).
+/// - `--cwd DIR` is entered by the script, the same way everywhere: a
+///   directory that does not exist (or may not be entered) is one line on
+///   stderr and exit 126, as for a program that cannot run.
 /// - The working directory carries over: the directory a command line
 ///   leaves (its shell's `$PWD` when it ends) is written to the task's
 ///   state file in the sandbox (`cwd_state`; written beside and renamed
@@ -100,8 +103,19 @@ pub trait Executor {
 ///   exec's process group or session as soon as the exec returns (Daytona
 ///   deletes the session, the runner kills the group) cannot reach it.
 pub const TERMINAL_SCRIPT: &str = r#"# hermes-exec
-hermes_s=$1 hermes_f=$2 hermes_b=$3
-shift 3
+hermes_s=$1 hermes_f=$2 hermes_b=$3 hermes_w=$4
+shift 4
+if [ -n "$hermes_w" ]; then
+	if [ ! -d "$hermes_w" ]; then
+		printf 'hermes: --cwd %s: no such directory in the sandbox\n' "$hermes_w" >&2
+		exit 126
+	fi
+	cd -- "$hermes_w" 2>/dev/null || {
+		printf 'hermes: --cwd %s: permission denied\n' "$hermes_w" >&2
+		exit 126
+	}
+fi
+unset hermes_w
 case $hermes_s in '' | /*) ;; *) hermes_s=$HOME/$hermes_s ;; esac
 if [ -n "$hermes_s" ] && { IFS= read -r hermes_d <"$hermes_s"; } 2>/dev/null && [ -n "$hermes_d" ] && [ "$hermes_d" != "$PWD" ]; then
 	cd -- "$hermes_d" 2>/dev/null || printf 'hermes: the last directory %s is gone; running in %s\n' "$hermes_d" "$PWD" >&2
@@ -134,11 +148,17 @@ exec "$@"
 "#;
 
 /// The argv that runs `cmd` under [`TERMINAL_SCRIPT`]'s contract:
-/// `/bin/sh -c SCRIPT sh STATE line|argv fg|bg ARGS…`. `cwd_state`: the
+/// `/bin/sh -c SCRIPT sh STATE line|argv fg|bg CWD ARGS…`. `cwd_state`: the
 /// file in the sandbox that carries the task's working directory (relative
 /// paths are from the home there); `None` when `--cwd` set the directory
-/// for this command.
-pub fn terminal_argv(cmd: &[String], cwd_state: Option<&str>, background: bool) -> Vec<String> {
+/// for this command. `cwd`: that directory (relative to where the backend
+/// starts commands), entered by the script.
+pub fn terminal_argv(
+    cmd: &[String],
+    cwd_state: Option<&str>,
+    cwd: Option<&str>,
+    background: bool,
+) -> Vec<String> {
     let form = match cmd {
         [one] if !is_plain_program(one) => "line",
         _ => "argv",
@@ -151,6 +171,7 @@ pub fn terminal_argv(cmd: &[String], cwd_state: Option<&str>, background: bool) 
         cwd_state.unwrap_or_default().to_string(),
         form.to_string(),
         if background { "bg" } else { "fg" }.to_string(),
+        cwd.unwrap_or_default().to_string(),
     ];
     argv.extend(cmd.iter().cloned());
     argv
@@ -325,10 +346,22 @@ mod tests {
         dir: &std::path::Path,
         input: &str,
     ) -> (i32, String, String) {
+        terminal_in(cmd, state, None, background, dir, input)
+    }
+
+    /// [`terminal`] with `--cwd`.
+    fn terminal_in(
+        cmd: &[&str],
+        state: Option<&std::path::Path>,
+        cwd: Option<&str>,
+        background: bool,
+        dir: &std::path::Path,
+        input: &str,
+    ) -> (i32, String, String) {
         use std::io::Write;
         let cmd: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
         let state = state.map(|p| p.display().to_string());
-        let argv = terminal_argv(&cmd, state.as_deref(), background);
+        let argv = terminal_argv(&cmd, state.as_deref(), cwd, background);
         let mut child = std::process::Command::new(&argv[0])
             .args(&argv[1..])
             .current_dir(dir)
@@ -349,6 +382,36 @@ mod tests {
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
+    }
+
+    #[test]
+    fn cwd_is_entered_and_a_missing_one_is_126_in_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path();
+        std::fs::create_dir(at.join("sub")).unwrap();
+        let entered = terminal_in(&["pwd"], None, Some("sub"), false, at, "");
+        assert_eq!(
+            entered,
+            (0, format!("{}/sub\n", at.display()), String::new())
+        );
+        for background in [false, true] {
+            let missing = terminal_in(&["pwd"], None, Some("gone/x"), background, at, "");
+            assert_eq!(
+                missing,
+                (
+                    126,
+                    String::new(),
+                    "hermes: --cwd gone/x: no such directory in the sandbox\n".to_string()
+                ),
+                "background: {background}"
+            );
+        }
+        // A file is no directory either.
+        std::fs::write(at.join("file"), "").unwrap();
+        assert_eq!(
+            terminal_in(&["pwd"], None, Some("file"), false, at, "").0,
+            126
+        );
     }
 
     #[test]
@@ -463,7 +526,7 @@ mod tests {
         for round in 0..20 {
             let marker = dir.path().join(format!("marker-{round}"));
             let line = format!("sleep 0.3; echo done > {}", marker.display());
-            let argv = terminal_argv(&[line], None, true);
+            let argv = terminal_argv(&[line], None, None, true);
             let status = std::process::Command::new(&argv[0])
                 .args(&argv[1..])
                 .process_group(0)

@@ -105,8 +105,9 @@ impl Executor for Local {
                     None => Ok(()),
                 }
             };
-            let (a, b) = tokio::join!(out, err);
-            a.and(b)
+            // The first failed write ends both: a closed stdout must not
+            // wait for the end of a stderr the command keeps open.
+            tokio::try_join!(out, err).map(|_| ())
         };
         let run = async {
             copy.await.map_err(LocalError::Output)?;
@@ -128,13 +129,20 @@ impl Executor for Local {
         // background stays.
         let _ = watch.kill().await;
         match result {
-            Ok(status) => {
-                let status = status?;
-                Ok(ExecOutcome {
-                    exit_code: i64::from(status.code().unwrap_or(128 + signal_of(&status))),
-                    timed_out: false,
-                })
+            Ok(Err(e)) => {
+                // The output had nowhere to go (its reader gone): the
+                // command's whole group ends, as SIGPIPE would end it.
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(group),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                let _ = child.wait().await;
+                Err(e)
             }
+            Ok(Ok(status)) => Ok(ExecOutcome {
+                exit_code: i64::from(status.code().unwrap_or(128 + signal_of(&status))),
+                timed_out: false,
+            }),
             Err(_) => {
                 // The whole process group, children included.
                 let _ = nix::sys::signal::killpg(

@@ -36,6 +36,7 @@ mod exec_target;
 mod failures;
 mod fsio;
 mod home;
+mod interrupt;
 mod mcp;
 mod metrics;
 mod migrate;
@@ -69,6 +70,9 @@ pub fn main() -> ExitCode {
             // Help and version go to stdout with exit 0; a closed stdout
             // is no error here either.
             let _ = e.print();
+            if let Some(hint) = exec_hint(e.kind(), &std::env::args().collect::<Vec<_>>()) {
+                eprintln!("{hint}");
+            }
             return if e.use_stderr() {
                 ExitCode::from(USAGE_ERROR)
             } else {
@@ -110,6 +114,81 @@ fn parse_args() -> Result<Cli, clap::Error> {
     let mut command = Cli::command().name(name.clone()).bin_name(name);
     let matches = command.try_get_matches_from_mut(std::env::args_os())?;
     Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+}
+
+/// For `hermes exec ls /` (a command without `--` before it, which clap
+/// rejects as unknown arguments or as a missing command): the line to
+/// write instead.
+fn exec_hint(kind: clap::error::ErrorKind, args: &[String]) -> Option<String> {
+    use clap::error::ErrorKind;
+    if !matches!(
+        kind,
+        ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
+    ) {
+        return None;
+    }
+    // The options that take a value, global and exec's own: their values
+    // are neither the subcommand nor the command.
+    const VALUED: &[&str] = &[
+        "--home",
+        "--profile",
+        "-p",
+        "--log-format",
+        "--task",
+        "--session",
+        "--timeout",
+        "--cwd",
+        "--env",
+        "-e",
+    ];
+    let mut words = args.iter().skip(1).map(String::as_str);
+    let mut before = Vec::new();
+    let mut seen_exec = false;
+    let mut command = Vec::new();
+    while let Some(word) = words.next() {
+        if word == "--" {
+            return None;
+        }
+        if !command.is_empty() {
+            // The command's own flags are the command's.
+            command.push(word);
+        } else if VALUED.contains(&word) {
+            let value = words.next().unwrap_or_default();
+            before.extend([word, value]);
+        } else if word.starts_with('-') {
+            before.push(word);
+        } else if !seen_exec {
+            if word != "exec" {
+                return None;
+            }
+            seen_exec = true;
+            before.push(word);
+        } else {
+            command.push(word);
+        }
+    }
+    if !seen_exec || command.is_empty() {
+        return None;
+    }
+    let quoted: Vec<String> = command.iter().map(|w| shell_word(w)).collect();
+    Some(format!(
+        "hint: put the command after `--`: hermes {} -- {}",
+        before.join(" "),
+        quoted.join(" ")
+    ))
+}
+
+/// `word` as a shell would need it written (single-quoted unless plain).
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
 /// The file name of `argv0` (`hermesctl` for `/usr/local/bin/hermesctl`),

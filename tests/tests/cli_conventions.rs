@@ -73,6 +73,42 @@ fn a_usage_error_exits_64_never_2() {
 }
 
 #[test]
+fn a_command_without_the_double_dash_gets_the_line_to_write_instead() {
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: local\n");
+    for (args, hint) in [
+        (&["exec", "ls", "/"][..], "exec -- ls /"),
+        (
+            &["exec", "--task", "t1", "echo", "a b"],
+            "exec --task t1 -- echo 'a b'",
+        ),
+        (
+            &["--profile", "exec", "exec", "grep", "-r", "x"],
+            "--profile exec exec -- grep -r x",
+        ),
+    ] {
+        let run = home.run(args);
+        assert_eq!(run.code, 64, "{args:?}: {run:?}");
+        assert!(run.stdout.is_empty(), "{args:?}: {run:?}");
+        assert!(
+            run.stderr.contains(&format!(
+                "hint: put the command after `--`: hermes --home {} {hint}\n",
+                home.path().display()
+            )),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    // With `--` there is nothing to hint at; a usage error elsewhere gets
+    // no hint.
+    let run = home.run(["exec", "--no-such-flag", "--", "true"]);
+    assert_eq!(run.code, 64, "{run:?}");
+    assert!(!run.stderr.contains("hint: put the command"), "{run:?}");
+    let run = home.run(["sandbox", "lisst"]);
+    assert!(!run.stderr.contains("hint: put the command"), "{run:?}");
+}
+
+#[test]
 fn an_error_names_its_cause_once() {
     // The tunnel port held by this test: the proxy cannot listen there.
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -227,6 +227,24 @@ impl Backend {
     /// `hermes --profile P exec ARGS…` with `input` on its standard input
     /// (closed at its end) and `extra` in its environment.
     fn exec_with(&self, args: &[&str], input: Option<&str>, extra: &[(&str, &str)]) -> Run {
+        self.spawn(args, input, extra, Stdio::piped())
+    }
+
+    /// `exec` with its stdout a pipe whose reader is already gone, as
+    /// under `| head` once head has read enough.
+    fn exec_closed_stdout(&self, args: &[&str]) -> Run {
+        let (reader, writer) = nix::unistd::pipe().unwrap();
+        drop(reader);
+        self.spawn(args, None, &[], Stdio::from(writer))
+    }
+
+    fn spawn(
+        &self,
+        args: &[&str],
+        input: Option<&str>,
+        extra: &[(&str, &str)],
+        stdout: Stdio,
+    ) -> Run {
         let mut all = vec!["--profile", self.profile.as_str(), "exec"];
         // A command given without options: after `--`.
         if args.first().is_some_and(|a| !a.starts_with("--")) {
@@ -253,7 +271,7 @@ impl Backend {
         } else {
             Stdio::null()
         })
-        .stdout(Stdio::piped())
+        .stdout(stdout)
         .stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         if let Some(text) = input {
@@ -276,8 +294,8 @@ impl Backend {
 }
 
 /// A shell loop that prints `found` for every process whose command line
-/// starts with `sleep $1 ` (the loop's own does not).
-const FIND_SLEEP: &str = r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null); case $c in "sleep $1 "*) echo found ;; esac; done"#;
+/// starts with `$1 ` (`sleep 3123 `; the loop's own does not).
+const FIND_PROC: &str = r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null); case $c in "$1 "*) echo found ;; esac; done"#;
 
 /// Checks every line of the contract on `b`.
 fn contract(b: &Backend) {
@@ -346,8 +364,27 @@ fn contract(b: &Backend) {
     );
     assert!(!run.stdout.contains("never"), "{name}: {run:?}");
     assert!(started.elapsed() < Duration::from_secs(30), "{name}");
-    let left = eventually_empty(|| b.out(&["sh", "-c", FIND_SLEEP, "-", &long]));
+    let sleeping = format!("sleep {long}");
+    let left = eventually_empty(|| b.out(&["sh", "-c", FIND_PROC, "-", &sleeping]));
     assert_eq!(left, "", "{name}: the timed-out tree survived");
+
+    // A closed standard output (`| head` done reading) ends hermes
+    // quietly with 141, 128 + SIGPIPE, as a pipeline's writer ends.
+    // (A config warning may come first: nothing else.)
+    let quiet = |run: &Run| !run.stderr.lines().any(|l| !l.starts_with("warning: "));
+    let run = b.exec_closed_stdout(&["--timeout", "60", "--", "seq 1 200000"]);
+    assert!(run.code == 141 && quiet(&run), "{name}: {run:?}");
+    // Where the output streams as it comes, the command is ended with it:
+    // an endless writer does not run on to its timeout.
+    if matches!(name, "local" | "docker" | "ssh" | "singularity") {
+        let writer = format!("yes closed-{long}");
+        let started = Instant::now();
+        let run = b.exec_closed_stdout(&["--timeout", "60", "--", &writer]);
+        assert!(run.code == 141 && quiet(&run), "{name}: {run:?}");
+        assert!(started.elapsed() < Duration::from_secs(30), "{name}");
+        let left = eventually_empty(|| b.out(&["sh", "-c", FIND_PROC, "-", &writer]));
+        assert_eq!(left, "", "{name}: the writer outlived its closed output");
+    }
 
     // The directory a command line leaves carries over to the next
     // command (a new hermes process each); --cwd moves one command only;
@@ -367,6 +404,22 @@ fn contract(b: &Backend) {
     if name != "vercel_sandbox" {
         assert_eq!(b.out(&["--cwd", "/", "--", "pwd"]), "/\n", "{name}");
     }
+    // A --cwd that is not there: one line and 126, the command not run.
+    let run = b.exec(&["--cwd", "/no/such/dir-x", "--", "echo ran"]);
+    let said: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| !l.starts_with("warning: "))
+        .collect();
+    assert_eq!(
+        (run.code, run.stdout.as_str(), said),
+        (
+            126,
+            "",
+            vec!["hermes: --cwd /no/such/dir-x: no such directory in the sandbox"]
+        ),
+        "{name}: {run:?}"
+    );
     assert_eq!(b.out(&["sh", "-c", "cd deeper"]), "", "{name}");
     assert_eq!(b.out(&["pwd"]), here, "{name}");
     let run = b.exec(&["cd deeper; exit 3; echo no"]);

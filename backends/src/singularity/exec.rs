@@ -134,8 +134,10 @@ impl Executor for Instance {
             std::future::pending::<()>().await;
         };
         let run = async {
-            let (a, b) = tokio::join!(pump(&mut out, stdout), pump(&mut err, stderr));
-            a.and(b).map_err(SingularityError::Output)?;
+            // The first failed write ends both: a closed stdout must not
+            // wait for the end of a stderr the command keeps open.
+            tokio::try_join!(pump(&mut out, stdout), pump(&mut err, stderr))
+                .map_err(SingularityError::Output)?;
             child
                 .wait()
                 .await

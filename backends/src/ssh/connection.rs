@@ -463,6 +463,14 @@ impl Running {
                 "the caller went away",
             )))),
         };
+        if !matches!(result, Some(Ok(_))) {
+            // Nothing reads the channel any more: its reader goes first,
+            // or the connection's loop would wait to hand it the output
+            // of a command still writing, and the kill below would never
+            // go out.
+            drop(read);
+            let _ = write.close().await;
+        }
         match result {
             Some(Ok(exit_code)) => Ok(ExecOutcome {
                 exit_code,

@@ -46,6 +46,11 @@ const TIMED_OUT: u8 = 124;
 /// The exit code of an exec refused because the egress proxy is not ready.
 const FAIL_CLOSED: u8 = 3;
 
+/// The exit code of a command whose output had no reader any more (`|
+/// head` done reading): 128 + SIGPIPE, as the shell reports a command a
+/// closed pipe ended.
+const CLOSED_PIPE: u8 = 141;
+
 /// How long a `--background` command may take to start.
 const BACKGROUND_START: Duration = Duration::from_secs(30);
 
@@ -150,9 +155,16 @@ pub async fn run_with(
             .is_none()
             .then(|| target.cwd_state(home, &desired, &which));
         let request = ExecRequest {
-            cmd: terminal_argv(&args.command, state.as_deref(), args.background),
+            // --cwd is entered by the terminal script, so a missing
+            // directory is the same one line and 126 on every backend.
+            cmd: terminal_argv(
+                &args.command,
+                state.as_deref(),
+                args.cwd.as_deref(),
+                args.background,
+            ),
             env: values.with(env.clone()),
-            cwd: args.cwd.clone(),
+            cwd: None,
             timeout: if args.background {
                 BACKGROUND_START
             } else {
@@ -167,8 +179,16 @@ pub async fn run_with(
             stderr: &mut err,
         };
         let outcome = target.exec(&request, io).await;
-        out.finish().await?;
-        err.finish().await?;
+        let finished = (out.finish().await, err.finish().await);
+        // A reader gone away ends the command (the backend kills it on the
+        // failed write) and hermes, quietly, as SIGPIPE ends a command in
+        // a pipeline: no message, whatever error the backend made of it.
+        if out.closed() || err.closed() {
+            tracing::debug!("the output's reader went away; the command was ended");
+            return Ok(CLOSED_PIPE);
+        }
+        finished.0?;
+        finished.1?;
         let outcome = match outcome {
             Err(e) if e.is_gone() && attempt == 0 => {
                 tracing::warn!(error = %e, "the sandbox vanished; making it again once");
@@ -362,28 +382,61 @@ fn output_writers<'a>(
     )
 }
 
-/// A command's output stream, redacted or not.
+/// A command's output stream, redacted or not, that remembers whether its
+/// reader went away (a write failed with a broken pipe).
 #[derive(Debug)]
-enum Output<W> {
+struct Output<W> {
+    stream: Stream<W>,
+    closed: bool,
+}
+
+#[derive(Debug)]
+enum Stream<W> {
     Redacted(RedactingWriter<W>),
     Plain(W),
 }
 
 impl<W: tokio::io::AsyncWrite + Unpin> Output<W> {
     fn new(inner: W, redactor: Option<Arc<Redactor>>) -> Output<W> {
-        match redactor {
-            Some(r) => Output::Redacted(RedactingWriter::new(inner, r)),
-            None => Output::Plain(inner),
+        let stream = match redactor {
+            Some(r) => Stream::Redacted(RedactingWriter::new(inner, r)),
+            None => Stream::Plain(inner),
+        };
+        Output {
+            stream,
+            closed: false,
         }
     }
 
     /// Writes out what the redactor held back, and flushes.
     async fn finish(&mut self) -> std::io::Result<()> {
         use tokio::io::AsyncWriteExt;
-        match self {
-            Output::Redacted(w) => w.finish().await,
-            Output::Plain(w) => w.flush().await,
+        let result = match &mut self.stream {
+            Stream::Redacted(w) => w.finish().await,
+            Stream::Plain(w) => w.flush().await,
+        };
+        self.note(result)
+    }
+
+    /// Whether the reader went away.
+    fn closed(&self) -> bool {
+        self.closed
+    }
+
+    fn note<T>(&mut self, result: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &result {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                self.closed = true;
+            }
         }
+        result
+    }
+
+    fn poll_note<T>(
+        &mut self,
+        poll: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        poll.map(|result| self.note(result))
     }
 }
 
@@ -393,29 +446,35 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Output<W> {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Output::Redacted(w) => std::pin::Pin::new(w).poll_write(cx, buf),
-            Output::Plain(w) => std::pin::Pin::new(w).poll_write(cx, buf),
-        }
+        let this = self.get_mut();
+        let poll = match &mut this.stream {
+            Stream::Redacted(w) => std::pin::Pin::new(w).poll_write(cx, buf),
+            Stream::Plain(w) => std::pin::Pin::new(w).poll_write(cx, buf),
+        };
+        this.poll_note(poll)
     }
 
     fn poll_flush(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Output::Redacted(w) => std::pin::Pin::new(w).poll_flush(cx),
-            Output::Plain(w) => std::pin::Pin::new(w).poll_flush(cx),
-        }
+        let this = self.get_mut();
+        let poll = match &mut this.stream {
+            Stream::Redacted(w) => std::pin::Pin::new(w).poll_flush(cx),
+            Stream::Plain(w) => std::pin::Pin::new(w).poll_flush(cx),
+        };
+        this.poll_note(poll)
     }
 
     fn poll_shutdown(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Output::Redacted(w) => std::pin::Pin::new(w).poll_shutdown(cx),
-            Output::Plain(w) => std::pin::Pin::new(w).poll_shutdown(cx),
-        }
+        let this = self.get_mut();
+        let poll = match &mut this.stream {
+            Stream::Redacted(w) => std::pin::Pin::new(w).poll_shutdown(cx),
+            Stream::Plain(w) => std::pin::Pin::new(w).poll_shutdown(cx),
+        };
+        this.poll_note(poll)
     }
 }
