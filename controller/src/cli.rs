@@ -21,7 +21,8 @@ const GLOBAL: &str = "Global options";
     about = "Keeps a host's AI-agent sandboxes and egress credential proxy where config.yaml says",
     after_help = "Exit codes: 0 success; 1 error; 2 changes pending (reconcile --dry-run); \
                   3 blocked, failing closed (exec); 64 usage error (a bad flag or argument); \
-                  exec: its command's own code otherwise (124 timed out, 126 could not start)."
+                  exec: its command's own code otherwise (124 timed out, 126 could not start, \
+                  141 its output's reader went away)."
 )]
 pub struct Cli {
     /// The hermes home (default: $HERMES_HOME, else ~/.hermes).
@@ -295,7 +296,9 @@ pub enum ConfigCommand {
         /// The value; `-5` and other leading hyphens are taken as values.
         #[arg(allow_hyphen_values = true)]
         value: String,
-        /// Replace a whole section with a single value, or a value with a section.
+        /// Replace a whole section with a single value, or a value with a
+        /// section; save a key of a section neither hermes nor Hermes Agent
+        /// knows, or one a typo away from a known key.
         #[arg(long)]
         force: bool,
     },

@@ -95,8 +95,37 @@ pub fn set(text: &str, path: &str, value: &Value, force: bool) -> Result<String,
 }
 
 /// Removes `path` from `text`. `Ok(None)` when the key is not in the file.
+/// A mapping the key was the last entry of goes with it (`terminal:` is
+/// not left behind empty), up to the top.
 pub fn unset(text: &str, path: &str) -> Result<Option<String>, EditError> {
     let segments = segments(path)?;
+    let Some(mut new) = unset_one(text, &segments)? else {
+        return Ok(None);
+    };
+    for depth in (1..segments.len()).rev() {
+        let parent = &segments[..depth];
+        let left = yaml::parse(&new)?
+            .map(|n| n.to_value())
+            .and_then(|v| v.get_keys(parent).cloned());
+        let empty = match left {
+            Some(Value::Null) => true,
+            Some(Value::Map(entries)) => entries.is_empty(),
+            _ => false,
+        };
+        if !empty {
+            break;
+        }
+        match unset_one(&new, parent)? {
+            Some(text) => new = text,
+            None => break,
+        }
+    }
+    Ok(Some(new))
+}
+
+/// Removes the one entry at `segments`: its key's line and its value's.
+fn unset_one(text: &str, segments: &[String]) -> Result<Option<String>, EditError> {
+    let path = crate::keypath::render(segments);
     let Some(root) = yaml::parse(text)? else {
         return Ok(None);
     };
@@ -132,7 +161,7 @@ pub fn unset(text: &str, path: &str) -> Result<Option<String>, EditError> {
     let reread = yaml::parse(&new)?;
     if reread
         .map(|n| n.to_value())
-        .and_then(|v| v.get_path(path).cloned())
+        .and_then(|v| v.get_keys(segments).cloned())
         .is_some()
     {
         return Err(EditError::ReadBack(format!("`{path}` is still there")));

@@ -108,9 +108,30 @@ fn replacing_a_section_needs_force() {
 }
 
 #[test]
-fn unknown_keys_are_saved_with_a_suggestion() {
+fn a_misspelt_key_or_section_is_refused_with_a_suggestion_unless_forced() {
     let home = TestHome::new();
-    let run = home.run(["config", "set", "terminal.backnd", "docker"]);
+    home.write_config(COMMENTED);
+    for (key, said) in [
+        ("terminal.backnd", "did you mean `terminal.backend`?"),
+        ("termnal.backend", "did you mean `terminal.backend`?"),
+        ("proxxy.enabled", "did you mean `proxy.enabled`?"),
+        ("nosuchsection.x", "unknown section `nosuchsection`"),
+    ] {
+        let run = home.run(["config", "set", key, "docker"]);
+        assert_eq!(run.code, 1, "{key}: {run:?}");
+        assert!(run.stderr.contains(said), "{key}: {}", run.stderr);
+        assert!(run.stderr.contains("--force"), "{key}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{key}: {run:?}");
+        assert_eq!(home.read_config(), COMMENTED, "{key}");
+    }
+    // Hermes Agent's own sections and keys are saved without a word.
+    for key in ["model.default", "terminal.persistent_shell", "display.skin"] {
+        let run = home.run(["config", "set", key, "x"]);
+        assert_eq!((run.code, run.stderr.as_str()), (0, ""), "{key}: {run:?}");
+    }
+    // --force saves a misspelt key, with the warning; `config check` then
+    // names it with its line.
+    let run = home.run(["config", "set", "--force", "terminal.backnd", "docker"]);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(
         run.stderr.contains("did you mean `terminal.backend`?"),
@@ -124,12 +145,24 @@ fn unknown_keys_are_saved_with_a_suggestion() {
     let check = home.run(["config", "check"]);
     assert_eq!(check.code, 0);
     assert!(
-        check
-            .stderr
-            .contains("config.yaml:2:3: terminal.backnd: unknown key"),
+        check.stderr.contains("terminal.backnd: unknown key"),
         "{}",
         check.stderr
     );
+}
+
+#[test]
+fn unset_of_a_section_s_last_key_leaves_no_empty_section() {
+    let home = TestHome::new();
+    home.write_config(COMMENTED);
+    assert_eq!(
+        home.run(["config", "set", "reconcile.resync_seconds", "60"])
+            .code,
+        0
+    );
+    let run = home.run(["config", "unset", "reconcile.resync_seconds"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(home.read_config(), COMMENTED);
 }
 
 #[test]
@@ -383,7 +416,8 @@ fn keys_holding_dots_round_trip_through_set_get_and_unset() {
     );
     let unset = home.run(["config", "unset", key]);
     assert_eq!(unset.code, 0, "{unset:?}");
-    assert_eq!(home.read_config(), format!("{COMMENTED}  resolve:\n"));
+    // The emptied `resolve:` goes with its last host.
+    assert_eq!(home.read_config(), COMMENTED);
     assert_eq!(home.run(["config", "get", key]).code, 1);
     let malformed = home.run(["config", "get", "proxy.resolve.\"api"]);
     assert_eq!(malformed.code, 1, "{malformed:?}");

@@ -151,23 +151,58 @@ fn show(home: &Home, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn warn_unknown(keys: &[String], key: &str) {
+/// What `config set` makes of a key neither hermes nor Hermes Agent
+/// knows. A section neither knows (`termnal.backend`), or a key of
+/// hermes's own sections that is one typo away from a known one
+/// (`terminal.backnd`), is refused: saved, it would be ignored without a
+/// word. Another unknown key is saved with a warning (a key of the agent's
+/// sections, a newer agent's key).
+enum Unknown {
+    Known,
+    Warn(String),
+    Refuse(String),
+}
+
+fn unknown_key(keys: &[String], key: &str) -> Unknown {
+    use hermes_model::config::agent;
     if schema::lookup(key).is_some() || schema::map_entry_of(keys).is_some() {
-        return;
+        return Unknown::Known;
     }
     let (section, leaf) = schema::split(key);
-    let hint = if schema::SECTIONS.contains(&section) {
-        schema::did_you_mean(leaf, schema::leaves_of(section)).map(|k| format!("{section}.{k}"))
-    } else {
-        let all = schema::KEYS.iter().map(|k| k.path);
-        schema::did_you_mean(key, all).map(str::to_string)
+    let agents = match section {
+        "terminal" => agent::AGENT_TERMINAL_DEFAULTS,
+        "security" => agent::AGENT_SECURITY_KEYS,
+        _ => &[],
     };
-    match hint {
-        Some(hint) => {
-            eprintln!("warning: unknown key `{key}`, saved anyway; did you mean `{hint}`?")
-        }
-        None => eprintln!("warning: unknown key `{key}`, saved anyway"),
+    if keys.len() == 2 && agents.contains(&leaf) {
+        return Unknown::Known;
     }
+    if schema::SECTIONS.contains(&section) {
+        return match schema::did_you_mean(leaf, schema::leaves_of(section)) {
+            Some(near) => Unknown::Refuse(format!(
+                "unknown key `{key}`: did you mean `{section}.{near}`? (--force saves it anyway)"
+            )),
+            None => Unknown::Warn(format!("unknown key `{key}`, saved anyway")),
+        };
+    }
+    if agent::AGENT_SECTIONS.contains(&section) {
+        // Hermes Agent's own section: its keys are its business.
+        return Unknown::Known;
+    }
+    let all = schema::KEYS.iter().map(|k| k.path);
+    let hint = schema::did_you_mean(key, all)
+        .map(str::to_string)
+        .or_else(|| {
+            schema::did_you_mean(section, schema::SECTIONS.iter().copied())
+                .map(|near| format!("{near}.{leaf}"))
+        });
+    let hint = hint
+        .map(|h| format!(" did you mean `{h}`?"))
+        .unwrap_or_default();
+    Unknown::Refuse(format!(
+        "unknown section `{section}` (neither hermes's, {}, nor Hermes Agent's);{hint} (--force saves it anyway)",
+        schema::SECTIONS.join(", ")
+    ))
 }
 
 fn set(home: &Home, key: &str, raw: &str, force: bool) -> anyhow::Result<ExitCode> {
@@ -183,6 +218,14 @@ fn set(home: &Home, key: &str, raw: &str, force: bool) -> anyhow::Result<ExitCod
     }
     let (keys, key) = parse_key(key)?;
     let key = key.as_str();
+    let unknown = unknown_key(&keys, key);
+    if let Unknown::Refuse(why) = &unknown {
+        if !force {
+            eprintln!("error: {why}");
+            eprintln!("{} was left unchanged.", home.config().display());
+            return Ok(ExitCode::from(1));
+        }
+    }
     let ty = match schema::lookup(key) {
         Some(spec) => Some(spec.ty),
         // A host of proxy.resolve takes its address as text.
@@ -229,7 +272,10 @@ fn set(home: &Home, key: &str, raw: &str, force: bool) -> anyhow::Result<ExitCod
             eprintln!("warning: {}", issue.render(&file));
         }
     }
-    warn_unknown(&keys, key);
+    match unknown {
+        Unknown::Warn(why) | Unknown::Refuse(why) => eprintln!("warning: {why}"),
+        Unknown::Known => {}
+    }
     fsio::ensure_dir(home.root(), HOME_MODE)?;
     fsio::write_atomic(&path, new.as_bytes(), CONFIG_MODE, true)
         .with_context(|| format!("cannot write {file}"))?;

@@ -222,6 +222,26 @@ fn unset_removes_the_key_and_its_block_only() {
 }
 
 #[test]
+fn unset_of_a_section_s_last_key_removes_the_emptied_sections_up_to_the_top() {
+    let text =
+        "# mine\nterminal:\n  backend: docker\nproxy:\n  resolve:\n    a.example: 10.0.0.1\n";
+    assert_eq!(
+        unset(text, "terminal.backend").unwrap().unwrap(),
+        "# mine\nproxy:\n  resolve:\n    a.example: 10.0.0.1\n"
+    );
+    assert_eq!(
+        unset(text, "proxy.resolve.\"a.example\"").unwrap().unwrap(),
+        "# mine\nterminal:\n  backend: docker\n"
+    );
+    // A section with other keys stays.
+    let two = "terminal:\n  backend: docker\n  timeout: 5\n";
+    assert_eq!(
+        unset(two, "terminal.backend").unwrap().unwrap(),
+        "terminal:\n  timeout: 5\n"
+    );
+}
+
+#[test]
 fn unset_of_a_block_scalar_removes_all_its_lines() {
     let text = "a: |\n  one\n  two\nb: 1\n";
     assert_eq!(unset(text, "a").unwrap().unwrap(), "b: 1\n");
@@ -304,7 +324,8 @@ fn keys_holding_dots_are_quoted_in_the_path_and_round_trip() {
     );
     let back = unset(&two, "proxy.resolve.\"b.example\"").unwrap().unwrap();
     let back = unset(&back, path).unwrap().unwrap();
-    assert_eq!(back, COMMENTED.to_string() + "  resolve:\n");
+    // The emptied `resolve:` goes with its last host.
+    assert_eq!(back, COMMENTED);
     // Unquoted, the dots are separators: another key, not this one.
     assert_eq!(unset(&out, "proxy.resolve.api.openai.com").unwrap(), None);
     assert!(matches!(
