@@ -304,20 +304,45 @@ fn move_data(spec: &SandboxSpec, data: &DataMove) -> Result<(), DockerError> {
     })
 }
 
+/// Pulls the spec's image when the engine lacks it. On a terminal the
+/// engine's progress is one status line rewritten in place; elsewhere (a
+/// log, a pipe, the controller) one line when the pull starts and one
+/// when it ends, never a `\r`.
 async fn ensure_image(engine: &Engine, spec: &SandboxSpec) -> Result<(), DockerError> {
+    use std::io::IsTerminal;
+    let terminal = std::io::stderr().is_terminal() && !crate::notices::logging();
+    let started = std::time::Instant::now();
     let mut last_len = 0usize;
+    let mut pulling = false;
     let result = engine
         .ensure_image(&spec.image, |line: &str| {
-            // One status line, rewritten in place: a progress bar on a terminal.
-            let mut err = std::io::stderr().lock();
-            let pad = last_len.saturating_sub(line.chars().count());
-            let _ = write!(err, "\r{line}{}", " ".repeat(pad));
-            let _ = err.flush();
-            last_len = line.chars().count();
+            if !pulling {
+                pulling = true;
+                if !terminal {
+                    crate::notices::progress(format_args!(
+                        "pulling image {} (not on this engine)",
+                        spec.image
+                    ));
+                }
+            }
+            if terminal {
+                let mut err = std::io::stderr().lock();
+                let pad = last_len.saturating_sub(line.chars().count());
+                let _ = write!(err, "\r{line}{}", " ".repeat(pad));
+                let _ = err.flush();
+                last_len = line.chars().count();
+            }
         })
         .await;
     if last_len > 0 {
         eprintln!();
+    }
+    if pulling && !terminal && result.is_ok() {
+        crate::notices::progress(format_args!(
+            "pulled image {} in {:.1} s",
+            spec.image,
+            started.elapsed().as_secs_f64()
+        ));
     }
     result.map(|_| ())
 }
@@ -329,9 +354,9 @@ pub const LABEL_NEXT: &str = "hermes-next";
 /// Replaces the container `old_id` by one of `spec`, creating before
 /// removing: the new container is made (not started) under a temporary
 /// name, `<name>-next-<random>`, with the spec's labels and
-/// [`LABEL_NEXT`]. Only once the engine accepted it, and the commands
-/// running in the old one ended (up to [`crate::sandbox_locks::IN_FLIGHT_GRACE`]),
-/// is the old one stopped and the new one started; only once the new one runs is the old
+/// [`LABEL_NEXT`], once the commands running in the old one ended (up
+/// to [`crate::sandbox_locks::IN_FLIGHT_GRACE`]). Only once the engine
+/// accepted it is the old one stopped and the new one started; only once the new one runs is the old
 /// one removed and the new one renamed to the sandbox's name. A spec the
 /// engine refuses, at the create or at the start, leaves the old sandbox
 /// as it was (started again if it ran) and the new container removed, and the
@@ -381,6 +406,11 @@ pub async fn replace_moving(
     if data.is_none() {
         crate::disk::prepare(spec).await?;
     }
+    // The commands already running in the old container end first (up
+    // to a grace), before anything is made: an interrupted wait leaves the
+    // sandbox as it was, with no temporary container behind. The stop
+    // below ends what still runs.
+    let _drained = crate::sandbox_locks::drain(spec, crate::sandbox_locks::IN_FLIGHT_GRACE).await?;
     let mut next = spec.clone();
     next.name = format!("{}-next-{}", spec.name, suffix());
     next.labels
@@ -404,9 +434,6 @@ pub async fn replace_moving(
         .and_then(|i| i.state)
         .and_then(|s| s.running)
         .unwrap_or(true);
-    // The commands already running in the old container end first (up
-    // to a grace); then the stop ends what still runs.
-    let _drained = crate::sandbox_locks::drain(spec, crate::sandbox_locks::IN_FLIGHT_GRACE).await?;
     if let Err(e) = engine.stop(old_id).await {
         discard(engine, &id, &next.name).await;
         return Err(e);

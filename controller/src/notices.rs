@@ -66,6 +66,21 @@ pub fn error(text: impl Display) {
     }
 }
 
+/// Whether notices go to the log (the controller's).
+pub fn logging() -> bool {
+    TO_LOG.load(Ordering::SeqCst)
+}
+
+/// What an operation is doing that takes a while (a wait): `hermes: TEXT`
+/// on stderr, or an info line in the controller's log.
+pub fn progress(text: impl Display) {
+    if TO_LOG.load(Ordering::SeqCst) {
+        tracing::info!("{text}");
+    } else {
+        eprintln!("hermes: {text}");
+    }
+}
+
 /// An operation's error: `error: TEXT` on stderr; in the controller, the
 /// daemon's own line says it.
 pub fn op_error(text: impl Display) {

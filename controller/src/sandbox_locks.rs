@@ -52,7 +52,9 @@ pub async fn in_use(spec: &SandboxSpec) -> Result<Held, DockerError> {
 
 /// Waits, under the gate, until no command runs in `spec`'s sandbox, or
 /// `grace` passed: `Some` (held until dropped) when none runs any more,
-/// `None` when some still ran at the end of the grace.
+/// `None` when some still ran at the end of the grace. The wait is said
+/// (on stderr, or in the controller's log); an interrupted one-shot
+/// command ([`crate::interrupt`]) ends it with [`DockerError::Cancelled`].
 pub async fn drain(spec: &SandboxSpec, grace: Duration) -> Result<Option<Held>, DockerError> {
     let path = path_of(spec, "busy")?;
     let started = Instant::now();
@@ -60,22 +62,35 @@ pub async fn drain(spec: &SandboxSpec, grace: Duration) -> Result<Option<Held>, 
     loop {
         let at = path.clone();
         if let Some(held) = blocking(spec, at, crate::fsio::try_lock_exclusive).await? {
+            if said {
+                crate::notices::progress(format_args!(
+                    "{}: the commands ended after {:.1} s; replacing it",
+                    spec.name,
+                    started.elapsed().as_secs_f64()
+                ));
+            }
             return Ok(Some(held));
         }
+        if crate::interrupt::requested() {
+            return Err(DockerError::Cancelled {
+                container: spec.name.clone(),
+                what: "the replacement".to_string(),
+            });
+        }
         if started.elapsed() >= grace {
-            tracing::warn!(
-                sandbox = %spec.name,
-                grace_s = grace.as_secs(),
-                "commands still run in the sandbox; stopping it ends them"
-            );
+            crate::notices::progress(format_args!(
+                "{}: commands still run after {} s; stopping the container ends them",
+                spec.name,
+                grace.as_secs()
+            ));
             return Ok(None);
         }
         if !said {
-            tracing::info!(
-                sandbox = %spec.name,
-                grace_s = grace.as_secs(),
-                "waiting for the commands running in the sandbox to end before it is replaced"
-            );
+            crate::notices::progress(format_args!(
+                "{}: waiting up to {} s for the commands running in it to end before it is replaced (Ctrl-C: stop here, nothing changed)",
+                spec.name,
+                grace.as_secs()
+            ));
             said = true;
         }
         tokio::time::sleep(POLL).await;

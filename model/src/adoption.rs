@@ -246,7 +246,7 @@ mod tests {
             changes,
             [
                 "docker_image img:1 → img:2",
-                "docker_shm_size 67108864 → 1073741824"
+                "docker_shm_size 64 MiB → 1 GiB"
             ]
         );
     }
@@ -283,6 +283,7 @@ mod tests {
         let host = crate::desired::HostFacts {
             user: Some("1000:1000".to_string()),
             no_pids_controller: false,
+            disk_images: false,
         };
         let s = spec(config).with_host(&load(config).unwrap().config, &host);
         let mut c = agent_container("img:1", 64 << 20);

@@ -43,6 +43,10 @@ pub struct HostFacts {
     /// Whether the host's cgroups lack the `pids` controller (an
     /// unprivileged LXC, say): a sandbox then gets no pids limit.
     pub no_pids_controller: bool,
+    /// Whether hermes can make `terminal.container_disk`'s filesystem
+    /// images here (root, `mkfs.ext4`, loop devices): a plan then says
+    /// that a new sandbox's data goes on one.
+    pub disk_images: bool,
 }
 
 impl HostEnv {

@@ -176,6 +176,9 @@ pub struct Observed {
     pub disks: Vec<MountedDisk>,
     /// The wanted sandboxes' data still in hermes's earlier layout.
     pub legacy: Vec<crate::migration::LegacyData>,
+    /// The images of the wanted Docker sandboxes that the engine does not
+    /// have: making a sandbox of one pulls it first.
+    pub missing_images: std::collections::BTreeSet<String>,
 }
 
 /// A persistent sandbox's disk image mounted on its data directory

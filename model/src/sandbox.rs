@@ -611,6 +611,7 @@ mod tests {
         let host = crate::desired::HostFacts {
             user: Some("1000:1001".to_string()),
             no_pids_controller: false,
+            disk_images: false,
         };
         let plain = spec(text);
         let as_user = plain.clone().with_host(&config, &host);
@@ -641,6 +642,7 @@ mod tests {
         let host = crate::desired::HostFacts {
             user: None,
             no_pids_controller: true,
+            disk_images: false,
         };
         let plain = spec("");
         assert_eq!(plain.pids_limit, PIDS_LIMIT);

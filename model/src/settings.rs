@@ -35,11 +35,12 @@ pub struct Change {
 }
 
 impl Change {
-    /// `container_memory 5120 → 2048`; `docker_env.X changed`.
+    /// `container_memory 5120 MB → 2048 MB`; `docker_env.X changed`. The
+    /// JSON's `old` and `new` stay the bare values.
     pub fn describe(&self) -> String {
         let show = |v: &Option<String>| match v.as_deref() {
             None | Some("") => "(none)".to_string(),
-            Some(v) => v.to_string(),
+            Some(v) => with_unit(&self.field, v),
         };
         if self.field.starts_with(ENV_PREFIX) {
             let how = match (&self.old, &self.new) {
@@ -51,6 +52,33 @@ impl Change {
         }
         format!("{} {} → {}", self.field, show(&self.old), show(&self.new))
     }
+}
+
+/// A setting's value with its unit, as a person reads it: memory in MB
+/// (as `container_memory` is set), CPUs, sizes in bytes as KiB/MiB/GiB.
+fn with_unit(field: &str, value: &str) -> String {
+    match field {
+        "container_memory" => format!("{value} MB"),
+        "container_cpu" => {
+            let plural = if value == "1" { "" } else { "s" };
+            format!("{value} CPU{plural}")
+        }
+        "docker_shm_size" => match value.parse::<u64>() {
+            Ok(bytes) => human_bytes(bytes),
+            Err(_) => value.to_string(),
+        },
+        _ => value.to_string(),
+    }
+}
+
+/// `67108864` → `64 MiB`; a size that is no whole unit stays in bytes.
+fn human_bytes(bytes: u64) -> String {
+    for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= size && bytes % size == 0 {
+            return format!("{} {unit}", bytes / size);
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 /// What stands for a hidden value in a [`Change`].
@@ -241,7 +269,7 @@ mod tests {
         assert_eq!(
             text,
             [
-                "container_memory 5120 → 2048".to_string(),
+                "container_memory 5120 MB → 2048 MB".to_string(),
                 "docker_env.GONE removed".to_string(),
                 "docker_env.NEW added".to_string(),
                 "docker_env.TOKEN changed".to_string(),

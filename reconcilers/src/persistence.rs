@@ -117,7 +117,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
             ));
             match keep {
                 Some(keep) => {
-                    if let Some(op) = converge_one(spec, keep, target, now) {
+                    if let Some(op) = converge_one(spec, keep, target, observed, now) {
                         ops.push(op);
                     }
                 }
@@ -125,7 +125,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
                     changes: Vec::new(),
                     target,
                     action: Action::Sandbox(SandboxAction::Create(Box::new(spec.clone()))),
-                    cause: "no container with these labels".to_string(),
+                    cause: create_cause(desired, observed, spec),
                 }),
                 None => {}
             }
@@ -156,7 +156,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
                 changes: Vec::new(),
                 target,
                 action: Action::Sandbox(SandboxAction::Create(Box::new(spec.clone()))),
-                cause: "no container with these labels".to_string(),
+                cause: create_cause(desired, observed, spec),
             });
             continue;
         };
@@ -166,7 +166,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
                 ops.push(duplicate_of(c, Some(keep), &target));
             }
         }
-        if let Some(op) = converge_one(spec, keep, target, now) {
+        if let Some(op) = converge_one(spec, keep, target, observed, now) {
             ops.push(op);
         }
     }
@@ -282,6 +282,7 @@ fn converge_one(
     spec: &SandboxSpec,
     keep: &ObservedContainer,
     target: Target,
+    observed: &Observed,
     now: i64,
 ) -> Option<Op<Action>> {
     let observed_hash = keep.spec_hash().unwrap_or_default();
@@ -299,6 +300,7 @@ fn converge_one(
             let list: Vec<String> = changes.iter().map(|c| c.describe()).collect();
             format!("{} (forces recreate)", list.join(", "))
         };
+        cause.push_str(&pull_cost(observed, spec));
         cause.push_str(&recreate_cost(spec, keep));
         return Some(Op {
             changes,
@@ -368,6 +370,48 @@ fn changed_settings(spec: &SandboxSpec, keep: &ObservedContainer) -> Vec<Change>
         .and_then(settings::parse_label)
         .map(|old| settings::diff(&old, &spec.settings()))
         .unwrap_or_default()
+}
+
+/// Why a sandbox is made, and what it costs the host beyond the
+/// container: where hermes makes disk images, a persistent sandbox's data
+/// goes on a sparse image of `terminal.container_disk` beside its data
+/// directory, loop-mounted while a container of it exists (one whose
+/// data directory already holds files keeps it instead).
+fn create_cause(desired: &Desired, observed: &Observed, spec: &SandboxSpec) -> String {
+    let cause = format!(
+        "no container with these labels{}",
+        pull_cost(observed, spec)
+    );
+    let image = (desired.host.disk_images && spec.disk_mb > 0 && spec.key.session.is_none())
+        .then(|| spec.data_dir())
+        .flatten()
+        .and_then(|data| data.file_name().map(|n| n.to_string_lossy().into_owned()));
+    match image {
+        Some(task) => format!(
+            "{cause}; its data on a sparse {} ext4 image (.{task}.disk), loop-mounted while it exists",
+            size_of_mb(spec.disk_mb)
+        ),
+        None => cause,
+    }
+}
+
+/// `; pulls image X first (not on this engine)` when the engine lacks
+/// the spec's image.
+pub(crate) fn pull_cost(observed: &Observed, spec: &SandboxSpec) -> String {
+    if observed.missing_images.contains(&spec.image) {
+        format!("; pulls image {} first (not on this engine)", spec.image)
+    } else {
+        String::new()
+    }
+}
+
+/// `51200` (MB) → `50 GiB`; `1500` → `1500 MB`.
+fn size_of_mb(mb: u64) -> String {
+    if mb >= 1024 && mb % 1024 == 0 {
+        format!("{} GiB", mb / 1024)
+    } else {
+        format!("{mb} MB")
+    }
 }
 
 /// What a recreate costs, for the cause: the processes it stops, and the

@@ -249,7 +249,7 @@ fn a_create_with_mapped_flags_reaches_docker_inspect_and_a_change_is_a_planned_r
     assert_eq!(dry.code, 2, "{dry:?}");
     assert!(
         dry.stdout.contains(&format!(
-            "~ sandbox {profile}/default   recreate    docker_shm_size 268435456 → 536870912 (forces recreate)"
+            "~ sandbox {profile}/default   recreate    docker_shm_size 256 MiB → 512 MiB (forces recreate)"
         )),
         "{dry:?}"
     );

@@ -193,3 +193,120 @@ fn a_recreate_cut_short_is_converged_by_the_next_pass() {
     assert_eq!((read.code, read.stdout.as_str()), (0, "kept\n"));
     assert_eq!(hermes(&["reconcile", "--dry-run"]).code, 0);
 }
+
+/// Spawns `hermes --profile P ARGS…` with stdout and stderr piped.
+fn spawn(home: &TestHome, profile: &str, args: &[&str]) -> std::process::Child {
+    let mut all = vec!["--profile", profile];
+    all.extend_from_slice(args);
+    home.command(all)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_reconcile_interrupted_while_it_waits_for_a_command_changes_nothing() {
+    use std::io::{BufRead, Read};
+    use std::time::{Duration, Instant};
+    let profile = format!("cbi{}", std::process::id());
+    let home = TestHome::with_profile(&profile);
+    let _cleanup = ProfileCleanup(profile.clone());
+    let hermes = hermes(&home, &profile);
+    home.write_config(config(""));
+    assert_eq!(hermes(&["reconcile"]).code, 0);
+    let name = format!("hermes-{profile}-default");
+    let old_id = id_of(&name);
+
+    // A command runs in the sandbox; then an edit makes its recreate due.
+    let command = spawn(
+        &home,
+        &profile,
+        &[
+            "exec",
+            "--",
+            "touch /workspace/started; sleep 15; echo finished",
+        ],
+    );
+    let until = Instant::now() + Duration::from_secs(60);
+    while docker(&[
+        "exec",
+        &name,
+        "sh",
+        "-c",
+        "test -e /workspace/started && echo yes || true",
+    ]) != "yes\n"
+    {
+        assert!(Instant::now() < until, "the command did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    home.write_config(config("  container_memory: 2048\n"));
+
+    // The reconcile says that it waits; Ctrl-C then stops it at once.
+    let mut reconcile = spawn(&home, &profile, &["reconcile"]);
+    let stderr = reconcile.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut said = Vec::new();
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("no word of the wait ({e}): {said:?}"));
+        let waiting = line.contains("waiting up to 10 s for the commands running in it to end");
+        said.push(line);
+        if waiting {
+            break;
+        }
+    }
+    let interrupted = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(reconcile.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = reconcile.wait().unwrap();
+    let stopped_after = interrupted.elapsed();
+    said.extend(rx.try_iter());
+    let mut stdout = String::new();
+    reconcile
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let said = said.join("\n");
+    assert_eq!(status.code(), Some(130), "{said}\n{stdout}");
+    assert!(stopped_after < Duration::from_secs(3), "{stopped_after:?}");
+    assert!(said.contains("cancelled before anything changed"), "{said}");
+    assert!(said.contains("stopped by a signal"), "{said}");
+
+    // Nothing changed: the old sandbox alone, running, no temporary
+    // container; its command runs on to its end.
+    assert_eq!(
+        containers_of(&profile),
+        [(name.clone(), "running".to_string())]
+    );
+    assert_eq!(id_of(&name), old_id);
+    let ran = command.wait_with_output().unwrap();
+    assert_eq!(
+        (
+            ran.status.code(),
+            String::from_utf8_lossy(&ran.stdout).as_ref()
+        ),
+        (Some(0), "finished\n"),
+        "{ran:?}"
+    );
+    // The next plan is the recreate, and no duplicate to remove.
+    let dry = hermes(&["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert!(dry.stdout.contains("recreate"), "{}", dry.stdout);
+    assert!(!dry.stdout.contains("duplicate"), "{}", dry.stdout);
+}

@@ -114,7 +114,10 @@ fn a_stale_spec_gives_one_line_and_no_recreate_until_reconcile() {
         assert_eq!(run.code, 0, "{run:?}");
         let stale = stale_lines(&run);
         assert_eq!(stale.len(), 1, "{run:?}");
-        assert!(stale[0].contains("container_memory 5120 → 1024"), "{run:?}");
+        assert!(
+            stale[0].contains("container_memory 5120 MB → 1024 MB"),
+            "{run:?}"
+        );
         assert!(stale[0].contains("`hermes reconcile`"), "{run:?}");
         assert_eq!(host.id(), id, "exec recreated the sandbox");
     }

@@ -212,6 +212,15 @@ impl Engine {
 
     /// Makes sure the engine has `image`, pulling it when the engine answers
     /// 404, and handing each progress line of the pull to `progress`.
+    /// Whether the engine has `image` (no pull).
+    pub async fn has_image(&self, image: &str) -> Result<bool, DockerError> {
+        match self.docker.inspect_image(image).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(DockerError::engine("inspect image", image, e)),
+        }
+    }
+
     pub async fn ensure_image(
         &self,
         image: &str,

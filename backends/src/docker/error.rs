@@ -66,6 +66,11 @@ pub enum DockerError {
     #[error("exec in container {container} was interrupted: {reason}")]
     Interrupted { container: String, reason: String },
 
+    /// The caller asked to stop (an interrupted `hermes reconcile`) while
+    /// an operation waited, before it changed anything.
+    #[error("{what} of container {container} cancelled before anything changed")]
+    Cancelled { container: String, what: String },
+
     /// A command could not be started (no such program, no such working
     /// directory): nothing ran.
     #[error("cannot start the command in container {container}: {message}")]

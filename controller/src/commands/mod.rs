@@ -76,6 +76,14 @@ pub async fn observe_for(
     let mut observed = with_activity(containers, home).await?;
     merge_exec_activity(engine, &profile, &mut observed).await;
     observed.legacy = crate::migrate::observe_legacy(home, desired);
+    let images: std::collections::BTreeSet<&str> =
+        desired.sandboxes.iter().map(|s| s.image.as_str()).collect();
+    for image in images {
+        // An engine that cannot say is no cost to print.
+        if let Ok(false) = engine.has_image(image).await {
+            observed.missing_images.insert(image.to_string());
+        }
+    }
     // Whatever the backend: an image left by an earlier Docker config is
     // released as well.
     let dir = hermes_model::sandbox::sandbox_dir(&desired.config, &desired.home);
@@ -425,6 +433,7 @@ fn host_facts(cgroup_root: &std::path::Path) -> hermes_model::desired::HostFacts
             nix::unistd::getgid()
         )),
         no_pids_controller,
+        disk_images: crate::disk::unavailable().is_none(),
     }
 }
 

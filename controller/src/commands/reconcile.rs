@@ -24,9 +24,13 @@ use crate::pass::{Connect, Load, Pass, Request};
 
 pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
     let verbose = args.output == Output::Text;
+    if !args.dry_run {
+        // Ctrl-C stops after the operation in flight, never half-way.
+        crate::interrupt::install()?;
+    }
     let options = ApplyOptions {
         verbose,
-        stop: None,
+        stop: Some(crate::interrupt::flag()),
         home: Some(home),
     };
     let printed = std::cell::Cell::new(Ok(()));
@@ -90,6 +94,13 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         } else {
             println!("The host is converged.");
         }
+    }
+    if crate::interrupt::requested() {
+        eprintln!(
+            "hermes: stopped by a signal: {} operation(s) not carried out; the next pass plans them again",
+            pass.applied.skipped + pass.applied.failed
+        );
+        return Ok(ExitCode::from(crate::interrupt::EXIT_CODE));
     }
     Ok(
         if config_failed || pass.applied.failed > 0 || remaining.summary().blocked > 0 {

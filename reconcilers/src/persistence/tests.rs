@@ -69,6 +69,35 @@ fn no_container_means_create() {
 }
 
 #[test]
+fn a_create_says_what_it_costs_the_host_an_image_pull_and_a_disk_image() {
+    let mut d = desired("terminal:\n  backend: docker\n  docker_image: img:1\n");
+    d.host.disk_images = true;
+    let observed = Observed {
+        missing_images: ["img:1".to_string()].into(),
+        ..Observed::default()
+    };
+    let plan = crate::plan_all(
+        &d,
+        &observed,
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(NOW as u64),
+    )
+    .to_string();
+    assert_eq!(
+        plan,
+        "+ sandbox default/default   create      no container with these labels; pulls image img:1 first (not on this engine); \
+         its data on a sparse 50 GiB ext4 image (.default.disk), loop-mounted while it exists\n\
+         Plan: 1 to create, 0 to change, 0 to remove."
+    );
+    // A session sandbox keeps its files on tmpfs: no image.
+    let session = d.exec_sandbox("default", Some("s1"));
+    let observed = Observed::default();
+    assert_eq!(
+        create_cause(&d, &observed, &session),
+        "no container with these labels"
+    );
+}
+
+#[test]
 fn a_running_container_with_the_same_hash_needs_nothing() {
     let d = docker();
     let hash = d.sandboxes[0].hash().to_string();
@@ -135,7 +164,7 @@ fn a_recreate_names_the_settings_that_changed_old_and_new() {
     );
     assert_eq!(
         render(&new, vec![made_from(&old)]),
-        "~ sandbox default/default   recreate    container_memory 5120 → 2048, docker_image a:1 → b:2, \
+        "~ sandbox default/default   recreate    container_memory 5120 MB → 2048 MB, docker_image a:1 → b:2, \
          docker_volumes (none) → /srv/data:/data (forces recreate); stops 1 running process; \
          files outside /workspace, /root and /data are lost\n\
          Plan: 0 to create, 1 to change, 0 to remove."
@@ -346,7 +375,7 @@ fn a_container_hermes_agent_made_otherwise_is_recreated_keeping_its_data() {
     let d = desired("terminal:\n  backend: docker\n  docker_image: img:2\n");
     assert_eq!(
         render(&d, vec![agent_made("a", "img:1", 64 << 20)]),
-        "~ sandbox default/default   recreate    container hermes-a0000000 made by Hermes Agent: docker_image img:1 → img:2, docker_shm_size 67108864 → 1073741824 (forces recreate; its binds of /workspace and /root are the task's data and are kept); no command running; files outside /workspace and /root are lost\n\
+        "~ sandbox default/default   recreate    container hermes-a0000000 made by Hermes Agent: docker_image img:1 → img:2, docker_shm_size 64 MiB → 1 GiB (forces recreate; its binds of /workspace and /root are the task's data and are kept); no command running; files outside /workspace and /root are lost\n\
          Plan: 0 to create, 1 to change, 0 to remove."
     );
 }

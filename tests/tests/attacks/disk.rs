@@ -34,6 +34,16 @@ fn a_sandbox_cannot_write_past_container_disk_and_keeps_its_files() {
     let sh = |script: &str| hermes(&["exec", "--", "sh", "-c", script]);
     let container = format!("hermes-{profile}-default");
 
+    // The plan says what the create costs the host besides the container.
+    let dry = hermes(&["reconcile", "--dry-run"]);
+    assert!(
+        dry.stdout.contains(&format!(
+            "no container with these labels; its data on a sparse {LIMIT_MB} MB ext4 image (.default.disk), loop-mounted while it exists"
+        )),
+        "{}",
+        dry.stdout
+    );
+
     let keep = sh("echo kept-w > /workspace/keep && echo kept-r > /root/keep");
     assert_eq!(keep.code, 0, "{keep:?}");
     let data = home.path().join("sandboxes/docker/default");
