@@ -74,6 +74,21 @@ pub struct Applied {
     pub failures: Vec<(Target, ApplyError)>,
     /// Operations left undone because a stop was asked for.
     pub skipped: usize,
+    /// Each operation's result, in the order they ended (`--output json`).
+    pub results: Vec<OpResult>,
+}
+
+/// How one operation of an applied plan ended.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OpResult {
+    pub target: String,
+    pub action: &'static str,
+    /// `done`, `failed`, `skipped` (a stop was asked for first) or
+    /// `noop` (an operation that reports, or was already done).
+    pub result: &'static str,
+    /// Why it failed.
+    pub error: Option<String>,
+    pub seconds: f64,
 }
 
 /// How to apply a plan.
@@ -102,6 +117,19 @@ impl Applied {
         self.succeeded.extend(other.succeeded);
         self.failures.extend(other.failures);
         self.skipped += other.skipped;
+        self.results.extend(other.results);
+    }
+
+    /// An operation left undone because a stop was asked for.
+    pub(crate) fn skip(&mut self, op: &Op<Action>) {
+        self.skipped += 1;
+        self.results.push(OpResult {
+            target: op.target.to_string(),
+            action: op.action.verb(),
+            result: "skipped",
+            error: None,
+            seconds: 0.0,
+        });
     }
 
     /// Counts and prints the result of one operation.
@@ -112,6 +140,18 @@ impl Applied {
         result: Result<bool, ApplyError>,
         verbose: bool,
     ) {
+        let outcome = OpResult {
+            target: op.target.to_string(),
+            action: op.action.verb(),
+            result: match &result {
+                Ok(false) => "noop",
+                Ok(true) => "done",
+                Err(_) => "failed",
+            },
+            error: result.as_ref().err().map(ToString::to_string),
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        self.results.push(outcome);
         match result {
             Ok(false) => {}
             Ok(true) => {
@@ -158,7 +198,7 @@ pub async fn apply(
     // The proxy first: sandboxes may wait on it.
     for (op, action) in families.proxy {
         if options.stopping() {
-            applied.skipped += 1;
+            applied.skip(op);
             continue;
         }
         let started = Instant::now();
@@ -189,7 +229,7 @@ pub async fn apply(
         .buffer_unordered(REMOVE_CONCURRENCY);
     while let Some((op, action, started, result)) = removing.next().await {
         let Some(result) = result else {
-            applied.skipped += 1;
+            applied.skip(op);
             continue;
         };
         if let (Ok(true), SandboxAction::Remove { name, .. }) = (&result, action) {
@@ -201,7 +241,7 @@ pub async fn apply(
     }
     for (op, action) in releases.into_iter().chain(others) {
         if options.stopping() {
-            applied.skipped += 1;
+            applied.skip(op);
             continue;
         }
         let started = Instant::now();

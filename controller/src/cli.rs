@@ -317,7 +317,12 @@ pub enum ConfigCommand {
         json: bool,
     },
     /// Validate config.yaml: errors with key, line and column; exit 1 if any.
-    Check,
+    Check {
+        /// How to print the result (JSON: every error and warning with its
+        /// key, line and column).
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
 }
 
 #[derive(Debug, Args)]

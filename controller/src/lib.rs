@@ -37,6 +37,7 @@ mod failures;
 mod fsio;
 mod home;
 mod interrupt;
+mod json;
 mod mcp;
 mod metrics;
 mod migrate;
@@ -64,14 +65,29 @@ const USAGE_ERROR: u8 = 64;
 /// returns its exit code. Usage, help and `--version` name the binary as
 /// it was invoked.
 pub fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if json::asked_in(&args) {
+        json::request();
+    }
     let cli = match parse_args() {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout with exit 0; a closed stdout
             // is no error here either.
             let _ = e.print();
-            if let Some(hint) = exec_hint(e.kind(), &std::env::args().collect::<Vec<_>>()) {
+            let hint = exec_hint(e.kind(), &args);
+            if let Some(hint) = &hint {
                 eprintln!("{hint}");
+            }
+            if e.use_stderr() && json::requested() {
+                let text = e.render().to_string();
+                let message = text
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim_start_matches("error: ");
+                let causes: Vec<String> = hint.into_iter().collect();
+                json::print_error(message, &causes, USAGE_ERROR);
             }
             return if e.use_stderr() {
                 ExitCode::from(USAGE_ERROR)
@@ -97,14 +113,34 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", chain::Chain(&e));
+            if json::requested() {
+                let causes: Vec<String> = e.chain().skip(1).map(ToString::to_string).collect();
+                json::print_error(&e.to_string(), &causes, 1);
+            }
             ExitCode::from(1)
         }
     };
+    // One document, errors included: a command that failed after saying
+    // why on stderr, without a document, gets its error's.
+    if json::requested() && !stdout::wrote() && code != ExitCode::SUCCESS {
+        let message = json::noted_error()
+            .unwrap_or_else(|| "the command failed; see its standard error".to_string());
+        json::print_error(&message, &[], exit_number(code));
+    }
     stdout::flush();
     if stdout::failed() {
         return ExitCode::from(1);
     }
     code
+}
+
+/// The number of an exit code (ExitCode hides it): 1 where it is none of
+/// the codes this binary returns without a document.
+fn exit_number(code: ExitCode) -> u8 {
+    [2u8, 3, 64, 124, 126, 127, 130, 141]
+        .into_iter()
+        .find(|n| ExitCode::from(*n) == code)
+        .unwrap_or(1)
 }
 
 /// The command line, parsed under the name the binary was invoked as.

@@ -57,6 +57,7 @@ pub fn warning(text: impl Display) {
 /// is, a log line when it is new.
 pub fn error(text: impl Display) {
     let text = text.to_string();
+    crate::json::note_error(&text);
     if !TO_LOG.load(Ordering::SeqCst) {
         eprintln!("error: {text}");
         return;
@@ -84,6 +85,7 @@ pub fn progress(text: impl Display) {
 /// An operation's error: `error: TEXT` on stderr; in the controller, the
 /// daemon's own line says it.
 pub fn op_error(text: impl Display) {
+    crate::json::note_error(&text.to_string());
     if !TO_LOG.load(Ordering::SeqCst) {
         eprintln!("error: {text}");
     }

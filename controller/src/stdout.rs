@@ -10,10 +10,12 @@
 //! 1.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// 0: open; 1: the reader went away; 2: another write error.
 static STATE: AtomicU8 = AtomicU8::new(OPEN);
+/// Whether anything was written (`--output json`'s one document).
+static WROTE: AtomicBool = AtomicBool::new(false);
 const OPEN: u8 = 0;
 const CLOSED: u8 = 1;
 const FAILED: u8 = 2;
@@ -21,6 +23,7 @@ const FAILED: u8 = 2;
 /// Writes `args` (and a newline) to stdout, unless it was closed; flushes
 /// at each newline, as std's line-buffered stdout does.
 pub fn write(args: std::fmt::Arguments<'_>, newline: bool) {
+    WROTE.store(true, Ordering::Relaxed);
     if STATE.load(Ordering::Relaxed) != OPEN {
         return;
     }
@@ -60,4 +63,9 @@ pub fn flush() {
 /// Whether a write failed for another reason than a closed reader.
 pub fn failed() -> bool {
     STATE.load(Ordering::Relaxed) == FAILED
+}
+
+/// Whether a command wrote (or tried to write) anything on stdout.
+pub fn wrote() -> bool {
+    WROTE.load(Ordering::Relaxed)
 }

@@ -171,7 +171,7 @@ fn a_session_s_end_waits_for_the_command_running_in_it() {
     loop {
         let listed = home.run(["session", "list", "--output", "json"]);
         let rows: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap_or_default();
-        let busy = rows
+        let busy = rows["sessions"]
             .as_array()
             .into_iter()
             .flatten()

@@ -79,7 +79,13 @@ fn the_agents_sandbox_and_session_lists_are_our_json() {
         // Our JSON, not the text table: `--output json` reached hermesctl.
         let listed: serde_json::Value = serde_json::from_str(&run.stdout)
             .unwrap_or_else(|e| panic!("{command}: not JSON ({e}): {run:?}"));
-        assert_eq!(listed, serde_json::json!([]), "{command}");
+        assert_eq!(listed["schema_version"], 1, "{command}: {listed}");
+        let rows = if command == "sandbox" {
+            "sandboxes"
+        } else {
+            "sessions"
+        };
+        assert_eq!(listed[rows], serde_json::json!([]), "{command}");
         let ours = run_hermesctl(home.path(), [command, "list", "--output", "json"]);
         assert_eq!(run.stdout, ours.stdout, "{command}");
     }

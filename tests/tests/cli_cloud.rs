@@ -297,8 +297,8 @@ fn life_cycle(kind: Kind) {
     let list = run(&["sandbox", "list", "--output", "json"]);
     assert_eq!(list.code, 0, "{list:?}");
     let listed: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
-    assert_eq!(listed[0]["name"], id.as_str(), "{listed}");
-    assert_eq!(listed[0]["state"], "running", "{listed}");
+    assert_eq!(listed["sandboxes"][0]["id"], id.as_str(), "{listed}");
+    assert_eq!(listed["sandboxes"][0]["state"], "running", "{listed}");
     let status = run(&["status"]);
     assert!(status.stdout.contains(backend), "{status:?}");
     assert_eq!(status.code, 0, "{status:?}");

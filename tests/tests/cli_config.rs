@@ -468,9 +468,15 @@ fn get_of_a_null_value_prints_null_as_json_and_says_not_set_otherwise() {
         (text.code, text.stdout.as_str(), text.stderr.as_str()),
         (1, "", "Config key not set: terminal.ssh_host\n")
     );
-    // A key that is not there at all is not set in either form.
+    // A key that is not there at all is not set in either form; in JSON
+    // the error is a document (docs/json.md).
     let absent = home.run(["config", "get", "terminal.nothing", "--json"]);
-    assert_eq!((absent.code, absent.stdout.as_str()), (1, ""), "{absent:?}");
+    assert_eq!(absent.code, 1, "{absent:?}");
+    let error: serde_json::Value = serde_json::from_str(&absent.stdout).unwrap();
+    assert_eq!(
+        error["error"]["message"],
+        "config key not set: terminal.nothing"
+    );
 }
 
 #[test]

@@ -251,7 +251,8 @@ fn sandbox_list_shows_spec_match_age_and_idleness() {
     };
     let name = format!("hermes-{profile}-default");
     let mine = |list: &serde_json::Value| {
-        list.as_array()
+        list["sandboxes"]
+            .as_array()
             .unwrap()
             .iter()
             .find(|row| row["name"] == name.as_str())
@@ -263,7 +264,7 @@ fn sandbox_list_shows_spec_match_age_and_idleness() {
     assert_eq!(list.code, 0, "{list:?}");
     let row = mine(&serde_json::from_str(&list.stdout).unwrap());
     assert_eq!(row["state"], "running");
-    assert_eq!(row["spec_matches"], "yes");
+    assert_eq!(row["spec_matches"], true);
     assert_eq!(row["processes"], 0);
     assert!(row["idle_seconds"].as_i64().unwrap() <= 5, "{row}");
 
@@ -292,7 +293,7 @@ fn sandbox_list_shows_spec_match_age_and_idleness() {
     let row = mine(
         &serde_json::from_str(&hermes(&["sandbox", "list", "--output", "json"]).stdout).unwrap(),
     );
-    assert_eq!(row["spec_matches"], "no");
+    assert_eq!(row["spec_matches"], false);
 }
 
 #[test]

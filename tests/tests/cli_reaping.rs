@@ -92,8 +92,8 @@ fn a_session_is_shared_by_its_execs_kept_on_tmpfs_and_gone_when_ended() {
     let list = host.hermes(&["session", "list", "--output", "json"]);
     assert_eq!(list.code, 0, "{list:?}");
     let list: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
-    assert_eq!(list[0]["session"], "s1");
-    assert_eq!(list[0]["task"], "default");
+    assert_eq!(list["sessions"][0]["session"], "s1");
+    assert_eq!(list["sessions"][0]["task"], "default");
 
     let end = host.hermes(&["session", "end", "s1"]);
     assert_eq!(end.code, 0, "{end:?}");

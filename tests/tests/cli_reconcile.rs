@@ -83,7 +83,7 @@ fn a_recreate_plan_names_the_changed_settings_never_an_env_value() {
     let text = hermes(&["reconcile", "--dry-run"]);
     assert_eq!(text.code, 2, "{text:?}");
     let want = format!(
-        "~ sandbox {profile}/default   recreate    container_memory 5120 MB → 2048 MB, docker_image {image} → {other} (forces recreate); no command running; files outside /workspace and /root are lost\n"
+        "~ sandbox {profile}/default   recreate    container_memory 5120 MB → 2048 MB, docker_image {image} → {other} (forces recreate); pulls image {other} first (not on this engine); no command running; files outside /workspace and /root are lost\n"
     );
     assert!(text.stdout.starts_with(&want), "{}", text.stdout);
     let json = hermes(&["reconcile", "--dry-run", "--output", "json"]);

@@ -130,7 +130,7 @@ fn status_reports_masked_tokens_keys_listening_and_uncovered_credentials() {
     assert_eq!(before.code, 0, "{before:?}");
     let json: serde_json::Value = serde_json::from_str(&before.stdout).unwrap();
     assert_eq!(json["running"], false);
-    assert_eq!(json["listening"], serde_json::Value::Null);
+    assert_eq!(json["listening"], serde_json::json!([]));
     proxy.start(&env);
     let status = proxy.hermes(&["egress", "status", "--output", "json"], &env);
     let json: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
@@ -151,11 +151,14 @@ fn status_reports_masked_tokens_keys_listening_and_uncovered_credentials() {
     assert_eq!(json["running"], true);
     assert!(
         json["listening"]
-            .as_str()
+            .as_array()
             .unwrap()
-            .contains(&format!("127.0.0.1:{}", proxy.port)),
+            .iter()
+            .any(|a| a == &format!("127.0.0.1:{}", proxy.port)),
         "{json}"
     );
+    assert_eq!(json["process"]["state"], "running", "{json}");
+    assert!(json["process"]["pid"].is_u64(), "{json}");
     assert_eq!(json["tunnel_port"], proxy.port);
     assert!(json["counters"]["requests"].is_u64(), "{json}");
     let openai = json["tokens"]

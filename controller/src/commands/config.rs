@@ -32,7 +32,7 @@ pub fn run(home: &Home, command: ConfigCommand) -> anyhow::Result<ExitCode> {
         ConfigCommand::Set { key, value, force } => set(home, &key, &value, force),
         ConfigCommand::Unset { key } => unset(home, &key),
         ConfigCommand::Show { output, json } => show(home, json || output == Output::Json),
-        ConfigCommand::Check => check(home),
+        ConfigCommand::Check { output } => check(home, output),
     }
 }
 
@@ -126,6 +126,7 @@ fn get(home: &Home, key: &str, json: bool) -> anyhow::Result<ExitCode> {
         }
         None | Some(Value::Null) => {
             eprintln!("Config key not set: {key}");
+            crate::json::note_error(&format!("config key not set: {key}"));
             Ok(ExitCode::from(1))
         }
         Some(value) if json => {
@@ -324,25 +325,93 @@ pub fn read_env_text(home: &Home) -> anyhow::Result<String> {
     String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))
 }
 
-fn check(home: &Home) -> anyhow::Result<ExitCode> {
+/// `config check --output json`: the file, whether it is valid, and
+/// each error and warning with its key and place.
+#[derive(Debug, Default, serde::Serialize)]
+struct CheckJson {
+    file: String,
+    exists: bool,
+    valid: bool,
+    errors: Vec<IssueJson>,
+    warnings: Vec<IssueJson>,
+}
+
+/// One problem: its key path and place when it has them.
+#[derive(Debug, serde::Serialize)]
+struct IssueJson {
+    path: Option<String>,
+    line: Option<usize>,
+    column: Option<usize>,
+    message: String,
+}
+
+impl IssueJson {
+    fn of(issue: &Issue) -> IssueJson {
+        IssueJson {
+            path: (!issue.path.is_empty()).then(|| issue.path.clone()),
+            line: issue.pos.map(|p| p.line),
+            column: issue.pos.map(|p| p.col),
+            message: issue.message.clone(),
+        }
+    }
+
+    fn text(message: String) -> IssueJson {
+        IssueJson {
+            path: None,
+            line: None,
+            column: None,
+            message,
+        }
+    }
+}
+
+fn check(home: &Home, output: Output) -> anyhow::Result<ExitCode> {
     let path = home.config();
     let file = path.display().to_string();
+    let mut report = CheckJson {
+        file: file.clone(),
+        ..CheckJson::default()
+    };
+    let code = check_into(home, &file, &mut report)?;
+    report.valid = code == ExitCode::SUCCESS;
+    if output == Output::Json {
+        crate::json::print(&report)?;
+    }
+    Ok(code)
+}
+
+/// The checks of `config check`, said on stderr (and stdout's one line
+/// in text), and gathered in `report`.
+fn check_into(home: &Home, file: &str, report: &mut CheckJson) -> anyhow::Result<ExitCode> {
+    let json = crate::json::requested();
+    let say = |line: String| {
+        if !json {
+            println!("{line}");
+        }
+    };
     let text = match read_config_text(home) {
         Ok(Some(text)) => text,
         Ok(None) => {
-            println!("No config file at {file}: the built-in defaults apply.");
+            say(format!(
+                "No config file at {file}: the built-in defaults apply."
+            ));
             return Ok(ExitCode::SUCCESS);
         }
         Err(e) => {
             eprintln!("error: {e}");
+            report.exists = true;
+            report.errors.push(IssueJson::text(e.to_string()));
             return Ok(ExitCode::from(1));
         }
     };
+    report.exists = true;
     let env_mode_warning = env_mode_warning(home);
     let env = match super::host_env(home) {
         Ok(env) => env,
         Err(e) => {
-            eprintln!("error: {}", crate::chain::Chain(&e));
+            let text = crate::chain::Chain(&e).to_string();
+            eprintln!("error: {text}");
+            report.errors.push(IssueJson::text(text));
             return Ok(ExitCode::from(1));
         }
     };
@@ -365,45 +434,49 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
                 );
             }
             for w in &loaded.warnings {
-                eprintln!("warning: {}", w.render(&file));
+                eprintln!("warning: {}", w.render(file));
+                report.warnings.push(IssueJson::of(w));
             }
-            let mut count = loaded.warnings.len();
+            let mut warn = |text: String| {
+                eprintln!("warning: {text}");
+                report.warnings.push(IssueJson::text(text));
+            };
             if let Some(w) = env_mode_warning {
-                eprintln!("warning: {w}");
+                warn(w);
             }
             if let Some(w) = home.exposure_warning() {
-                eprintln!("warning: {w}");
-                count += 1;
+                warn(w.to_string());
             }
             if !loaded.config.proxy.enabled
                 && let Ok(Some(pid)) =
                     crate::egress::daemon::running_pid(&crate::egress::files::Paths::new(home))
             {
-                eprintln!(
-                    "warning: the egress proxy runs (pid {pid}) while proxy.enabled is false: \
+                warn(format!(
+                    "the egress proxy runs (pid {pid}) while proxy.enabled is false: \
                      the next pass (`hermes reconcile` or a running controller) stops it"
-                );
-                count += 1;
+                ));
             }
             if loaded.config.proxy.credential_source == crate::egress::bitwarden::SOURCE
                 && let Some(why) = crate::egress::bitwarden::not_ready(&env)
             {
-                eprintln!("warning: {why}");
-                count += 1;
+                warn(why.to_string());
             }
             if loaded.config.terminal.backend == hermes_model::config::Backend::Docker
                 && let Some(why) = crate::disk::unavailable()
             {
-                eprintln!("warning: terminal.container_disk is not enforced on this host: {why}");
-                count += 1;
+                warn(format!(
+                    "terminal.container_disk is not enforced on this host: {why}"
+                ));
             }
+            let count = report.warnings.len();
             let warnings = format!("{count} warning{}", if count == 1 { "" } else { "s" });
             let errors = &loaded.config.sandbox_errors;
             if !errors.is_empty() {
                 // The config is usable, but not as it says: a GitOps check
                 // of it must fail.
                 for issue in errors {
-                    eprintln!("error: {}", issue.render(&file));
+                    eprintln!("error: {}", issue.render(file));
+                    report.errors.push(IssueJson::of(issue));
                 }
                 eprintln!(
                     "{file} is invalid for the Docker sandboxes: {} error{} of terminal.docker_extra_args ({warnings}); a pass blocks the Docker sandboxes with them and converges the rest of the host.",
@@ -412,12 +485,13 @@ fn check(home: &Home) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(ExitCode::from(1));
             }
-            println!("{file} is valid ({warnings}).");
+            say(format!("{file} is valid ({warnings})."));
             Ok(ExitCode::SUCCESS)
         }
         Err(errors) => {
             for issue in &errors.0 {
-                eprintln!("error: {}", issue.render(&file));
+                eprintln!("error: {}", issue.render(file));
+                report.errors.push(IssueJson::of(issue));
             }
             eprintln!(
                 "{file} is invalid: {} error{}.",

@@ -150,7 +150,7 @@ fn status(home: &Home, show_tokens: bool, output: Output) -> anyhow::Result<Exit
         .build()?;
     let report = runtime.block_on(EgressStatus::gather(home, &config, &env, show_tokens))?;
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Json => crate::json::print(&report)?,
         Output::Text => print!("{report}"),
     }
     Ok(ExitCode::SUCCESS)

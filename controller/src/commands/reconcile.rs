@@ -34,7 +34,10 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         home: Some(home),
     };
     let printed = std::cell::Cell::new(Ok(()));
-    let print = |pass: &Pass| printed.set(print_plan(pass, args.output));
+    let json = args.output == Output::Json;
+    // JSON: the dry run's document is its plan; an apply's is printed
+    // once it is done, with each operation's result.
+    let print = |pass: &Pass| printed.set(print_plan(pass, args.output, args.dry_run || !json));
     let request = Request {
         // A dry run stops at a config that cannot be used (exit 1), never
         // a plan made from the last good one that reads "No changes".
@@ -54,6 +57,7 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     if let Some(e) = &pass.ended {
         if let Some(error) = &pass.config_error {
             eprintln!("error: {error}");
+            crate::json::note_error(error);
         }
         anyhow::bail!("{e}");
     }
@@ -76,6 +80,9 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     let now = hermes_reconcilers::unix_seconds(SystemTime::now());
     if !plan.is_pending() {
         crate::failures::record::<String>(home, &[], now);
+        if json {
+            print_applied(&pass, None)?;
+        }
         return Ok(if config_failed {
             ExitCode::from(1)
         } else {
@@ -95,6 +102,9 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
             println!("The host is converged.");
         }
     }
+    if json {
+        print_applied(&pass, Some(&remaining))?;
+    }
     if crate::interrupt::requested() {
         eprintln!(
             "hermes: stopped by a signal: {} operation(s) not carried out; the next pass plans them again",
@@ -112,17 +122,28 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
 }
 
 /// Prints the config's error, a backend's, and the plan (before it is
-/// carried out).
-fn print_plan(pass: &Pass, output: Output) -> anyhow::Result<()> {
+/// carried out); the JSON plan only when `document` (a dry run's).
+fn print_plan(pass: &Pass, output: Output, document: bool) -> anyhow::Result<()> {
     let plan = &pass.plan;
     if let Some(error) = &pass.config_error {
         eprintln!("error: {error}");
+        crate::json::note_error(error);
     }
     for e in &pass.errors {
         eprintln!("error: {e}");
+        crate::json::note_error(e);
     }
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&plan.to_json())?),
+        Output::Json if !document => {}
+        Output::Json => crate::json::print(PassJson {
+            dry_run: true,
+            config_error: pass.config_error.as_deref(),
+            errors: &pass.errors,
+            plan: plan.to_json(),
+            results: None,
+            halted: None,
+            remaining: None,
+        })?,
         // "The host is converged." would be untrue while config.yaml
         // cannot be used: the rows stay, the last line says what holds.
         Output::Text if pass.config_error.is_some() && !plan.is_pending() => {
@@ -138,6 +159,47 @@ fn print_plan(pass: &Pass, output: Output) -> anyhow::Result<()> {
         }
         Output::Text => println!("{plan}"),
     }
+    Ok(())
+}
+
+/// A pass as `--output json` gives it: the plan (flattened: `operations`,
+/// `summary`, `stages`), and after an apply each operation's result, why
+/// a stage was not carried out and what is still pending. The plan's
+/// `converged` is whether nothing is left to do: in a dry run, whether the
+/// plan is empty; after an apply, whether the host observed again plans
+/// nothing.
+#[derive(serde::Serialize)]
+struct PassJson<'a> {
+    dry_run: bool,
+    config_error: Option<&'a str>,
+    errors: &'a [String],
+    #[serde(flatten)]
+    plan: hermes_model::plan::PlanJson<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    results: Option<&'a [crate::apply::OpResult]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    halted: Option<Option<&'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remaining: Option<hermes_model::plan::PlanJson<'a>>,
+}
+
+/// The document of an applied pass; `remaining` is the plan of the host
+/// observed again (`None`: nothing was to do).
+fn print_applied(
+    pass: &Pass,
+    remaining: Option<&hermes_reconcilers::HostPlan>,
+) -> anyhow::Result<()> {
+    let mut plan = pass.plan.to_json();
+    plan.converged = remaining.is_none_or(|r| !r.is_pending());
+    crate::json::print(PassJson {
+        dry_run: false,
+        config_error: pass.config_error.as_deref(),
+        errors: &pass.errors,
+        plan,
+        results: Some(&pass.applied.results),
+        halted: Some(pass.halted.as_deref()),
+        remaining: remaining.map(|r| r.to_json()),
+    })?;
     Ok(())
 }
 

@@ -24,10 +24,20 @@ pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow:
     let desired = load_desired(home, profile)?;
     let list = Seam::of(&desired).list(home, &desired).await?;
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&list)?),
+        Output::Json => crate::json::print(ListJson {
+            backend: desired.config.terminal.backend.as_str(),
+            sandboxes: &list,
+        })?,
         Output::Text => print!("{list}"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `sandbox list --output json`: the backend, and its rows.
+#[derive(Serialize)]
+struct ListJson<'a> {
+    backend: &'a str,
+    sandboxes: &'a SandboxList,
 }
 
 /// The report of `hermes sandbox list`, by backend.
@@ -46,9 +56,16 @@ pub struct ContainerRow {
     pub profile: String,
     pub task: String,
     pub state: String,
-    /// `yes`/`no` for the active profile's persistent sandboxes, `-` for
-    /// the others, `unmanaged` without a spec hash.
-    pub spec_matches: String,
+    /// The session of a session sandbox.
+    pub session: Option<String>,
+    /// Whether hermes made it (it has a spec hash).
+    pub managed: bool,
+    /// Whether its spec is the config's: for the active profile's
+    /// persistent sandboxes; `null` for the others.
+    pub spec_matches: Option<bool>,
+    /// The SPEC column: `yes`/`no`, `-`, `unmanaged`.
+    #[serde(skip)]
+    pub spec: String,
     pub age_seconds: i64,
     /// Seconds since the last use, for a running sandbox with nothing inside.
     pub idle_seconds: Option<i64>,
@@ -69,21 +86,28 @@ pub struct InstanceRow {
     pub task: String,
     /// Always `running`: a stopped instance does not exist.
     pub state: &'static str,
-    pub spec_matches: String,
+    /// As a container's ([`ContainerRow::spec_matches`]).
+    pub spec_matches: Option<bool>,
+    #[serde(skip)]
+    pub spec: String,
     pub pid: u32,
 }
 
 /// The cloud backend's sandbox of a task.
 #[derive(Debug, Serialize)]
 pub struct CloudRow {
-    /// The service's id of the sandbox, `-` when only a snapshot is left.
+    /// The service's id of the sandbox, `null` when only a snapshot is
+    /// left.
+    pub id: Option<String>,
+    /// The NAME column: the id, or `-`.
+    #[serde(skip)]
     pub name: String,
     pub backend: String,
     pub profile: String,
     pub task: String,
     pub state: String,
-    /// The snapshot recorded for the task, `-` for none.
-    pub snapshot: String,
+    /// The snapshot recorded for the task.
+    pub snapshot: Option<String>,
 }
 
 impl fmt::Display for SandboxList {
@@ -98,7 +122,7 @@ impl fmt::Display for SandboxList {
                             &r.profile,
                             &r.task,
                             &r.state,
-                            &r.spec_matches,
+                            &r.spec,
                             &r.age,
                             &r.idle,
                         ]
@@ -115,16 +139,7 @@ impl fmt::Display for SandboxList {
                 let cells: Vec<[&str; 6]> = rows
                     .iter()
                     .zip(&pids)
-                    .map(|(r, pid)| {
-                        [
-                            r.name.as_str(),
-                            &r.profile,
-                            &r.task,
-                            r.state,
-                            &r.spec_matches,
-                            pid,
-                        ]
-                    })
+                    .map(|(r, pid)| [r.name.as_str(), &r.profile, &r.task, r.state, &r.spec, pid])
                     .collect();
                 table(
                     f,
@@ -142,7 +157,7 @@ impl fmt::Display for SandboxList {
                             &r.profile,
                             &r.task,
                             &r.state,
-                            &r.snapshot,
+                            r.snapshot.as_deref().unwrap_or("-"),
                         ]
                     })
                     .collect();
@@ -174,18 +189,18 @@ pub async fn containers(
         .map(|c| {
             let task = c.task().unwrap_or("-");
             let matches = match c.spec_hash() {
-                None => "unmanaged".to_string(),
                 Some(h)
                     if c.profile() == Some(desired.profile.as_str()) && c.session().is_none() =>
                 {
-                    if desired.sandbox_for_task(task).hash() == h {
-                        "yes"
-                    } else {
-                        "no"
-                    }
-                    .to_string()
+                    Some(desired.sandbox_for_task(task).hash() == h)
                 }
-                Some(_) => "-".to_string(),
+                _ => None,
+            };
+            let spec = match (c.spec_hash(), matches) {
+                (None, _) => "unmanaged",
+                (_, Some(true)) => "yes",
+                (_, Some(false)) => "no",
+                (_, None) => "-",
             };
             let idleness = observed.idleness(c);
             ContainerRow {
@@ -193,7 +208,10 @@ pub async fn containers(
                 profile: c.profile().unwrap_or("-").to_string(),
                 task: task.to_string(),
                 state: c.state.as_str().to_string(),
+                session: c.session().map(str::to_string),
+                managed: c.spec_hash().is_some(),
                 spec_matches: matches,
+                spec: spec.to_string(),
                 age_seconds: now - c.created,
                 idle_seconds: match idleness {
                     Idleness::IdleSince(t) => Some(now - t),
@@ -223,7 +241,12 @@ pub async fn instances(
                 profile: i.profile,
                 task: i.task,
                 state: "running",
-                spec_matches: i.spec,
+                spec_matches: match i.spec.as_str() {
+                    "yes" => Some(true),
+                    "no" => Some(false),
+                    _ => None,
+                },
+                spec: i.spec,
                 pid: i.pid,
             })
             .collect(),
@@ -254,12 +277,13 @@ pub async fn cloud(
         };
         if let Some((id, state)) = row {
             rows.push(CloudRow {
+                id: (id != "-").then(|| id.clone()),
                 name: id,
                 backend: cloud.backend.to_string(),
                 profile: desired.profile.clone(),
                 task: hermes_model::desired::DEFAULT_TASK.to_string(),
                 state,
-                snapshot: snapshot.unwrap_or_else(|| "-".to_string()),
+                snapshot,
             });
         }
     }

@@ -30,7 +30,7 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
         SessionCommand::List { output } => {
             let list = list(home, profile).await?;
             match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&list)?),
+                Output::Json => crate::json::print(&list)?,
                 Output::Text => print!("{list}"),
             }
             Ok(ExitCode::SUCCESS)
@@ -76,8 +76,8 @@ async fn end(home: &Home, profile: &str, id: &str) -> anyhow::Result<ExitCode> {
 
 /// The report of `hermes session list`: the profile's session containers.
 #[derive(Debug, Serialize)]
-#[serde(transparent)]
 pub struct SessionList {
+    #[serde(rename = "sessions")]
     pub rows: Vec<SessionRow>,
 }
 
@@ -89,6 +89,9 @@ pub struct SessionRow {
     pub name: String,
     pub state: String,
     pub age_seconds: i64,
+    /// Seconds since the last use, for a running sandbox with nothing
+    /// inside (the IDLE column's time).
+    pub idle_seconds: Option<i64>,
     pub processes: Option<u32>,
     /// The AGE column.
     #[serde(skip)]
@@ -142,6 +145,10 @@ async fn list(home: &Home, profile: &str) -> anyhow::Result<SessionList> {
             name: c.name.clone(),
             state: c.state.as_str().to_string(),
             age_seconds: now - c.created,
+            idle_seconds: match observed.idleness(c) {
+                hermes_model::observed::Idleness::IdleSince(t) => Some(now - t),
+                _ => None,
+            },
             processes: c.processes,
             age: hermes_reconcilers::age(now - c.created),
             idle: idle_text(observed.idleness(c), c, now),

@@ -28,7 +28,7 @@ use crate::pass::{Connect, Load, Request};
 pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<ExitCode> {
     let report = gather(home, profile).await?;
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Json => crate::json::print(&report)?,
         Output::Text => print!("{report}"),
     }
     Ok(if report.healthy {
@@ -66,12 +66,20 @@ pub struct StatusReport {
     #[serde(rename = "errors")]
     pub errors: Vec<String>,
     #[serde(rename = "container_disk")]
-    pub container_disk: String,
+    pub container_disk: DiskReport,
     #[serde(rename = "controller")]
     pub controller: ControllerReport,
     /// When the report was made (unix seconds), for the text's ages.
     #[serde(skip)]
     pub now: i64,
+}
+
+/// A process id as a number (`null` when the lock names none).
+fn pid_number<S: serde::Serializer>(pid: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    match pid.as_deref().and_then(|p| p.parse::<u32>().ok()) {
+        Some(n) => s.serialize_u32(n),
+        None => s.serialize_none(),
+    }
 }
 
 /// A backend as config.yaml spells it.
@@ -128,12 +136,26 @@ pub struct ProxyReport {
     pub keys_total: Option<usize>,
 }
 
+/// Whether `terminal.container_disk` is enforced on Docker here.
+#[derive(Debug, Serialize)]
+pub struct DiskReport {
+    #[serde(rename = "enforced")]
+    pub enforced: bool,
+    /// Why not, when it is not.
+    #[serde(rename = "reason")]
+    pub reason: Option<String>,
+    /// The line of the text.
+    #[serde(skip)]
+    pub text: String,
+}
+
 /// The controller, if one runs, and its last status file.
 #[derive(Debug, Serialize)]
 pub struct ControllerReport {
     #[serde(rename = "running")]
     pub running: bool,
-    #[serde(rename = "pid")]
+    /// Its process id, as its lock file names it.
+    #[serde(rename = "pid", serialize_with = "pid_number")]
     pub pid: Option<String>,
     #[serde(rename = "status")]
     pub status: Option<ControllerStatus>,
@@ -277,7 +299,9 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
         sandboxes,
         proxy: ProxyReport {
             enabled: proxy_enabled,
-            set_up: !matches!(desired.egress, Egress::NotSetUp { .. }),
+            // What `egress setup` writes: its config under proxy/.
+            set_up: !matches!(desired.egress, Egress::NotSetUp { .. })
+                && crate::egress::files::Paths::new(home).config().is_file(),
             running: proxy.running,
             healthy: proxy.healthy,
             problem: proxy.problem,
@@ -290,7 +314,14 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
         },
         blocked,
         errors,
-        container_disk: crate::disk::status(),
+        container_disk: {
+            let reason = crate::disk::unavailable();
+            DiskReport {
+                enforced: reason.is_none(),
+                reason,
+                text: crate::disk::status(),
+            }
+        },
         controller: ControllerReport {
             running: controller_pid.is_some(),
             pid: controller_pid,
@@ -317,7 +348,7 @@ impl fmt::Display for StatusReport {
             self.backend, self.profile
         )?;
         if self.backend == Backend::Docker {
-            writeln!(f, "Disk limit:  {}", self.container_disk)?;
+            writeln!(f, "Disk limit:  {}", self.container_disk.text)?;
         }
         match (self.engine, self.sandboxes.is_empty()) {
             (false, _) => writeln!(f, "Sandboxes:   no Docker engine answers")?,

@@ -40,9 +40,10 @@ pub struct EgressStatus {
     pub process: Process,
     #[serde(rename = "running")]
     pub running: bool,
-    /// Where the running proxy says it accepts CONNECT, when it answers.
+    /// Where the running proxy says it accepts CONNECT; empty when none
+    /// answers.
     #[serde(rename = "listening")]
-    pub listening: Option<String>,
+    pub listening: Vec<String>,
     /// Transparent egress: where the running proxy's DNS responder
     /// listens (the network's ports 443, 80 and 53 lead to the proxy).
     #[serde(rename = "transparent")]
@@ -88,10 +89,19 @@ impl fmt::Display for Process {
     }
 }
 
-/// In JSON, as in text.
+/// In JSON, `{"state": "running" | "stale" | "not_running", "pid"}`.
 impl Serialize for Process {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        use serde::ser::SerializeStruct;
+        let (state, pid) = match *self {
+            Process::Running { pid } => ("running", Some(pid)),
+            Process::Stale { pid } => ("stale", Some(pid)),
+            Process::NotRunning => ("not_running", None),
+        };
+        let mut out = serializer.serialize_struct("Process", 2)?;
+        out.serialize_field("state", state)?;
+        out.serialize_field("pid", &pid)?;
+        out.end()
     }
 }
 
@@ -405,7 +415,10 @@ impl EgressStatus {
             tunnel_port: proxy.tunnel_port,
             process,
             running: running.is_some(),
-            listening: health.as_ref().map(|h| h.tunnel.join(", ")),
+            listening: health
+                .as_ref()
+                .map(|h| h.tunnel.iter().map(ToString::to_string).collect())
+                .unwrap_or_default(),
             transparent: health
                 .as_ref()
                 .and_then(|h| h.dns.as_ref())
@@ -460,7 +473,11 @@ impl fmt::Display for EgressStatus {
             self.tunnel_port.saturating_add(1)
         )?;
         writeln!(f, "Process:         {}", self.process)?;
-        writeln!(f, "Listening:       {}", or(&self.listening, "no"))?;
+        if self.listening.is_empty() {
+            writeln!(f, "Listening:       no")?;
+        } else {
+            writeln!(f, "Listening:       {}", self.listening.join(", "))?;
+        }
         match &self.transparent {
             Some(dns) => writeln!(
                 f,
@@ -481,7 +498,7 @@ impl fmt::Display for EgressStatus {
             .collect();
         writeln!(
             f,
-            "Uncovered:       {} (their sandboxes reach the internet directly; a key goes there only when named in terminal.<backend>_forward_env, and on modal and vercel_sandbox as a token, the service setting the real key's header)",
+            "Uncovered:       {} (their sandboxes reach the internet directly: see each key's COVERAGE below)",
             uncovered.join(", ")
         )?;
         match &self.counters {
@@ -546,11 +563,20 @@ impl fmt::Display for EgressStatus {
             "{:<w_name$} {:<w_provider$} {:<w_coverage$} DETAIL",
             "CREDENTIAL", "PROVIDER", "COVERAGE"
         )?;
+        let mut above: Option<(&str, &str)> = None;
         for ((row, provider), coverage) in self.credentials.iter().zip(&providers).zip(&coverages) {
+            // A provider's second and third variable covered the same way
+            // (AWS's key id, secret, session token) say it once.
+            let detail = if above == Some((provider, row.detail.as_str())) {
+                "(as above)"
+            } else {
+                row.detail.as_str()
+            };
+            above = Some((provider, row.detail.as_str()));
             writeln!(
                 f,
-                "{:<w_name$} {provider:<w_provider$} {coverage:<w_coverage$} {}",
-                row.credential, row.detail
+                "{:<w_name$} {provider:<w_provider$} {coverage:<w_coverage$} {detail}",
+                row.credential
             )?;
         }
         for w in &self.warnings {
@@ -575,7 +601,7 @@ mod tests {
             tunnel_port: 8080,
             process: Process::Running { pid: 7 },
             running: true,
-            listening: Some("127.0.0.1:8080".into()),
+            listening: vec!["127.0.0.1:8080".into()],
             transparent: None,
             credential_source: "env".into(),
             docker_enforce: true,
@@ -731,7 +757,10 @@ mod tests {
         assert_eq!(json["credentials"][0]["coverage"], "header-swap");
         assert_eq!(json["credentials"][1]["coverage"], "uncovered");
         assert_eq!(json["credentials"][1]["provider"], serde_json::Value::Null);
-        assert_eq!(json["process"], "running (pid 7)");
+        assert_eq!(
+            json["process"],
+            serde_json::json!({"state": "running", "pid": 7})
+        );
         assert_eq!(json["config"], serde_json::Value::Null);
         assert_eq!(json["counters"]["requests"], 12);
         assert_eq!(

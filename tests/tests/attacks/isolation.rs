@@ -161,7 +161,8 @@ fn names_listed(home: &TestHome, profile: &str) -> Vec<String> {
     let run = hermes(home, profile, &["sandbox", "list", "--output", "json"]);
     assert_eq!(run.code, 0, "{run:?}");
     let list: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
-    list.as_array()
+    list["sandboxes"]
+        .as_array()
         .unwrap()
         .iter()
         .map(|row| row["name"].as_str().unwrap().to_string())

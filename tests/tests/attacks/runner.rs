@@ -67,7 +67,8 @@ impl Host {
         let list = self.hermes(&["sandbox", "list", "--output", "json"]);
         assert_eq!(list.code, 0, "{list:?}");
         let list: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
-        list.as_array()
+        list["sandboxes"]
+            .as_array()
             .unwrap()
             .iter()
             .find(|row| row["name"] == self.name().as_str())
