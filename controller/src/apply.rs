@@ -169,7 +169,7 @@ impl Applied {
             }
             Err(e) => {
                 self.failed += 1;
-                tracing::debug!(target = %op.target, action = op.action.verb(), error = %e, "operation failed");
+                tracing::debug!(resource = %op.target, action = op.action.verb(), error = %e, "operation failed");
                 crate::notices::op_error(format_args!("{} {}: {e}", op.target, op.action.verb()));
                 self.failures.push((op.target.clone(), e));
             }

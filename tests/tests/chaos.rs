@@ -140,7 +140,7 @@ fn a_recreate_lets_a_running_command_end_first() {
     let lines = std::thread::spawn(move || {
         let mut all = String::new();
         for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
-            if line.contains("waiting for the commands running in the sandbox to end") {
+            if line.contains("waiting up to 10 s for the commands running in it to end") {
                 let _ = tx.send(());
             }
             all.push_str(&line);

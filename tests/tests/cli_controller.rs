@@ -7,7 +7,7 @@
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use hermes_tests::cli::TestHome;
+use hermes_tests::cli::{Run, TestHome};
 use hermes_tests::docker_cli::{ProfileCleanup, containers_of, docker};
 
 /// A running controller, killed if the test ends early.
@@ -24,11 +24,16 @@ impl Drop for Running {
 
 impl Running {
     fn start(home: &TestHome, profile: &str) -> Running {
+        Running::start_to(home, profile, Stdio::null())
+    }
+
+    /// [`Running::start`] with its log (stderr) going to `log`.
+    fn start_to(home: &TestHome, profile: &str, log: impl Into<Stdio>) -> Running {
         let child = home
             .command(["--profile", profile, "controller"])
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap();
         Running { child }
@@ -92,7 +97,8 @@ fn the_controller_converges_edits_removals_and_stops_and_survives_bad_edits() {
     let home = TestHome::with_profile(&profile);
     home.write_config(config(""));
     let name = format!("hermes-{profile}-default");
-    let controller = Running::start(&home, &profile);
+    let log_path = home.path().join("controller.log");
+    let controller = Running::start_to(&home, &profile, std::fs::File::create(&log_path).unwrap());
     let running = || containers_of(&profile) == [(name.clone(), "running".to_string())];
     eventually(Duration::from_secs(30), "the sandbox is created", running);
 
@@ -129,9 +135,29 @@ fn the_controller_converges_edits_removals_and_stops_and_survives_bad_edits() {
     });
     assert_ne!(inspect(&name, "{{.Id}}"), before);
 
-    // Removed by hand: recreated. Stopped by hand: started again.
+    // Removed by hand: recreated, and the log names what happened to
+    // which container (once the last pass's own events are past).
+    eventually(Duration::from_secs(40), "the last pass is 4 s past", || {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let ended = status_field(&home, "last_pass_at").unwrap_or(now)
+            + status_field(&home, "last_pass_ms").unwrap_or(0) / 1000
+            + 1;
+        now >= ended + 4
+    });
     docker(&["rm", "-f", &name]);
     eventually(Duration::from_secs(15), "recreated after rm -f", running);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    // (kill, die, destroy: those that come before the pass it wakes.)
+    assert!(
+        log.lines()
+            .any(|l| l.contains("container event action=")
+                && l.ends_with(&format!("container={name}"))),
+        "{log}"
+    );
+    // Stopped by hand: started again.
     docker(&["stop", "-t", "1", &name]);
     eventually(Duration::from_secs(15), "started after stop", running);
 
@@ -552,6 +578,7 @@ fn the_controller_logs_each_change_error_and_recovery_and_nothing_while_idle() {
     assert_eq!(
         text_events,
         [
+            event("INFO", "controller started", None),
             event(
                 "WARN",
                 "HOME/config.yaml:6:1: unknown_key: unknown key, ignored",
@@ -577,9 +604,35 @@ fn the_controller_logs_each_change_error_and_recovery_and_nothing_while_idle() {
         "{text}"
     );
     assert_eq!(json_events, text_events, "{json}");
-    // Each operation's line names its target and how it ended.
+    // Each operation's line names what it acted on and how it ended; in
+    // JSON as `fields.resource`, apart from the top-level `target` (the
+    // module that logged it).
     let done = text.lines().find(|l| l.contains(" done ")).unwrap();
-    assert!(done.contains("target=sandbox"), "{done}");
+    assert!(done.contains("resource=sandbox"), "{done}");
+    let done: serde_json::Value = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["fields"]["message"] == "done")
+        .unwrap();
+    assert!(
+        done["fields"]["resource"]
+            .as_str()
+            .unwrap()
+            .starts_with("sandbox "),
+        "{done}"
+    );
+    assert!(done["fields"].get("target").is_none(), "{done}");
+    // The start line says who and where; the first pass is the start's.
+    let started = text.lines().next().unwrap();
+    assert!(
+        started.contains("controller started") && started.contains("home=HOME"),
+        "{started}"
+    );
+    let first = text
+        .lines()
+        .find(|l| l.contains("pass{"))
+        .unwrap_or_default();
+    assert!(first.contains("trigger=\"start\""), "{text}");
     let pass = text
         .lines()
         .find(|l| l.contains("pass applied its plan"))
@@ -639,7 +692,7 @@ fn a_failed_operation_is_one_line_per_try_and_its_recovery_one() {
         .find(|l| l.contains("operation failed"))
         .unwrap();
     for part in [
-        "target=sandbox",
+        "resource=sandbox",
         "Range of CPUs",
         "failures=1",
         "retry_in_ms=",
@@ -654,5 +707,42 @@ fn a_failed_operation_is_one_line_per_try_and_its_recovery_one() {
             .collect::<Vec<_>>(),
         [Some("create")],
         "{log}"
+    );
+}
+
+/// `controller --once` is a check a script can trust: with the Docker
+/// engine away its pass cannot go through, and it exits 1. `status` then
+/// gives that stopped controller's last report as history, never an engine
+/// line of its own beside the live one.
+#[test]
+fn once_with_the_engine_away_exits_1_and_status_calls_its_report_history() {
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: docker\n");
+    let away = "unix:///nonexistent/hermes-once-test.sock";
+    let once: Run = home
+        .command(["controller", "--once"])
+        .env("DOCKER_HOST", away)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(once.code, 1, "{once:?}");
+    assert!(once.stderr.contains("controller started"), "{once:?}");
+    let status: Run = home
+        .command(["status"])
+        .env("DOCKER_HOST", away)
+        .output()
+        .unwrap()
+        .into();
+    assert!(
+        status
+            .stdout
+            .contains("Controller:  not running\n  Its last report, from before it stopped:\n"),
+        "{}",
+        status.stdout
+    );
+    assert!(
+        !status.stdout.contains("Engine:      "),
+        "{}",
+        status.stdout
     );
 }

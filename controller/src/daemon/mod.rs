@@ -77,6 +77,8 @@ pub struct Options {
 /// Why the loop woke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wake {
+    /// The first pass.
+    Start,
     Config,
     Engine,
     Proxy,
@@ -87,6 +89,7 @@ enum Wake {
 impl Wake {
     fn as_str(self) -> &'static str {
         match self {
+            Wake::Start => "start",
             Wake::Config => "config changed",
             Wake::Engine => "container event",
             Wake::Proxy => "proxy health changed",
@@ -138,8 +141,17 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
         metrics,
         requeue: false,
         seen_proxy,
+        acting: Arc::default(),
     };
-    let mut wake = Wake::Timer;
+    tracing::info!(
+        pid = std::process::id(),
+        home = %home.root().display(),
+        profile,
+        once = options.once,
+        version = env!("CARGO_PKG_VERSION"),
+        "controller started"
+    );
+    let mut wake = Wake::Start;
     let mut config_pass_ended: Option<Instant> = None;
     loop {
         controller.pass(wake, &stop).await;
@@ -190,6 +202,18 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
         }
     }
     tracing::info!(passes = controller.status.passes, "controller stopped");
+    // One pass for a script or a unit's check: its exit says whether it
+    // went through (an engine that does not answer, an operation that
+    // failed, a config that cannot be used is 1).
+    if options.once {
+        let s = &controller.status;
+        if s.engine_unreachable_since.is_some()
+            || s.last_error.is_some()
+            || s.config_invalid_since.is_some()
+        {
+            return Ok(ExitCode::from(1));
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -302,6 +326,9 @@ struct Controller {
     requeue: bool,
     /// The proxy as the last pass observed it, for the health watch.
     seen_proxy: SeenProxy,
+    /// When passes run: the event watch tells hermes's own doings from a
+    /// container's fate from outside.
+    acting: Arc<Acting>,
 }
 
 impl Controller {
@@ -312,6 +339,7 @@ impl Controller {
     /// One pass ([`crate::pass`]): load, observe, plan, apply what is not
     /// backing off, stage by stage.
     async fn pass(&mut self, wake: Wake, stop: &AtomicBool) {
+        self.acting.begin();
         let started = Instant::now();
         let span = tracing::info_span!("pass", trigger = wake.as_str(), n = self.status.passes + 1);
         let _guard = span.enter();
@@ -325,7 +353,7 @@ impl Controller {
         let hold = |op: &Op<Action>| {
             let held = acts(op.action.kind()) && backoff.waiting(&op.target, at).is_some();
             if held {
-                tracing::debug!(target = %op.target, action = op.action.verb(), "backing off");
+                tracing::debug!(resource = %op.target, action = op.action.verb(), "backing off");
             }
             held
         };
@@ -338,7 +366,7 @@ impl Controller {
                 home: Some(&home),
             }),
             hold: &hold,
-            planned: &|_| {},
+            planned: &|_| true,
         };
         let pass = match crate::pass::run(&home, &profile, request, self).await {
             Ok(pass) => pass,
@@ -403,7 +431,7 @@ impl Controller {
                     .contains(&hermes_model::plan::Target::Proxy);
             for (target, error) in &applied.failures {
                 let delay = self.backoff.failed(target, Instant::now());
-                tracing::warn!(%target, error = %error, failures = self.backoff.failures(target), retry_in_ms = delay.as_millis() as u64, "operation failed");
+                tracing::warn!(resource = %target, error = %error, failures = self.backoff.failures(target), retry_in_ms = delay.as_millis() as u64, "operation failed");
                 errors.push(format!("{target}: {error}"));
             }
             let (mut done, mut failed) = (0u32, 0u32);
@@ -417,7 +445,7 @@ impl Controller {
                     failed += 1;
                 } else if succeeded {
                     done += 1;
-                    tracing::info!(target = %op.target, action = op.action.verb(), cause = %op.cause, "done");
+                    tracing::info!(resource = %op.target, action = op.action.verb(), cause = %op.cause, "done");
                 } else {
                     // Skipped: a stop was asked for first.
                     continue;
@@ -437,6 +465,7 @@ impl Controller {
             );
         }
         self.finish(started, now, errors, blocked);
+        self.acting.end();
     }
 
     fn finish(&mut self, started: Instant, now: i64, errors: Vec<String>, blocked: Vec<String>) {
@@ -487,6 +516,7 @@ impl Controller {
                 hermes_model::sandbox::sanitize(&self.profile),
                 crate::activity::Activity::new(&self.home),
                 self.engine_tx.clone(),
+                Arc::clone(&self.acting),
             );
         }
         engine
@@ -595,6 +625,7 @@ fn spawn_event_watch(
     profile: String,
     activity: crate::activity::Activity,
     wake: mpsc::Sender<()>,
+    acting: Arc<Acting>,
 ) {
     tokio::spawn(async move {
         let mut empty_streams = 0u32;
@@ -611,7 +642,19 @@ fn spawn_event_watch(
                     }
                     Ok(event) => {
                         got_any = true;
-                        tracing::debug!(action = %event.action, container = %event.container, "container event");
+                        // What happened to a container from outside (a
+                        // `docker rm -f`, an OOM kill) is said; what hermes
+                        // did itself is the pass's lines.
+                        if !acting.lately()
+                            && matches!(
+                                event.action.as_str(),
+                                "die" | "destroy" | "kill" | "oom" | "stop" | "pause" | "rename"
+                            )
+                        {
+                            tracing::info!(parent: None, action = %event.action, container = %event.container, "container event");
+                        } else {
+                            tracing::debug!(action = %event.action, container = %event.container, "container event");
+                        }
                         let _ = wake.try_send(());
                     }
                     Err(e) => {
@@ -635,6 +678,42 @@ fn spawn_event_watch(
             tokio::time::sleep(delay.min(Duration::from_secs(5))).await;
         }
     });
+}
+
+/// When the controller's passes run, for the event watch: an event while
+/// one runs, or within [`Acting::AFTER`] of its end, is most likely one of
+/// hermes's own operations.
+#[derive(Debug, Default)]
+struct Acting {
+    running: AtomicBool,
+    ended: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Acting {
+    /// How long after a pass its operations' events still arrive.
+    const AFTER: Duration = Duration::from_secs(3);
+
+    fn begin(&self) {
+        self.running.store(true, Ordering::SeqCst);
+    }
+
+    fn end(&self) {
+        *self
+            .ended
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+        self.running.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether a pass runs, or ended a moment ago.
+    fn lately(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
+            || self
+                .ended
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_some_and(|t| t.elapsed() < Self::AFTER)
+    }
 }
 
 /// Whether an operation of this kind changes the host (reports and
