@@ -21,6 +21,7 @@ const GLOBAL: &str = "Global options";
     about = "Keeps a host's AI-agent sandboxes and egress credential proxy where config.yaml says",
     after_help = "Exit codes: 0 success; 1 error; 2 changes pending (reconcile --dry-run); \
                   3 blocked, failing closed (exec); 64 usage error (a bad flag or argument); \
+                  130 stopped by a signal (reconcile); \
                   exec: its command's own code otherwise (124 timed out, 126 could not start, \
                   141 its output's reader went away)."
 )]
@@ -44,7 +45,8 @@ pub struct Cli {
     )]
     pub profile: Option<String>,
 
-    /// Log format on stderr; the level comes from RUST_LOG (default: warn).
+    /// Log format on stderr; the level comes from RUST_LOG (default: warn;
+    /// the controller's own lines: info).
     #[arg(
         long,
         global = true,
@@ -97,6 +99,16 @@ pub enum Command {
     /// One screen for the host: config, backend, sandboxes, the egress
     /// proxy, what is blocked and why, and the running controller.
     Status {
+        /// Report again every --interval seconds until Ctrl-C (on a
+        /// terminal the screen is redrawn; JSON: one document per line).
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between two reports of --watch.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600), requires = "watch")]
+        interval: u64,
+        /// Stop --watch after this many reports (default: until Ctrl-C).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..), requires = "watch")]
+        count: Option<u64>,
         /// How to print the report.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
@@ -107,6 +119,25 @@ pub enum Command {
     /// Serve the sandbox to an agent over the Model Context Protocol:
     /// stdio (what an MCP client spawns), or streamable HTTP with --http.
     Mcp(McpArgs),
+    /// Take down everything hermes runs for this home: every sandbox of
+    /// the profile and its mounted disk image, then the proxy-only network
+    /// and the proxy. Planned and printed first; files are kept.
+    Down(DownArgs),
+    /// Shell completions for this command line, on stdout (e.g. `hermes
+    /// completions bash > /etc/bash_completion.d/hermes`).
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// The manual page (roff), on stdout (`hermes man | man -l -`); with
+    /// --dir, one page per command written there (hermes.1,
+    /// hermes-reconcile.1, …).
+    Man {
+        /// Write every page into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Holds one SSH connection for every hermes process (started by
     /// `hermes exec` on the ssh backend; ends when idle).
     #[command(hide = true)]
@@ -259,6 +290,19 @@ pub enum SandboxCommand {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// One Docker sandbox in full: state, spec and the settings that
+    /// differ, mounts, egress wiring, the processes in it, its events.
+    Describe {
+        /// The task whose sandbox to describe.
+        #[arg(long, default_value = "default", value_parser = NameParser(NameKind::Task))]
+        task: String,
+        /// The session's sandbox instead (as `hermes exec --session`).
+        #[arg(long, value_name = "ID", value_parser = NameParser(NameKind::Session))]
+        session: Option<String>,
+        /// How to print it.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
 }
 
 /// How a key path is written, for the help of get, set and unset.
@@ -331,6 +375,11 @@ pub struct ReconcileArgs {
     /// 2: changes pending, 1: error.
     #[arg(long)]
     pub dry_run: bool,
+    /// Carry out a plan that removes or recreates sandboxes, or stops the
+    /// proxy, without asking first (on a terminal hermes asks; elsewhere
+    /// it never does).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
     /// With --dry-run: plan from FILE instead of config.yaml, against this
     /// home's sandboxes, proxy and engine (a pre-merge check); nothing is
     /// written.
@@ -341,6 +390,21 @@ pub struct ReconcileArgs {
     #[arg(long)]
     pub prune: bool,
     /// How to print the plan.
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+#[derive(Debug, Args)]
+pub struct DownArgs {
+    /// Print the plan without carrying it out. Exit 0: nothing is up, 2:
+    /// something is.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask first (on a terminal hermes asks; elsewhere it never
+    /// does).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// How to print the plan and its results.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }

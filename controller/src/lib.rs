@@ -143,11 +143,18 @@ fn exit_number(code: ExitCode) -> u8 {
         .unwrap_or(1)
 }
 
+/// The command line's definition, under the name the binary was invoked
+/// as (`hermes`, `hermesctl`).
+pub(crate) fn command_line() -> clap::Command {
+    use clap::CommandFactory;
+    let name = invoked_name(std::env::args_os().next());
+    Cli::command().name(name.clone()).bin_name(name)
+}
+
 /// The command line, parsed under the name the binary was invoked as.
 fn parse_args() -> Result<Cli, clap::Error> {
-    use clap::{CommandFactory, FromArgMatches};
-    let name = invoked_name(std::env::args_os().next());
-    let mut command = Cli::command().name(name.clone()).bin_name(name);
+    use clap::FromArgMatches;
+    let mut command = command_line();
     let matches = command.try_get_matches_from_mut(std::env::args_os())?;
     Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
 }
@@ -256,6 +263,12 @@ fn profile_flag(flag: Option<&str>) -> anyhow::Result<Option<(String, &'static s
 }
 
 fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
+    // Made from the command line's definition alone: no home needed.
+    match &cli.command {
+        Command::Completions { shell } => return commands::manual::completions(*shell),
+        Command::Man { dir } => return commands::manual::man(dir.as_deref()),
+        _ => {}
+    }
     let home = home?;
     let profile = home.profile();
     match cli.command {
@@ -278,12 +291,23 @@ fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
             };
             runtime()?.block_on(daemon::run(&home, &profile, options))
         }
-        Command::Status { output } => {
-            runtime()?.block_on(commands::status::run(&home, &profile, output))
+        Command::Status {
+            output,
+            watch,
+            interval,
+            count,
+        } => {
+            let watch = watch.then(|| commands::status::Watch {
+                interval: std::time::Duration::from_secs(interval),
+                count,
+            });
+            runtime()?.block_on(commands::status::run(&home, &profile, output, watch))
         }
         Command::Egress(command) => commands::egress::run(&home, command),
         Command::Mcp(args) => runtime()?.block_on(mcp::run(&home, &profile, args)),
         Command::SshHolder(args) => runtime()?.block_on(ssh::run_holder(&home, args)),
+        Command::Down(args) => runtime()?.block_on(commands::down::run(&home, &profile, &args)),
+        Command::Completions { .. } | Command::Man { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 

@@ -53,8 +53,8 @@ pub struct Request<'a> {
     /// Operations not to carry out this time (a controller's back-off).
     pub hold: &'a dyn Fn(&Op<Action>) -> bool,
     /// Called once the plan is made, before anything is carried out (the
-    /// command prints it there).
-    pub planned: &'a dyn Fn(&Pass),
+    /// command prints it there, and may ask): whether to carry it out.
+    pub planned: &'a dyn Fn(&Pass) -> bool,
 }
 
 /// Where a pass gets its Docker engine.
@@ -140,6 +140,8 @@ pub struct Pass {
     /// Why a later stage was not carried out, when the host, observed
     /// again, planned other work than the stage predicted.
     pub halted: Option<String>,
+    /// The plan was not carried out: the person asked said no.
+    pub declined: bool,
 }
 
 impl Pass {
@@ -184,6 +186,7 @@ pub async fn run(
         carried: Vec::new(),
         applied: Applied::default(),
         halted: None,
+        declined: false,
     };
     let needed = crate::commands::needs_docker(&pass.desired);
     pass.engine = match engines.connect(home, needed).await {
@@ -220,10 +223,11 @@ pub async fn run(
     pass.errors.extend(error);
     pass.plan = hermes_reconcilers::plan_stages(&pass.desired, &observed, SystemTime::now());
     pass.observed = observed;
-    (request.planned)(&pass);
-    if let Some(options) = request.apply {
+    let go_on = (request.planned)(&pass);
+    if let Some(options) = request.apply.filter(|_| go_on) {
         carry_out(home, &mut pass, options, request.hold).await;
     }
+    pass.declined = !go_on;
     Ok(pass)
 }
 

@@ -32,6 +32,7 @@
 mod adoption;
 pub mod cloud;
 pub mod disks;
+pub mod down;
 pub mod persistence;
 pub mod proxy;
 pub mod reaping;

@@ -306,7 +306,7 @@ fn agent_leftover(
 
 /// What a removal of a running container costs, for the cause: the
 /// commands it waits for, up to [`DRAIN_GRACE_SECONDS`], and then stops.
-fn removal_cost(c: &ObservedContainer) -> String {
+pub(crate) fn removal_cost(c: &ObservedContainer) -> String {
     let grace = age(i64::try_from(DRAIN_GRACE_SECONDS).unwrap_or(i64::MAX));
     match (c.state, c.processes) {
         (ContainerState::Running, Some(0)) => String::new(),
@@ -417,7 +417,7 @@ pub fn end_session(profile: &str, session: &str, observed: &Observed) -> Vec<Op<
         .collect()
 }
 
-fn target(c: &ObservedContainer) -> Target {
+pub(crate) fn target(c: &ObservedContainer) -> Target {
     Target::Sandbox {
         profile: c.profile().unwrap_or_default().to_string(),
         task: c.task().unwrap_or_default().to_string(),

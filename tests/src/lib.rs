@@ -16,6 +16,7 @@ pub mod cli;
 pub mod docker_cli;
 pub mod egress;
 pub mod fakes;
+pub mod json_schema;
 pub mod python;
 pub mod sshd;
 pub mod upstream;

@@ -310,3 +310,77 @@ fn a_reconcile_interrupted_while_it_waits_for_a_command_changes_nothing() {
     assert!(dry.stdout.contains("recreate"), "{}", dry.stdout);
     assert!(!dry.stdout.contains("duplicate"), "{}", dry.stdout);
 }
+
+/// Runs `hermes --profile P reconcile ARGS…` on a terminal (a pty made by
+/// util-linux's `script`), typing `answer`: (exit code, what the terminal
+/// showed).
+fn on_a_terminal(home: &TestHome, profile: &str, args: &str, answer: &str) -> (i32, String) {
+    use std::io::Write;
+    let line = format!(
+        "{} --home {} --profile {profile} reconcile {args}",
+        hermes_tests::cli::hermes_bin().display(),
+        home.path().display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(answer.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn on_a_terminal_a_recreate_asks_first_and_a_no_changes_nothing() {
+    let profile = format!("cbq{}", std::process::id());
+    let home = TestHome::with_profile(&profile);
+    let _cleanup = ProfileCleanup(profile.clone());
+    let hermes = hermes(&home, &profile);
+    home.write_config(config(""));
+    // A create stops nothing: no question, on a terminal either.
+    let (code, shown) = on_a_terminal(&home, &profile, "", "");
+    assert_eq!(code, 0, "{shown}");
+    assert!(!shown.contains("Carry it out?"), "{shown}");
+    let name = format!("hermes-{profile}-default");
+    let old_id = id_of(&name);
+
+    home.write_config(config("  container_memory: 2048\n"));
+    let (code, shown) = on_a_terminal(&home, &profile, "", "n\n");
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "This plan stops what runs in, or removes: recreate sandbox {profile}/default."
+        )),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("Not carried out: nothing was changed."),
+        "{shown}"
+    );
+    assert_eq!(id_of(&name), old_id, "a no recreated it");
+    // Yes carries it out; so does --yes without a question.
+    let (code, shown) = on_a_terminal(&home, &profile, "", "y\n");
+    assert_eq!(code, 0, "{shown}");
+    assert_ne!(id_of(&name), old_id, "{shown}");
+    home.write_config(config("  container_memory: 1024\n"));
+    let again = id_of(&name);
+    let (code, shown) = on_a_terminal(&home, &profile, "--yes", "");
+    assert_eq!(code, 0, "{shown}");
+    assert!(!shown.contains("Carry it out?"), "{shown}");
+    assert_ne!(id_of(&name), again);
+    // Without a terminal it never asks.
+    home.write_config(config("  container_memory: 2048\n"));
+    let run = hermes(&["reconcile"]);
+    assert_eq!(run.code, 0, "{run:?}");
+}

@@ -47,7 +47,7 @@ impl ContainerEvent {
         EXEC_EVENTS.contains(&self.action.as_str())
     }
 
-    fn of(event: bollard::models::EventMessage) -> ContainerEvent {
+    pub(super) fn of(event: bollard::models::EventMessage) -> ContainerEvent {
         let action = event.action.unwrap_or_default();
         ContainerEvent {
             // `exec_start: sh -c …`: the command is not ours to keep.

@@ -17,6 +17,7 @@
 
 mod apply;
 mod binds;
+mod describe;
 mod error;
 mod events;
 mod exec;
@@ -33,6 +34,7 @@ use hermes_model::homes::HomeScope;
 
 pub use crate::exec::{EXEC_ID_ENV, ExecOutcome, ExecRequest, TIMEOUT_EXIT_CODE};
 pub use apply::{CreateOutcome, DeviceMapping, ImageOutcome, RemoveOutcome, parse_device};
+pub use describe::Described;
 pub use error::{
     DockerError, is_conflict, is_not_found, is_not_modified, is_not_running, server_message,
     status_code,

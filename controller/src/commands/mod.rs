@@ -4,8 +4,11 @@
 //! [`crate::pass`].
 
 pub mod config;
+pub mod describe;
+pub mod down;
 pub mod egress;
 pub mod exec;
+pub mod manual;
 pub mod reconcile;
 pub mod sandbox;
 pub mod session;
@@ -435,6 +438,26 @@ fn host_facts(cgroup_root: &std::path::Path) -> hermes_model::desired::HostFacts
         no_pids_controller,
         disk_images: crate::disk::unavailable().is_none(),
     }
+}
+
+/// On a terminal (stdin and stderr both): says `what`, asks `Carry it
+/// out? [y/N]` and reads the answer (yes only for `y`/`yes`). Without a
+/// terminal it never asks: yes.
+pub(crate) fn ask(what: &str) -> bool {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return true;
+    }
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{what}");
+    let _ = write!(err, "Carry it out? [y/N] ");
+    let _ = err.flush();
+    drop(err);
+    let mut answer = String::new();
+    if std::io::stdin().lock().read_line(&mut answer).is_err() {
+        return false;
+    }
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
 #[cfg(test)]

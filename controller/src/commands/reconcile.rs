@@ -37,7 +37,10 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     let json = args.output == Output::Json;
     // JSON: the dry run's document is its plan; an apply's is printed
     // once it is done, with each operation's result.
-    let print = |pass: &Pass| printed.set(print_plan(pass, args.output, args.dry_run || !json));
+    let print = |pass: &Pass| {
+        printed.set(print_plan(pass, args.output, args.dry_run || !json));
+        args.dry_run || args.yes || consent(pass)
+    };
     let request = Request {
         // A dry run stops at a config that cannot be used (exit 1), never
         // a plan made from the last good one that reads "No changes".
@@ -62,6 +65,11 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
         anyhow::bail!("{e}");
     }
     printed.into_inner()?;
+    if pass.declined {
+        eprintln!("Not carried out: nothing was changed.");
+        crate::json::note_error("the plan was not carried out: declined at the prompt");
+        return Ok(ExitCode::from(1));
+    }
     let plan = &pass.plan;
     let config_error = &pass.config_error;
     // A config whose errors block only the Docker sandboxes is used, and
@@ -160,6 +168,33 @@ fn print_plan(pass: &Pass, output: Output, document: bool) -> anyhow::Result<()>
         Output::Text => println!("{plan}"),
     }
     Ok(())
+}
+
+/// On a terminal (stdin and stderr both), a plan that removes or
+/// recreates sandboxes or stops the proxy is carried out only once the
+/// person says yes; without a terminal it always is (`--yes` skips the
+/// question).
+fn consent(pass: &Pass) -> bool {
+    let costly = costly_ops(&pass.plan);
+    costly.is_empty()
+        || super::ask(&format!(
+            "This plan stops what runs in, or removes: {}.",
+            costly.join(", ")
+        ))
+}
+
+/// The operations of every stage that stop processes or remove what
+/// holds files: removals, recreates, the proxy's stop (`verb target`).
+pub(crate) fn costly_ops(plan: &hermes_reconcilers::StagedPlan) -> Vec<String> {
+    use hermes_model::plan::{Describe, Kind};
+    std::iter::once(&plan.first)
+        .chain(plan.later.iter().map(|stage| &stage.plan))
+        .flat_map(|p| p.ops.iter())
+        .filter(|op| {
+            op.action.kind() == Kind::Remove || matches!(op.action.verb(), "recreate" | "stop")
+        })
+        .map(|op| format!("{} {}", op.action.verb(), op.target))
+        .collect()
 }
 
 /// A pass as `--output json` gives it: the plan (flattened: `operations`,

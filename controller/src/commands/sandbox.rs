@@ -20,7 +20,23 @@ use crate::commands::{load_desired, observe};
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow::Result<ExitCode> {
-    let SandboxCommand::List { output } = command;
+    let output = match command {
+        SandboxCommand::List { output } => output,
+        SandboxCommand::Describe {
+            task,
+            session,
+            output,
+        } => {
+            return crate::commands::describe::run(
+                home,
+                profile,
+                &task,
+                session.as_deref(),
+                output,
+            )
+            .await;
+        }
+    };
     let desired = load_desired(home, profile)?;
     let list = Seam::of(&desired).list(home, &desired).await?;
     match output {

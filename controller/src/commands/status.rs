@@ -25,17 +25,70 @@ use crate::daemon::status::{self, ControllerStatus};
 use crate::home::Home;
 use crate::pass::{Connect, Load, Request};
 
-pub async fn run(home: &Home, profile: &str, output: Output) -> anyhow::Result<ExitCode> {
-    let report = gather(home, profile).await?;
-    match output {
-        Output::Json => crate::json::print(&report)?,
-        Output::Text => print!("{report}"),
+/// `status --watch`: how often, and how many reports at most.
+#[derive(Debug, Clone, Copy)]
+pub struct Watch {
+    pub interval: std::time::Duration,
+    pub count: Option<u64>,
+}
+
+pub async fn run(
+    home: &Home,
+    profile: &str,
+    output: Output,
+    watch: Option<Watch>,
+) -> anyhow::Result<ExitCode> {
+    let Some(watch) = watch else {
+        let report = gather(home, profile).await?;
+        match output {
+            Output::Json => crate::json::print(&report)?,
+            Output::Text => print!("{report}"),
+        }
+        return Ok(exit_of(&report));
+    };
+    // Redrawn in place on a terminal; elsewhere one report after another
+    // (JSON: one document per line), each text report after a blank line.
+    use std::io::IsTerminal;
+    let terminal = std::io::stdout().is_terminal();
+    let mut shown = 0u64;
+    let mut interrupt = std::pin::pin!(tokio::signal::ctrl_c());
+    loop {
+        let report = gather(home, profile).await?;
+        shown += 1;
+        match output {
+            Output::Json => println!(
+                "{}",
+                serde_json::to_string(&crate::json::versioned(&report)?)?
+            ),
+            Output::Text if terminal => {
+                print!("\x1b[H\x1b[2J{report}");
+                crate::stdout::flush();
+            }
+            Output::Text => {
+                if shown > 1 {
+                    println!();
+                }
+                print!("{report}");
+                crate::stdout::flush();
+            }
+        }
+        if watch.count.is_some_and(|n| shown >= n) {
+            return Ok(exit_of(&report));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(watch.interval) => {}
+            _ = &mut interrupt => return Ok(exit_of(&report)),
+        }
     }
-    Ok(if report.healthy {
+}
+
+/// 0 when the host is healthy, else 1.
+fn exit_of(report: &StatusReport) -> ExitCode {
+    if report.healthy {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
+    }
 }
 
 /// The report: its JSON form is its `Serialize`, its text its `Display`.
@@ -173,7 +226,7 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
         prune: false,
         apply: None,
         hold: &|_| false,
-        planned: &|_| {},
+        planned: &|_| true,
     };
     let pass = crate::pass::run(home, profile, request, &mut engines).await?;
     let desired = &pass.desired;
@@ -424,6 +477,12 @@ impl fmt::Display for StatusReport {
             None => writeln!(f, "Controller:  not running")?,
         }
         if let Some(s) = &self.controller.status {
+            let running = self.controller.pid.is_some();
+            if !running {
+                // What a controller said before it stopped is history, not
+                // the host now: said as such, without its engine line.
+                writeln!(f, "  Its last report, from before it stopped:")?;
+            }
             let last = s.last_pass_at.map_or("never".to_string(), |t| {
                 format!("last {} ({} ms)", ago(t), s.last_pass_ms.unwrap_or(0))
             });
@@ -438,8 +497,9 @@ impl fmt::Display for StatusReport {
                 _ => writeln!(f, "  Config:      valid")?,
             }
             match s.engine_unreachable_since {
-                Some(t) => writeln!(f, "  Engine:      unreachable since {}", ago(t))?,
-                None => writeln!(f, "  Engine:      answering")?,
+                Some(t) if running => writeln!(f, "  Engine:      unreachable since {}", ago(t))?,
+                None if running => writeln!(f, "  Engine:      answering")?,
+                _ => {}
             }
             writeln!(
                 f,
