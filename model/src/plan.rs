@@ -283,6 +283,32 @@ impl<A: Describe> Plan<A> {
     }
 }
 
+/// The narrowest a wrapped cause gets: a terminal narrower than the
+/// operation's head and this is not wrapped for.
+const MIN_CAUSE_COLUMNS: usize = 24;
+
+/// `text` cut into lines of at most `columns` characters at spaces (a
+/// word longer than a line stands alone on its line).
+fn wrap(text: &str, columns: usize) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut rest = text;
+    while rest.chars().count() > columns {
+        // The last space within the line; else the first space after it.
+        let cut = rest
+            .char_indices()
+            .take(columns + 1)
+            .filter(|(_, c)| *c == ' ')
+            .map(|(i, _)| i)
+            .last()
+            .or_else(|| rest.find(' '));
+        let Some(cut) = cut else { break };
+        lines.push(&rest[..cut]);
+        rest = rest[cut..].trim_start_matches(' ');
+    }
+    lines.push(rest);
+    lines
+}
+
 /// A plan carried out in stages: `first` at once, then each of `later`
 /// once the stage before it has been carried out and the host, observed
 /// again, plans what the stage predicted.
@@ -346,19 +372,31 @@ impl<A: Describe> fmt::Display for Staged<A> {
     /// that says what it waits for.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.later.is_empty() {
-            return write!(f, "{}", self.first);
+            return match f.width() {
+                Some(columns) => write!(f, "{:columns$}", self.first),
+                None => write!(f, "{}", self.first),
+            };
         }
         let n = self.later.len() + 1;
+        // The width (a terminal's) goes on to each stage's plan.
+        let plan = |f: &mut fmt::Formatter<'_>, plan: &Plan<A>| match f.width() {
+            Some(columns) => write!(f, "{plan:columns$}"),
+            None => write!(f, "{plan}"),
+        };
         writeln!(f, "Stage 1 of {n}:")?;
-        write!(f, "{}", self.first)?;
+        plan(f, &self.first)?;
         for (i, stage) in self.later.iter().enumerate() {
             writeln!(f, "\n\nStage {} of {n}, once {}:", i + 2, stage.after)?;
-            write!(f, "{}", stage.plan)?;
+            plan(f, &stage.plan)?;
         }
         Ok(())
     }
 }
 
+/// One line per operation. With a width (`format!("{plan:100}")`, a
+/// terminal's), a cause longer than the line is wrapped at spaces, its
+/// next lines indented under its start; without one, each operation is one
+/// line, whatever its length (what a script or a log reads).
 impl<A: Describe> fmt::Display for Plan<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let width = self
@@ -367,15 +405,26 @@ impl<A: Describe> fmt::Display for Plan<A> {
             .map(|op| op.target.to_string().chars().count())
             .max()
             .unwrap_or(0);
+        let columns = f.width();
         for op in &self.ops {
-            writeln!(
-                f,
-                "{} {:<width$}   {:<10}  {}",
+            let head = format!(
+                "{} {:<width$}   {:<10}  ",
                 op.action.kind().symbol(),
                 op.target.to_string(),
                 op.action.verb(),
-                op.cause,
-            )?;
+            );
+            let indent = head.chars().count();
+            let lines = match columns {
+                Some(columns) if columns >= indent + MIN_CAUSE_COLUMNS => {
+                    wrap(&op.cause, columns - indent)
+                }
+                _ => vec![op.cause.as_str()],
+            };
+            let mut lines = lines.into_iter();
+            writeln!(f, "{head}{}", lines.next().unwrap_or_default())?;
+            for line in lines {
+                writeln!(f, "{:indent$}{line}", "")?;
+            }
         }
         let s = self.summary();
         if !self.is_pending() {
@@ -444,6 +493,48 @@ mod tests {
             cause: cause.into(),
             changes: Vec::new(),
         }
+    }
+
+    #[test]
+    fn with_a_width_a_long_cause_wraps_under_itself_and_without_one_it_does_not() {
+        let cause = "container_memory 5120 MB → 2048 MB (forces recreate); no command running; files outside /workspace and /root are lost";
+        let plan = Plan::new(vec![op(sandbox("default"), Verb::Recreate, cause)]);
+        let wide = plan.to_string();
+        assert_eq!(
+            wide.lines().next().unwrap().chars().count(),
+            40 + cause.chars().count()
+        );
+        let narrow = format!("{plan:80}");
+        assert_eq!(
+            narrow,
+            "\
+~ sandbox default/default   recreate    container_memory 5120 MB → 2048 MB
+                                        (forces recreate); no command running;
+                                        files outside /workspace and /root are
+                                        lost
+Plan: 0 to create, 1 to change, 0 to remove."
+        );
+        for line in narrow.lines() {
+            assert!(line.chars().count() <= 80, "{line:?}");
+        }
+        // Too narrow to be worth it: one line, as without a width.
+        assert_eq!(format!("{plan:50}"), wide);
+        // A stage's plan wraps the same.
+        let staged = Staged {
+            first: plan.clone(),
+            later: vec![Stage {
+                after: "the proxy runs".into(),
+                plan: plan.clone(),
+            }],
+        };
+        assert_eq!(
+            format!("{staged:80}")
+                .matches("\n                                        lost")
+                .count(),
+            2
+        );
+        // A word longer than a line stands alone.
+        assert_eq!(wrap("a bbbbbbbbbb c", 5), ["a", "bbbbbbbbbb", "c"]);
     }
 
     #[test]

@@ -208,3 +208,41 @@ fn hermesctl_is_the_same_command_and_names_itself_as_invoked() {
     let run = run_as(&link, &home, &["--version"]);
     assert_eq!(run.stdout, format!("sandboxctl {version}\n"));
 }
+
+/// On a terminal a plan's long causes wrap to its width, each under its
+/// own start; piped (a script, a log) every operation stays one line.
+#[test]
+fn a_plan_wraps_to_the_terminal_and_stays_one_line_per_operation_in_a_pipe() {
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: docker\n  docker_image: hermes-never-pulled:1\n");
+    let line = format!(
+        "stty rows 40 cols 72; {} --home {} reconcile --dry-run",
+        hermes_tests::cli::hermes_bin().display(),
+        home.path().display()
+    );
+    // The real engine: the plan is the create (and the image's pull).
+    let out = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    let lines: Vec<&str> = shown.lines().collect();
+    assert!(lines.len() > 2, "{shown}");
+    for l in &lines {
+        assert!(l.chars().count() <= 72, "{l:?} in\n{shown}");
+    }
+    let indent = lines[0].find("no container").unwrap();
+    assert!(lines[1].starts_with(&" ".repeat(indent)), "{shown}");
+    let piped = home.command(["reconcile", "--dry-run"]).output().unwrap();
+    let piped = String::from_utf8_lossy(&piped.stdout).into_owned();
+    assert!(
+        piped
+            .lines()
+            .next()
+            .unwrap()
+            .starts_with("+ sandbox default/default   create      no container with these labels"),
+        "{piped}"
+    );
+    assert_eq!(piped.lines().count(), 2, "{piped}");
+}

@@ -40,7 +40,7 @@ pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<
     let plan = hermes_reconcilers::down::plan(&observed);
     let json = args.output == Output::Json;
     if !json {
-        println!("{plan}");
+        println!("{}", super::plan_text(&plan));
     }
     if args.dry_run {
         if json {

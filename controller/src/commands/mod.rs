@@ -440,6 +440,21 @@ fn host_facts(cgroup_root: &std::path::Path) -> hermes_model::desired::HostFacts
     }
 }
 
+/// The width of the terminal stdout is, if it is one: a plan printed
+/// there wraps its long causes to it.
+pub(crate) fn terminal_columns() -> Option<usize> {
+    terminal_size::terminal_size().map(|(terminal_size::Width(w), _)| usize::from(w))
+}
+
+/// `plan` as text: wrapped to the terminal's width on a terminal, one
+/// line per operation elsewhere.
+pub(crate) fn plan_text(plan: &impl std::fmt::Display) -> String {
+    match terminal_columns() {
+        Some(columns) => format!("{plan:columns$}"),
+        None => plan.to_string(),
+    }
+}
+
 /// On a terminal (stdin and stderr both): says `what`, asks `Carry it
 /// out? [y/N]` and reads the answer (yes only for `y`/`yes`). Without a
 /// terminal it never asks: yes.

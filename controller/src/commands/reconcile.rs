@@ -105,7 +105,10 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     let remaining = hermes_reconcilers::plan_all(&pass.desired, &after, SystemTime::now());
     if verbose {
         if remaining.is_pending() {
-            println!("Still pending after this pass:\n{remaining}");
+            println!(
+                "Still pending after this pass:\n{}",
+                super::plan_text(&remaining)
+            );
         } else {
             println!("The host is converged.");
         }
@@ -165,7 +168,7 @@ fn print_plan(pass: &Pass, output: Output, document: bool) -> anyhow::Result<()>
             }
             println!("No changes under the config standing in; config.yaml must be fixed.");
         }
-        Output::Text => println!("{plan}"),
+        Output::Text => println!("{}", super::plan_text(plan)),
     }
     Ok(())
 }
