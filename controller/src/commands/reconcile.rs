@@ -24,10 +24,6 @@ use crate::pass::{Connect, Load, Pass, Request};
 
 pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
     let verbose = args.output == Output::Text;
-    if !args.dry_run {
-        // Ctrl-C stops after the operation in flight, never half-way.
-        crate::interrupt::install()?;
-    }
     let options = ApplyOptions {
         verbose,
         stop: Some(crate::interrupt::flag()),
@@ -39,7 +35,16 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     // once it is done, with each operation's result.
     let print = |pass: &Pass| {
         printed.set(print_plan(pass, args.output, args.dry_run || !json));
-        args.dry_run || args.yes || consent(pass)
+        let go = args.dry_run || args.yes || consent(pass);
+        // From the apply on, Ctrl-C stops after the operation in flight,
+        // never half-way; until then (planning, the question) nothing has
+        // changed, and it ends the command at once.
+        if go && !args.dry_run {
+            if let Err(e) = crate::interrupt::install() {
+                tracing::warn!(error = %e, "cannot handle Ctrl-C; it ends the command at once");
+            }
+        }
+        go
     };
     let request = Request {
         // A dry run stops at a config that cannot be used (exit 1), never
