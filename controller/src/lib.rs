@@ -65,7 +65,11 @@ const USAGE_ERROR: u8 = 64;
 /// returns its exit code. Usage, help and `--version` name the binary as
 /// it was invoked.
 pub fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    // Lossy: a word that is not UTF-8 (an exec's file name) must not
+    // panic here; these words only decide JSON and the usage hint.
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     if json::asked_in(&args) {
         json::request();
     }

@@ -246,3 +246,33 @@ fn a_plan_wraps_to_the_terminal_and_stays_one_line_per_operation_in_a_pipe() {
     );
     assert_eq!(piped.lines().count(), 2, "{piped}");
 }
+
+/// A word that is not UTF-8 (a file name an agent passes) is a usage
+/// error that says so; hermes never panics reading its own command line,
+/// JSON asked for or not.
+#[test]
+fn a_word_that_is_not_utf8_is_a_usage_error_never_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: local\n");
+    let word = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    let run: Run = home
+        .command(["exec", "--", "printf", "%s"])
+        .arg(word)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, 64, "{run:?}");
+    assert!(run.stderr.contains("invalid UTF-8"), "{run:?}");
+    assert!(!run.stderr.contains("panicked"), "{run:?}");
+    let usage: Run = home
+        .command(["exec", "--output", "json"])
+        .arg(word)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(usage.code, 64, "{usage:?}");
+    assert!(!usage.stderr.contains("panicked"), "{usage:?}");
+    let doc: serde_json::Value = serde_json::from_str(&usage.stdout).unwrap();
+    assert_eq!(doc["error"]["exit_code"], 64, "{doc}");
+}
