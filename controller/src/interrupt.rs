@@ -24,27 +24,36 @@ pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
 }
 
-/// Handles SIGINT and SIGTERM from now on, in this process's runtime.
+/// Handles SIGINT and SIGTERM from now on, in this process's runtime:
+/// the first asks the command to stop ([`requested`]).
 pub fn install() -> std::io::Result<()> {
+    on_signals(|| {
+        eprintln!(
+            "hermes: interrupted: finishing the operation in flight, then stopping (again to exit at once)"
+        );
+        REQUESTED.store(true, Ordering::SeqCst);
+    })
+}
+
+/// From now on, the first SIGINT or SIGTERM calls `first`, and the second
+/// exits at once with [`EXIT_CODE`] (the controller's stop uses this too).
+pub fn on_signals(first: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::spawn(async move {
-        let mut seen = 0u32;
+        let mut first = Some(first);
         loop {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
             }
-            seen += 1;
-            if seen == 1 {
-                eprintln!(
-                    "hermes: interrupted: finishing the operation in flight, then stopping (again to exit at once)"
-                );
-                REQUESTED.store(true, Ordering::SeqCst);
-            } else {
-                eprintln!("hermes: interrupted again: exiting now");
-                std::process::exit(i32::from(EXIT_CODE));
+            match first.take() {
+                Some(first) => first(),
+                None => {
+                    eprintln!("hermes: a second signal: exiting now");
+                    std::process::exit(i32::from(EXIT_CODE));
+                }
             }
         }
     });

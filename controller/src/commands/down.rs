@@ -95,7 +95,7 @@ pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<
     })
 }
 
-/// The document of `down --output json`: the plan as `reconcile` has it,
+/// The document of `down --output json`: a pass's, as `reconcile` has it,
 /// with each operation's result after an apply; `converged`: nothing is
 /// up (any more).
 fn print_json(
@@ -104,27 +104,16 @@ fn print_json(
     results: &[OpResult],
     down: bool,
 ) -> anyhow::Result<()> {
-    #[derive(serde::Serialize)]
-    struct DownJson<'a> {
-        dry_run: bool,
-        config_error: Option<&'a str>,
-        errors: &'a [String],
-        #[serde(flatten)]
-        plan: hermes_model::plan::PlanJson<'a>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        results: Option<&'a [OpResult]>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        halted: Option<Option<&'a str>>,
-    }
     let mut json = plan.to_json();
     json.converged = down;
-    crate::json::print(DownJson {
+    crate::json::print(super::reconcile::PassJson {
         dry_run,
         config_error: None,
         errors: &[],
         plan: json,
         results: (!dry_run).then_some(results),
         halted: (!dry_run).then_some(None),
+        remaining: None,
     })?;
     Ok(())
 }

@@ -212,18 +212,18 @@ pub(crate) fn costly_ops(plan: &hermes_reconcilers::StagedPlan) -> Vec<String> {
 /// plan is empty; after an apply, whether the host observed again plans
 /// nothing.
 #[derive(serde::Serialize)]
-struct PassJson<'a> {
-    dry_run: bool,
-    config_error: Option<&'a str>,
-    errors: &'a [String],
+pub(crate) struct PassJson<'a> {
+    pub dry_run: bool,
+    pub config_error: Option<&'a str>,
+    pub errors: &'a [String],
     #[serde(flatten)]
-    plan: hermes_model::plan::PlanJson<'a>,
+    pub plan: hermes_model::plan::PlanJson<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    results: Option<&'a [crate::apply::OpResult]>,
+    pub results: Option<&'a [crate::apply::OpResult]>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    halted: Option<Option<&'a str>>,
+    pub halted: Option<Option<&'a str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    remaining: Option<hermes_model::plan::PlanJson<'a>>,
+    pub remaining: Option<hermes_model::plan::PlanJson<'a>>,
 }
 
 /// The document of an applied pass; `remaining` is the plan of the host

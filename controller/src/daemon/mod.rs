@@ -106,7 +106,18 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
     let _lock = ControllerLock::acquire(&status::run_dir(home).join("controller.lock"))?;
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = Arc::new(Notify::new());
-    spawn_signal_handler(Arc::clone(&stop), Arc::clone(&stopped))?;
+    // First SIGTERM/SIGINT: the loop stops after the operation in flight.
+    // Second: exit at once.
+    {
+        let (stop, stopped) = (Arc::clone(&stop), Arc::clone(&stopped));
+        crate::interrupt::on_signals(move || {
+            tracing::info!(
+                "stopping after the operation in flight (a second signal exits at once)"
+            );
+            stop.store(true, Ordering::SeqCst);
+            stopped.notify_one();
+        })?;
+    }
 
     let (config_tx, mut config_rx) = mpsc::channel::<()>(64);
     let mut config_watch = ConfigWatch::new(&home.config(), config_tx)
@@ -276,35 +287,6 @@ fn spawn_proxy_watch(home: Home, seen: SeenProxy, wake: mpsc::Sender<()>) {
             }
         }
     });
-}
-
-/// First SIGTERM/SIGINT: ask the loop to stop after the operation in
-/// flight. Second: exit at once.
-fn spawn_signal_handler(stop: Arc<AtomicBool>, stopped: Arc<Notify>) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::spawn(async move {
-        let mut seen = 0u32;
-        loop {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            seen += 1;
-            if seen == 1 {
-                tracing::info!(
-                    "stopping after the operation in flight (a second signal exits at once)"
-                );
-                stop.store(true, Ordering::SeqCst);
-                stopped.notify_one();
-            } else {
-                eprintln!("hermes controller: second signal, exiting now");
-                std::process::exit(130);
-            }
-        }
-    });
-    Ok(())
 }
 
 struct Controller {
