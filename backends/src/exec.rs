@@ -48,6 +48,31 @@ pub struct ExecIo<'a> {
     pub stderr: &'a mut (dyn AsyncWrite + Unpin + Send),
 }
 
+/// A terminal's size, in characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TtySize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+/// A command on a terminal of its own (`hermes exec -t`): what it reads
+/// (the user's terminal, in raw mode), where its one output stream goes
+/// (stdout and stderr are one on a terminal), and the user's terminal's
+/// size as it changes.
+pub struct TtyIo<'a> {
+    pub stdin: &'a mut (dyn AsyncRead + Unpin + Send),
+    pub output: &'a mut (dyn AsyncWrite + Unpin + Send),
+    pub size: tokio::sync::watch::Receiver<TtySize>,
+}
+
+impl std::fmt::Debug for TtyIo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TtyIo")
+            .field("size", &*self.size.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
 impl std::fmt::Debug for ExecIo<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExecIo")
@@ -95,9 +120,10 @@ pub trait Executor {
 ///   without a state file) sets the directory for one command and leaves
 ///   the carried one as it was.
 /// - In the background, the command is started in a session of its own
-///   (`setsid` where the sandbox has it), its input and output on
-///   `/dev/null`, and the exec returns at once: exit 0 once started, 127
-///   when the program is not found. "Started" means in its own session
+///   (`setsid` where the sandbox has it), its input `/dev/null`, its
+///   output and state in its directory ([`crate::background`]'s layout),
+///   and the exec returns at once: exit 0 once started, 127 when the
+///   program is not found, 126 when its directory cannot be made. "Started" means in its own session
 ///   already (the exec waits for the command's copy of its output pipe to
 ///   close, which it does only after `setsid`): a backend that ends the
 ///   exec's process group or session as soon as the exec returns (Daytona
@@ -105,6 +131,8 @@ pub trait Executor {
 pub const TERMINAL_SCRIPT: &str = r#"# hermes-exec
 hermes_s=$1 hermes_f=$2 hermes_b=$3 hermes_w=$4
 shift 4
+hermes_j= hermes_t=$*
+case $hermes_b in bg=*) hermes_j=${hermes_b#bg=} hermes_b=bg ;; esac
 if [ -n "$hermes_w" ]; then
 	if [ ! -d "$hermes_w" ]; then
 		printf 'hermes: --cwd %s: no such directory in the sandbox\n' "$hermes_w" >&2
@@ -135,20 +163,39 @@ command -v "$1" >/dev/null 2>&1 || {
 	exit 127
 }
 if [ "$hermes_b" = bg ]; then
-	unset hermes_s hermes_f hermes_b hermes_d
+	case $hermes_j in /*) ;; *) hermes_j=$HOME/$hermes_j ;; esac
+	{ mkdir -p -- "${hermes_j%/*}" && chmod 700 -- "${hermes_j%/*}" && mkdir -m 700 -- "$hermes_j" &&
+		printf '%s\n' "$hermes_t" >"$hermes_j/cmd" && { date +%s >"$hermes_j/started"; :; }; } 2>/dev/null || {
+		printf 'hermes: cannot make %s for the background command\n' "$hermes_j" >&2
+		exit 126
+	}
+	set -- "$hermes_j" "$@"
+	unset hermes_s hermes_f hermes_b hermes_d hermes_j hermes_t
+	hermes_r='j=$1; shift; echo $$ >"$j/pid"; exec </dev/null >/dev/null 2>&1; "$@" >"$j/out" 2>&1; echo $? >"$j/exit.new"; mv -f "$j/exit.new" "$j/exit"'
 	if command -v setsid >/dev/null 2>&1; then
-		hermes_x=$(setsid /bin/sh -c 'exec "$@" </dev/null >/dev/null 2>&1' sh "$@" &)
+		hermes_x=$(setsid /bin/sh -c "$hermes_r" sh "$@" &)
 	else
-		"$@" </dev/null >/dev/null 2>&1 &
+		/bin/sh -c "$hermes_r" sh "$@" </dev/null >/dev/null 2>&1 &
 	fi
 	exit 0
 fi
-unset hermes_s hermes_f hermes_b hermes_d
+unset hermes_s hermes_f hermes_b hermes_d hermes_j hermes_t
 exec "$@"
 "#;
 
+/// How a command starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start<'a> {
+    /// The exec waits for it, its output streamed.
+    Foreground,
+    /// In a session of its own, its state and output in `job` (relative
+    /// paths are from the home in the sandbox), a directory the script
+    /// makes ([`crate::background`]); the exec returns once it started.
+    Background { job: &'a str },
+}
+
 /// The argv that runs `cmd` under [`TERMINAL_SCRIPT`]'s contract:
-/// `/bin/sh -c SCRIPT sh STATE line|argv fg|bg CWD ARGS…`. `cwd_state`: the
+/// `/bin/sh -c SCRIPT sh STATE line|argv fg|bg=JOB CWD ARGS…`. `cwd_state`: the
 /// file in the sandbox that carries the task's working directory (relative
 /// paths are from the home there); `None` when `--cwd` set the directory
 /// for this command. `cwd`: that directory (relative to where the backend
@@ -157,7 +204,7 @@ pub fn terminal_argv(
     cmd: &[String],
     cwd_state: Option<&str>,
     cwd: Option<&str>,
-    background: bool,
+    start: Start<'_>,
 ) -> Vec<String> {
     let form = match cmd {
         [one] if !is_plain_program(one) => "line",
@@ -170,7 +217,10 @@ pub fn terminal_argv(
         "sh".to_string(),
         cwd_state.unwrap_or_default().to_string(),
         form.to_string(),
-        if background { "bg" } else { "fg" }.to_string(),
+        match start {
+            Start::Foreground => "fg".to_string(),
+            Start::Background { job } => format!("bg={job}"),
+        },
         cwd.unwrap_or_default().to_string(),
     ];
     argv.extend(cmd.iter().cloned());
@@ -361,7 +411,13 @@ mod tests {
         use std::io::Write;
         let cmd: Vec<String> = cmd.iter().map(|s| s.to_string()).collect();
         let state = state.map(|p| p.display().to_string());
-        let argv = terminal_argv(&cmd, state.as_deref(), cwd, background);
+        let job = dir.join(".jobs").join(crate::background::new_id());
+        let job = job.display().to_string();
+        let start = match background {
+            true => Start::Background { job: &job },
+            false => Start::Foreground,
+        };
+        let argv = terminal_argv(&cmd, state.as_deref(), cwd, start);
         let mut child = std::process::Command::new(&argv[0])
             .args(&argv[1..])
             .current_dir(dir)
@@ -526,7 +582,12 @@ mod tests {
         for round in 0..20 {
             let marker = dir.path().join(format!("marker-{round}"));
             let line = format!("sleep 0.3; echo done > {}", marker.display());
-            let argv = terminal_argv(&[line], None, None, true);
+            let job = dir
+                .path()
+                .join(format!("job-{round}"))
+                .display()
+                .to_string();
+            let argv = terminal_argv(&[line], None, None, Start::Background { job: &job });
             let status = std::process::Command::new(&argv[0])
                 .args(&argv[1..])
                 .process_group(0)

@@ -37,6 +37,7 @@
 //!
 //! The three cloud drivers' features are on by default.
 
+pub mod background;
 pub mod cloud;
 #[cfg(any(feature = "daytona", feature = "vercel"))]
 pub mod cloud_http;

@@ -87,6 +87,10 @@ pub enum Command {
     Reconcile(ReconcileArgs),
     /// Run a command in the sandbox of the configured backend.
     Exec(ExecArgs),
+    /// The background processes `hermes exec --background` started:
+    /// list them, read their output, stop them.
+    #[command(subcommand)]
+    Process(ProcessCommand),
     /// Inspect the sandboxes hermes manages.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
@@ -270,9 +274,17 @@ pub struct ExecArgs {
     /// An environment variable for the command, NAME=value; repeatable.
     #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
+    /// Give the command a terminal of its own (interactive shells, job
+    /// control, full-screen programs), on the local and docker backends;
+    /// stdin must be a terminal. stdout and stderr are one stream; no
+    /// time limit unless --timeout.
+    #[arg(long, short = 't', conflicts_with = "background")]
+    pub tty: bool,
     /// Start the command in a session of its own and return at once, on
     /// every backend; it keeps the sandbox busy (never reaped as idle)
-    /// while it runs. Its input and output are /dev/null.
+    /// while it runs. Its input is /dev/null; its output is kept in the
+    /// sandbox. Prints the process's id on stdout, for `hermes process
+    /// list|logs|kill`.
     #[arg(long, conflicts_with = "timeout")]
     pub background: bool,
     /// The command, after `--`: one argument is a shell command line
@@ -300,6 +312,61 @@ pub enum SandboxCommand {
         #[arg(long, value_name = "ID", value_parser = NameParser(NameKind::Session))]
         session: Option<String>,
         /// How to print it.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+}
+
+/// The sandbox whose background processes a `hermes process` verb reads.
+#[derive(Debug, Args)]
+pub struct ProcessWhere {
+    /// The task whose sandbox ran `hermes exec --background`.
+    #[arg(long, default_value = "default", value_parser = NameParser(NameKind::Task))]
+    pub task: String,
+    /// The session's sandbox instead (as `hermes exec --session`).
+    #[arg(
+        long,
+        env = "HERMES_SESSION_ID",
+        value_name = "ID",
+        value_parser = NameParser(NameKind::Session)
+    )]
+    pub session: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProcessCommand {
+    /// The background processes of a sandbox: id, state (running, exited
+    /// with its code, or killed), age, output size, command. A sandbox
+    /// that is not running has none (nothing is started to look).
+    List {
+        #[command(flatten)]
+        at: ProcessWhere,
+        /// How to print the list.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// A background process's output, stdout and stderr together, as the
+    /// sandbox keeps it; its state on stderr at the end.
+    Logs {
+        /// The process's id, as `hermes exec --background` printed it.
+        id: String,
+        #[command(flatten)]
+        at: ProcessWhere,
+        /// Keep printing what it writes until it ends (or Ctrl-C).
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Only its last N lines (then what follows, with --follow).
+        #[arg(long, value_name = "N")]
+        tail: Option<u64>,
+    },
+    /// Stop a background process and everything it started: SIGTERM to
+    /// its process group, SIGKILL after 2 s.
+    Kill {
+        /// The process's id, as `hermes exec --background` printed it.
+        id: String,
+        #[command(flatten)]
+        at: ProcessWhere,
+        /// How to print the result.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },

@@ -534,6 +534,23 @@ pub async fn executor(
     ))
 }
 
+/// The task's sandbox on the service as an executor when it is running;
+/// `None` when it is not (nothing is created or resumed).
+pub async fn running_executor(
+    home: &crate::home::Home,
+    desired: &Desired,
+    task: &str,
+) -> anyhow::Result<Option<hermes_backends::cloud::InSandbox<Driver>>> {
+    let cloud = usable(desired)?;
+    cloud.credentials.clone()?;
+    let host = crate::commands::host_env(home)?;
+    let home_dir = home_dir(&host);
+    let driver = Driver::new(cloud.backend, &host, home_dir.as_deref())?;
+    let book = SnapshotBook::new(home.root(), cloud.backend);
+    let id = running(&driver, desired, &book, task).await?;
+    Ok(id.map(|id| hermes_backends::cloud::InSandbox { driver, id }))
+}
+
 /// The id of the task's running sandbox on the service, which is created
 /// (from the task's snapshot), resumed or recreated (a dead one) first when
 /// needed.

@@ -125,6 +125,61 @@ impl ExecTarget {
         }
     }
 
+    /// The target of `desired`'s backend for `which` when its sandbox is
+    /// there and running, for a look inside (`hermes process`): `None`
+    /// when it is not. Nothing is created, started or resumed.
+    pub async fn find(
+        seam: Seam,
+        home: &Home,
+        desired: &Desired,
+        which: &Which<'_>,
+    ) -> anyhow::Result<Option<ExecTarget>> {
+        match seam {
+            Seam::Local => Ok(Some(ExecTarget::Local(Local { default_cwd: None }))),
+            Seam::Docker => {
+                let spec = desired.exec_sandbox(which.task, which.session);
+                let engine = Engine::connect().await?.for_home(home.scope());
+                let found = {
+                    let _gate = crate::sandbox_locks::gate(&spec).await?;
+                    match engine.find(&spec.key).await? {
+                        Some(c) => Some(c),
+                        None => made_by_agent(&engine, &spec).await?,
+                    }
+                };
+                let Some(found) = found.filter(|c| c.state == ContainerState::Running) else {
+                    return Ok(None);
+                };
+                let in_use = crate::sandbox_locks::in_use(&spec).await?;
+                let runner = hermes_backends::docker::runner_dir(&found, &spec)
+                    .map(std::path::Path::to_path_buf);
+                Ok(Some(ExecTarget::Docker {
+                    container: Container {
+                        engine,
+                        id: found.id.clone(),
+                        runner,
+                    },
+                    name: spec.name.clone(),
+                    activity: Activity::new(home),
+                    _in_use: in_use,
+                }))
+            }
+            Seam::Ssh => {
+                let (host, _) = crate::ssh::executor(home, desired, which.task)?;
+                Ok(Some(ExecTarget::Ssh(host)))
+            }
+            Seam::Singularity => {
+                Ok(
+                    crate::singularity::running_instance(desired, which.task, which.session)
+                        .await?
+                        .map(ExecTarget::Singularity),
+                )
+            }
+            Seam::Cloud(_) => Ok(crate::cloud::running_executor(home, desired, which.task)
+                .await?
+                .map(ExecTarget::Cloud)),
+        }
+    }
+
     /// The file, in the sandbox, that carries the working directory of
     /// `which` from one command to the next
     /// ([`hermes_backends::exec::TERMINAL_SCRIPT`]); a relative path is
@@ -154,6 +209,30 @@ impl ExecTarget {
             // The instance's own /tmp (it starts `--containall`), the
             // file named by task and session all the same.
             ExecTarget::Singularity(_) => format!("/tmp/.hermes-cwd.{key}"),
+        }
+    }
+
+    /// The directory, in the sandbox, where the background processes of
+    /// `which` keep their state and output, one directory each
+    /// ([`hermes_backends::background`]); a relative path is from the
+    /// home there.
+    pub fn jobs_dir(&self, home: &Home, desired: &Desired, which: &Which<'_>) -> String {
+        let key = match which.session {
+            Some(s) => format!("{}.{}.{s}", desired.profile, which.task),
+            None => format!("{}.{}", desired.profile, which.task),
+        };
+        match self {
+            ExecTarget::Local(_) => home
+                .root()
+                .join("run")
+                .join("background")
+                .join(key)
+                .display()
+                .to_string(),
+            ExecTarget::Ssh(_) => format!(".hermes-sandbox/{}/{key}.background", desired.profile),
+            ExecTarget::Docker { .. } => "/tmp/.hermes-background".to_string(),
+            ExecTarget::Cloud(_) => ".hermes-background".to_string(),
+            ExecTarget::Singularity(_) => format!("/tmp/.hermes-background.{key}"),
         }
     }
 
@@ -191,6 +270,36 @@ impl ExecTarget {
     }
 }
 
+impl ExecTarget {
+    /// Runs `req` on a terminal of its own (`hermes exec -t`): on this
+    /// host and in a Docker sandbox; the other backends have no terminal
+    /// to give, which is said before anything runs.
+    pub async fn exec_tty(
+        &self,
+        desired: &Desired,
+        req: &ExecRequest,
+        io: hermes_backends::exec::TtyIo<'_>,
+    ) -> Result<ExecOutcome, ExecError> {
+        match self {
+            ExecTarget::Local(local) => Ok(local.exec_tty(req, io).await?),
+            ExecTarget::Docker {
+                container,
+                name,
+                activity,
+                ..
+            } => {
+                record(activity, name);
+                let outcome = container.engine.exec_tty(&container.id, req, io).await;
+                record(activity, name);
+                Ok(outcome?)
+            }
+            ExecTarget::Ssh(_) | ExecTarget::Singularity(_) | ExecTarget::Cloud(_) => {
+                Err(ExecError::NoTerminal(desired.backend().to_string()))
+            }
+        }
+    }
+}
+
 /// Why a command did not run to its end.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
@@ -204,6 +313,10 @@ pub enum ExecError {
     Singularity(#[from] hermes_backends::singularity::SingularityError),
     #[error(transparent)]
     Cloud(#[from] crate::cloud::DriverCallError),
+    #[error(
+        "the {0} backend gives a command no terminal: `hermes exec -t` works on the local and docker backends; run the command without -t"
+    )]
+    NoTerminal(String),
 }
 
 impl ExecError {

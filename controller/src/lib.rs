@@ -50,6 +50,7 @@ mod singularity;
 mod snapshots;
 mod ssh;
 mod stdout;
+mod terminal;
 
 use std::process::ExitCode;
 
@@ -281,6 +282,9 @@ fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(commands::reconcile::run(&home, &profile, &args))
         }
         Command::Exec(args) => runtime()?.block_on(commands::exec::run(&home, &profile, args)),
+        Command::Process(command) => {
+            runtime()?.block_on(commands::process::run(&home, &profile, command))
+        }
         Command::Sandbox(command) => {
             runtime()?.block_on(commands::sandbox::run(&home, &profile, command))
         }

@@ -39,6 +39,7 @@ pub struct RedactingWriter<W> {
     stream: StreamRedactor,
     pending: Vec<u8>,
     written: usize,
+    eager: bool,
 }
 
 impl<W: AsyncWrite + Unpin> RedactingWriter<W> {
@@ -48,7 +49,17 @@ impl<W: AsyncWrite + Unpin> RedactingWriter<W> {
             stream: StreamRedactor::new(redactor),
             pending: Vec::new(),
             written: 0,
+            eager: false,
         }
+    }
+
+    /// On a terminal: each flush writes out what was held back too, so a
+    /// prompt that ends no line shows at once. Each chunk is still
+    /// redacted whole; a secret a program writes in two pieces, each
+    /// flushed, is redacted only where a piece holds enough of it.
+    pub fn eager(mut self, on: bool) -> RedactingWriter<W> {
+        self.eager = on;
+        self
     }
 
     /// Writes out what was held back, and flushes.
@@ -92,6 +103,13 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for RedactingWriter<W> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.poll_drain(cx))?;
+        if self.eager {
+            let rest = self.stream.finish();
+            if !rest.is_empty() {
+                self.pending = rest;
+                ready!(self.poll_drain(cx))?;
+            }
+        }
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 

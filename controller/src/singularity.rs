@@ -74,6 +74,25 @@ pub async fn executor(
     Ok(Instance::new(runtime, &spec))
 }
 
+/// The instance of `task` (and `session`) when it is running; `None`
+/// when it is not (nothing is started).
+pub async fn running_instance(
+    desired: &Desired,
+    task: &str,
+    session: Option<&str>,
+) -> anyhow::Result<Option<Instance>> {
+    let spec = desired.exec_instance(task, session);
+    let runtime = Runtime::from_env()?;
+    let seen = runtime.observe(std::slice::from_ref(&spec)).await?;
+    let running = match &seen {
+        hermes_model::singularity::SingularityObserved::Seen { instances, .. } => {
+            instances.iter().any(|i| i.name == spec.name)
+        }
+        hermes_model::singularity::SingularityObserved::Unavailable { .. } => false,
+    };
+    Ok(running.then(|| Instance::new(runtime, &spec)))
+}
+
 /// Starts the instance of `spec` when the planner says so; a restart it
 /// wants is left to `hermes reconcile`, said in one line.
 async fn ensure(runtime: &Runtime, desired: &Desired, spec: &InstanceSpec) -> anyhow::Result<()> {

@@ -285,6 +285,61 @@ impl Backend {
         self.exec_with(args, None, &[])
     }
 
+    /// `hermes --profile P process ARGS…`, as `exec` runs.
+    fn process(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--profile", self.profile.as_str(), "process"];
+        all.extend_from_slice(args);
+        let mut cmd = self.home.command(all);
+        cmd.current_dir(self.cwd.path())
+            .env_remove("MODAL_SERVER_URL")
+            .env_remove("DAYTONA_API_URL")
+            .env_remove("VERCEL_API_URL")
+            .stdin(Stdio::null());
+        if self.name != "local" {
+            cmd.env("HOME", self.home.path());
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap().into()
+    }
+
+    /// `process list --output json`: (id, state, exit code) of each.
+    fn processes(&self) -> Vec<(String, String, Option<i64>)> {
+        let run = self.process(&["list", "--output", "json"]);
+        assert_eq!(run.code, 0, "{}: {run:?}", self.name);
+        let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        doc["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["id"].as_str().unwrap().to_string(),
+                    p["state"].as_str().unwrap().to_string(),
+                    p["exit_code"].as_i64(),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits (30 s at most) until `process list` gives `id` `state`.
+    fn await_process(&self, id: &str, state: &str) {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let all = self.processes();
+            if all.iter().any(|(i, s, _)| i == id && s == state) {
+                return;
+            }
+            assert!(
+                Instant::now() < until,
+                "{}: {id} never {state}: {all:?}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
     /// `exec` that must succeed: its stdout.
     fn out(&self, args: &[&str]) -> String {
         let run = self.exec(args);
@@ -438,14 +493,21 @@ fn contract(b: &Backend) {
     let run = b.exec(&[
         "--background",
         "--",
-        "i=0; while [ ! -e bg-go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; \
-         if [ -e bg-go ]; then echo done; else echo gave up; fi > bg-marker",
+        "echo waiting; i=0; while [ ! -e bg-go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; \
+         if [ -e bg-go ]; then echo done; else echo gave up; fi > bg-marker; echo let go >&2; exit 5",
     ]);
     assert_eq!(run.code, 0, "{name}: {run:?}");
     assert!(
         run.stderr.contains("started in the background"),
         "{name}: {run:?}"
     );
+    // Its id alone on stdout, for `hermes process`.
+    let id = run.stdout.trim_end().to_string();
+    assert!(
+        id.len() == 8 && id.bytes().all(|c| c.is_ascii_hexdigit()),
+        "{name}: {run:?}"
+    );
+    b.await_process(&id, "running");
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "{name}: {:?}",
@@ -473,6 +535,54 @@ fn contract(b: &Backend) {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+    // Its exit code and output are kept: list and logs read them.
+    b.await_process(&id, "exited");
+    assert!(
+        b.processes()
+            .contains(&(id.clone(), "exited".to_string(), Some(5))),
+        "{name}: {:?}",
+        b.processes()
+    );
+    let logs = b.process(&["logs", &id]);
+    assert_eq!(
+        (logs.code, logs.stdout.as_str()),
+        (0, "waiting\nlet go\n"),
+        "{name}: {logs:?}"
+    );
+    assert!(
+        logs.stderr.contains(&format!("process {id} exited 5")),
+        "{name}: {logs:?}"
+    );
+    let tail = b.process(&["logs", "--tail", "1", &id]);
+    assert_eq!(tail.stdout, "let go\n", "{name}: {tail:?}");
+    // Kill stops it and what it started; an unknown id is an error.
+    let run = b.exec(&["--background", "--", "sleep 3124 & sleep 3125"]);
+    assert_eq!(run.code, 0, "{name}: {run:?}");
+    let sleeper = run.stdout.trim_end().to_string();
+    b.await_process(&sleeper, "running");
+    let killed = b.process(&["kill", &sleeper]);
+    assert_eq!(
+        (killed.code, killed.stdout.starts_with("Killed process")),
+        (0, true),
+        "{name}: {killed:?}"
+    );
+    b.await_process(&sleeper, "killed");
+    for left in ["sleep 3124", "sleep 3125"] {
+        let still = eventually_empty(|| b.out(&["sh", "-c", FIND_PROC, "-", left]));
+        assert_eq!(still, "", "{name}: {left} outlived the kill");
+    }
+    let again = b.process(&["kill", "--output", "json", &sleeper]);
+    assert!(
+        again.stdout.contains("\"not running\""),
+        "{name}: {again:?}"
+    );
+    let unknown = b.process(&["logs", "0badc0de"]);
+    assert_eq!(unknown.code, 1, "{name}: {unknown:?}");
+    assert!(
+        unknown.stderr.contains("no background process 0badc0de"),
+        "{name}: {unknown:?}"
+    );
+
     let run = b.exec(&["--background", "--", "no-such-command-x", "a"]);
     assert_eq!(run.code, 127, "{name}: {run:?}");
 

@@ -49,6 +49,20 @@ fn every_document_of_a_local_home_validates_against_its_schema() {
         serde_json::json!({"state": "not_running", "pid": null})
     );
     assert_eq!(egress["listening"], serde_json::json!([]));
+    // A background process, listed and killed; an unknown one, an error.
+    let started = home.run(["exec", "--background", "--", "sleep 300"]);
+    assert_eq!(started.code, 0, "{started:?}");
+    let id = started.stdout.trim_end();
+    let list = document(&json(&["process", "list"]), "process-list");
+    assert_eq!(list["running"], true, "{list}");
+    assert_eq!(list["processes"][0]["id"], id, "{list}");
+    assert_eq!(list["processes"][0]["state"], "running", "{list}");
+    assert!(list["processes"][0]["pid"].is_u64(), "{list}");
+    let killed = document(&json(&["process", "kill", id]), "process-kill");
+    assert_eq!(killed["result"], "killed", "{killed}");
+    let unknown = json(&["process", "kill", "0badc0de"]);
+    assert_eq!(unknown.code, 1, "{unknown:?}");
+    document(&unknown, "error");
 }
 
 #[test]

@@ -199,7 +199,7 @@ impl Engine {
     /// Creates the engine exec of `req`, its environment in the body and
     /// marked with `marker` ([`EXEC_ID_ENV`], fresh for each exec);
     /// `attach`: whether its output is read. Returns the exec id.
-    async fn create_marked_exec(
+    pub(super) async fn create_marked_exec(
         &self,
         container: &str,
         req: &ExecRequest,
@@ -217,10 +217,10 @@ impl Engine {
             cmd: Some(req.cmd.clone()),
             env: Some(env),
             working_dir: req.cwd.clone(),
-            attach_stdin: Some(attach == Attach::All),
+            attach_stdin: Some(matches!(attach, Attach::All | Attach::Terminal)),
             attach_stdout: Some(attach != Attach::Nothing),
             attach_stderr: Some(attach != Attach::Nothing),
-            tty: Some(false),
+            tty: Some(attach == Attach::Terminal),
             ..Default::default()
         };
         let exec_id = self
@@ -262,7 +262,7 @@ impl Engine {
     /// processes' environment and signal them, with no capability), its
     /// standard input attached. `None` when it cannot be started (the
     /// command then runs unwatched, as before).
-    async fn watch(&self, container: &str, marker: &str) -> Option<Watch> {
+    pub(super) async fn watch(&self, container: &str, marker: &str) -> Option<Watch> {
         let options = CreateExecOptions::<String> {
             cmd: Some(vec![
                 "sh".to_string(),
@@ -294,7 +294,7 @@ impl Engine {
     }
 
     /// Polls the exec until it has exited and returns its exit code.
-    async fn wait_exit(&self, exec_id: &str) -> Result<i64, RunError> {
+    pub(super) async fn wait_exit(&self, exec_id: &str) -> Result<i64, RunError> {
         let mut pause = Duration::from_millis(5);
         loop {
             match self.docker.inspect_exec(exec_id).await {
@@ -414,7 +414,7 @@ pub(crate) fn watch_script() -> String {
 /// its attached input, and its output (nothing is written; it ends once
 /// the watch ended and its input is closed), held together so that dropping both closes the connection, which
 /// the watch reads as hermes gone.
-struct Watch {
+pub(super) struct Watch {
     input: Pin<Box<dyn AsyncWrite + Send>>,
     output: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
 }
@@ -429,7 +429,7 @@ impl Watch {
     /// The command ended on its own: its watch goes, killing nothing.
     /// Returns once it ended (so that the sandbox is not seen busy
     /// after the command), or after [`RELEASE_TIMEOUT`].
-    async fn release(mut self) {
+    pub(super) async fn release(mut self) {
         let ended = async {
             self.input.write_all(b"\n").await?;
             self.input.shutdown().await?;
@@ -446,17 +446,19 @@ impl Watch {
 
 /// Which streams of an engine exec hermes attaches to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Attach {
+pub(super) enum Attach {
     /// None (a detached background command).
     Nothing,
     /// stdout and stderr.
     Output,
     /// stdin too.
     All,
+    /// stdin and one output, on a terminal of the engine's (`tty`).
+    Terminal,
 }
 
 /// Why the streaming part of an exec stopped early.
-enum RunError {
+pub(super) enum RunError {
     Output(std::io::Error),
     Stream(String),
     Lost,

@@ -27,7 +27,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hermes_backends::exec::{ExecIo, ExecRequest, terminal_argv};
+use hermes_backends::exec::{ExecIo, ExecRequest, Start, terminal_argv};
 use hermes_model::config;
 use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
@@ -50,6 +50,10 @@ const FAIL_CLOSED: u8 = 3;
 /// head` done reading): 128 + SIGPIPE, as the shell reports a command a
 /// closed pipe ended.
 const CLOSED_PIPE: u8 = 141;
+
+/// The limit of a command on a terminal (`-t`) without `--timeout`: none
+/// in practice.
+const INTERACTIVE_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// How long a `--background` command may take to start.
 const BACKGROUND_START: Duration = Duration::from_secs(30);
@@ -118,10 +122,28 @@ pub async fn run_with(
     if let Some(session) = &args.session {
         hermes_model::desired::check_session(session)?;
     }
-    let timeout = Duration::from_secs(
-        args.timeout
-            .unwrap_or(desired.config.terminal.timeout_seconds),
-    );
+    if args.tty {
+        use std::io::IsTerminal;
+        anyhow::ensure!(
+            streams.stdin == Stdin::Process && std::io::stdin().is_terminal(),
+            "-t gives the command a terminal, and needs one: this standard input is not a terminal (run without -t)"
+        );
+        // Said before any sandbox is made or started for it.
+        anyhow::ensure!(
+            matches!(
+                crate::backend::Seam::of(&desired),
+                crate::backend::Seam::Local | crate::backend::Seam::Docker
+            ),
+            crate::exec_target::ExecError::NoTerminal(desired.backend().to_string())
+        );
+    }
+    // On a terminal, no limit unless one is asked for: an interactive
+    // shell lives as long as its user wants.
+    let timeout = match (args.timeout, args.tty) {
+        (Some(seconds), _) => Duration::from_secs(seconds),
+        (None, true) => INTERACTIVE_TIMEOUT,
+        (None, false) => Duration::from_secs(desired.config.terminal.timeout_seconds),
+    };
     let env = parse_env(&args.env)?;
     if desired.config.proxy.enabled {
         // One rule for every backend, before anything runs.
@@ -141,11 +163,13 @@ pub async fn run_with(
         session: args.session.as_deref(),
     };
     let forward = streams.stdin == Stdin::Process;
-    let (mut out, mut err) = output_writers(home, &desired, streams);
+    let (mut out, mut err) = output_writers(home, &desired, streams, args.tty);
     // A background command reads /dev/null; so does one whose hermes
     // reads it (nothing to forward, no pipe to make), or whose caller
     // gives it no input.
     let mut stdin = (forward && !args.background && !stdin_is_null()).then(stdin_pipe);
+    // A background command's id, the name of its directory in the sandbox.
+    let id = hermes_backends::background::new_id();
     for attempt in 0..2 {
         let (target, values) = crate::backend::Seam::of(&desired)
             .exec_target(home, &desired, &which)
@@ -154,15 +178,15 @@ pub async fn run_with(
             .cwd
             .is_none()
             .then(|| target.cwd_state(home, &desired, &which));
+        let job = format!("{}/{id}", target.jobs_dir(home, &desired, &which));
+        let start = match args.background {
+            true => Start::Background { job: &job },
+            false => Start::Foreground,
+        };
         let request = ExecRequest {
             // --cwd is entered by the terminal script, so a missing
             // directory is the same one line and 126 on every backend.
-            cmd: terminal_argv(
-                &args.command,
-                state.as_deref(),
-                args.cwd.as_deref(),
-                args.background,
-            ),
+            cmd: terminal_argv(&args.command, state.as_deref(), args.cwd.as_deref(), start),
             env: values.with(env.clone()),
             cwd: None,
             timeout: if args.background {
@@ -171,14 +195,30 @@ pub async fn run_with(
                 timeout
             },
         };
-        let io = ExecIo {
-            stdin: stdin
-                .as_mut()
-                .map(|s| s as &mut (dyn tokio::io::AsyncRead + Unpin + Send)),
-            stdout: &mut out,
-            stderr: &mut err,
+        let outcome = if args.tty {
+            let mut keys = stdin.take().unwrap_or_else(stdin_pipe);
+            let io = hermes_backends::exec::TtyIo {
+                stdin: &mut keys,
+                output: &mut out,
+                size: crate::terminal::follow_size(),
+            };
+            // Raw from here to the command's end: every key is the
+            // command's, Ctrl-C included.
+            let raw = crate::terminal::Raw::enter()
+                .map_err(|e| anyhow::anyhow!("cannot put the terminal in raw mode: {e}"))?;
+            let outcome = target.exec_tty(&desired, &request, io).await;
+            drop(raw);
+            outcome
+        } else {
+            let io = ExecIo {
+                stdin: stdin
+                    .as_mut()
+                    .map(|s| s as &mut (dyn tokio::io::AsyncRead + Unpin + Send)),
+                stdout: &mut out,
+                stderr: &mut err,
+            };
+            target.exec(&request, io).await
         };
-        let outcome = target.exec(&request, io).await;
         let finished = (out.finish().await, err.finish().await);
         // A reader gone away ends the command (the backend kills it on the
         // failed write) and hermes, quietly, as SIGPIPE ends a command in
@@ -198,11 +238,77 @@ pub async fn run_with(
             other => other?,
         };
         if args.background && !outcome.timed_out && outcome.exit_code == 0 {
-            eprintln!("started in the background in {}", target.describe(&desired));
+            // The id alone on stdout, for `id=$(hermes exec --background …)`.
+            let wrote = out.write_all(format!("{id}\n").as_bytes()).await;
+            let flushed = out.finish().await;
+            if out.closed() {
+                return Ok(CLOSED_PIPE);
+            }
+            wrote?;
+            flushed?;
+            let flags = which_flags(&which);
+            eprintln!(
+                "started in the background in {} as process {id}: \
+                 `hermes process logs{flags} {id}` reads its output, \
+                 `hermes process kill{flags} {id}` stops it",
+                target.describe(&desired)
+            );
         }
         return Ok(ended(&outcome, timeout));
     }
     anyhow::bail!("the sandbox vanished twice; not retrying")
+}
+
+/// Runs one of hermes's own scripts (`argv`) in `target`: none of the
+/// task's values, no input, its output redacted into `streams` as a
+/// command's. Returns its exit code: 124 when it ran out of `timeout`,
+/// 141 when the reader of its output went away.
+pub(crate) async fn run_own(
+    home: &Home,
+    desired: &Desired,
+    target: &crate::exec_target::ExecTarget,
+    argv: Vec<String>,
+    timeout: Duration,
+    streams: Streams<'_>,
+) -> anyhow::Result<u8> {
+    let (mut out, mut err) = output_writers(home, desired, streams, false);
+    let request = ExecRequest {
+        cmd: argv,
+        env: Vec::new(),
+        cwd: None,
+        timeout,
+    };
+    let io = ExecIo {
+        stdin: None,
+        stdout: &mut out,
+        stderr: &mut err,
+    };
+    let outcome = target.exec(&request, io).await;
+    let finished = (out.finish().await, err.finish().await);
+    if out.closed() || err.closed() {
+        return Ok(CLOSED_PIPE);
+    }
+    finished.0?;
+    finished.1?;
+    let outcome = outcome?;
+    Ok(if outcome.timed_out {
+        TIMED_OUT
+    } else {
+        exit_code(outcome.exit_code)
+    })
+}
+
+/// The `--task`/`--session` options that name `which` again, for a hint
+/// (none for the default task).
+pub(crate) fn which_flags(which: &Which<'_>) -> String {
+    let mut flags = String::new();
+    if which.task != "default" {
+        flags.push_str(&format!(" --task {}", which.task));
+    }
+    if let Some(session) = which.session {
+        flags.push_str(&format!(" --session {session}"));
+    }
+    flags
 }
 
 /// Whether this process's standard input is `/dev/null` (or closed).
@@ -361,6 +467,7 @@ fn output_writers<'a>(
     home: &Home,
     desired: &Desired,
     streams: Streams<'a>,
+    terminal: bool,
 ) -> (Output<Writer<'a>>, Output<Writer<'a>>) {
     let redactor = if desired.config.security.redact_secrets {
         let tokens: Vec<String> = match &desired.egress {
@@ -377,8 +484,8 @@ fn output_writers<'a>(
         None
     };
     (
-        Output::new(streams.stdout, redactor.clone()),
-        Output::new(streams.stderr, redactor),
+        Output::new(streams.stdout, redactor.clone(), terminal),
+        Output::new(streams.stderr, redactor, terminal),
     )
 }
 
@@ -397,9 +504,10 @@ enum Stream<W> {
 }
 
 impl<W: tokio::io::AsyncWrite + Unpin> Output<W> {
-    fn new(inner: W, redactor: Option<Arc<Redactor>>) -> Output<W> {
+    /// `terminal`: each flush lets out what the redactor held back.
+    fn new(inner: W, redactor: Option<Arc<Redactor>>, terminal: bool) -> Output<W> {
         let stream = match redactor {
-            Some(r) => Stream::Redacted(RedactingWriter::new(inner, r)),
+            Some(r) => Stream::Redacted(RedactingWriter::new(inner, r).eager(terminal)),
             None => Stream::Plain(inner),
         };
         Output {

@@ -56,6 +56,7 @@ pub async fn exec(
         env: Vec::new(),
         session: target.session.clone(),
         background: false,
+        tty: false,
         command: argv,
     };
     let mut out = capture.writer();
