@@ -25,6 +25,9 @@
 //! - [`singularity`]: Apptainer (or SingularityCE) as a program on this
 //!   host: the image cached as a SIF, instances on an overlay, exec with
 //!   values in the environment and timeouts that kill the tree inside.
+//! - [`background`]: the background processes of `--background` on every
+//!   backend: their state in the sandbox and the scripts that read and stop
+//!   them.
 //! - [`cloud`]: the life cycle the remote sandbox services share (create,
 //!   resume, suspend to a snapshot, destroy, exec, files) and their retry
 //!   rule.

@@ -238,6 +238,10 @@ pub enum EgressCommand {
         /// Print the tokens in full.
         #[arg(long)]
         show_tokens: bool,
+        /// Every provider and credential in the text, not only the ones
+        /// set on this host or forwarded by config.yaml (JSON has all).
+        #[arg(long)]
+        all: bool,
         /// How to print the report.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,

@@ -180,7 +180,7 @@ fn status_reports_masked_tokens_keys_listening_and_uncovered_credentials() {
         "{json}"
     );
 
-    let shown = proxy.hermes(&["egress", "status", "--show-tokens"], &env);
+    let shown = proxy.hermes(&["egress", "status", "--show-tokens", "--all"], &env);
     assert!(shown.stdout.contains(&full), "{}", shown.stdout);
     assert!(
         shown.stdout.contains("Process:         running"),
@@ -441,4 +441,36 @@ fn the_key_column_is_what_the_running_proxy_holds_not_the_callers_environment() 
         assert!(!run.stdout.contains("REAL"), "{run:?}");
         assert!(!run.stderr.contains("REAL"), "{run:?}");
     }
+}
+
+#[test]
+fn a_fresh_home_s_status_fits_a_screen_and_names_what_is_set() {
+    let home = hermes_tests::cli::TestHome::new();
+    let fresh = home.run(["egress", "status"]);
+    assert_eq!(fresh.code, 0, "{fresh:?}");
+    assert!(fresh.stdout.lines().count() <= 20, "{}", fresh.stdout);
+    assert!(
+        fresh.stdout.contains("Tokens:          none yet"),
+        "{}",
+        fresh.stdout
+    );
+    assert!(
+        !fresh.stdout.contains("SigV4 re-sign (as above)"),
+        "{}",
+        fresh.stdout
+    );
+    // A key set in .env is shown with its coverage; --all shows them all.
+    std::fs::write(home.path().join(".env"), "ANTHROPIC_API_KEY=sk-ant-test\n").unwrap();
+    let set = home.run(["egress", "status"]);
+    assert!(
+        set.stdout
+            .lines()
+            .any(|l| l.starts_with("ANTHROPIC_API_KEY ") && l.contains("header swap")),
+        "{}",
+        set.stdout
+    );
+    assert!(!set.stdout.contains("OPENAI_API_KEY"), "{}", set.stdout);
+    let all = home.run(["egress", "status", "--all"]);
+    assert!(all.stdout.contains("OPENAI_API_KEY"), "{}", all.stdout);
+    assert!(all.stdout.contains("AWS_SESSION_TOKEN"), "{}", all.stdout);
 }

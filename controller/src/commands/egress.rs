@@ -30,8 +30,9 @@ pub fn run(home: &Home, command: EgressCommand) -> anyhow::Result<ExitCode> {
         }
         EgressCommand::Status {
             show_tokens,
+            all,
             output,
-        } => status(home, show_tokens, output),
+        } => status(home, show_tokens, all, output),
         EgressCommand::Serve => daemon::serve(home, &paths),
     }
 }
@@ -142,13 +143,14 @@ fn setup(home: &Home, paths: &Paths, rotate: bool) -> anyhow::Result<ExitCode> {
 
 /// The report, gathered on a current-thread runtime made for the command
 /// (the health probe is async).
-fn status(home: &Home, show_tokens: bool, output: Output) -> anyhow::Result<ExitCode> {
+fn status(home: &Home, show_tokens: bool, all: bool, output: Output) -> anyhow::Result<ExitCode> {
     let config = super::load_config(home)?;
     let env = super::host_env(home)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let report = runtime.block_on(EgressStatus::gather(home, &config, &env, show_tokens))?;
+    let mut report = runtime.block_on(EgressStatus::gather(home, &config, &env, show_tokens))?;
+    report.all = all;
     match output {
         Output::Json => crate::json::print(&report)?,
         Output::Text => print!("{report}"),

@@ -62,6 +62,10 @@ pub struct EgressStatus {
     /// Per credential, how it is covered.
     #[serde(rename = "credentials")]
     pub credentials: Vec<CredentialRow>,
+    /// Text: every provider and credential, not only what matters here
+    /// (`--all`).
+    #[serde(skip)]
+    pub all: bool,
     #[serde(rename = "warnings")]
     pub warnings: Vec<String>,
 }
@@ -193,6 +197,10 @@ pub struct CredentialRow {
     /// Where the key is put, or why it is uncovered.
     #[serde(rename = "detail")]
     pub detail: String,
+    /// Whether the variable is set on this host (its environment or
+    /// `.env`).
+    #[serde(rename = "set_on_host")]
+    pub set_on_host: bool,
 }
 
 /// The coverage of every credential: each provider key variable (swapped
@@ -228,7 +236,9 @@ fn credential_rows(
             .chain(secrets.iter().copied());
         for variable in variables {
             let variable = &variable.to_string();
+            let set_on_host = env.lookup(variable).is_some_and(|v| !v.is_empty());
             rows.push(CredentialRow {
+                set_on_host,
                 credential: variable.clone(),
                 provider: Some(m.provider.clone()),
                 coverage: if sigv4 {
@@ -254,6 +264,7 @@ fn credential_rows(
                         _ => (Coverage::ServiceTransformVercel, "Vercel's network policy"),
                     };
                     rows.push(CredentialRow {
+                        set_on_host,
                         credential: variable.clone(),
                         provider: Some(m.provider.clone()),
                         coverage,
@@ -269,6 +280,7 @@ fn credential_rows(
             for (backend, keys) in uncovered_backends {
                 if keys.contains(variable) {
                     rows.push(CredentialRow {
+                        set_on_host,
                         credential: variable.clone(),
                         provider: Some(m.provider.clone()),
                         coverage: Coverage::Uncovered,
@@ -294,6 +306,7 @@ fn credential_rows(
         let name = hermes_egress::google::KEY_FILE_VARIABLE;
         let set = env.lookup(name).is_some_and(|v| !v.is_empty());
         rows.push(CredentialRow {
+            set_on_host: set,
             credential: name.to_string(),
             provider: Some(gcp.provider.clone()),
             coverage: Coverage::OauthMinting,
@@ -308,6 +321,7 @@ fn credential_rows(
     for (name, why) in tokens::UNCOVERED {
         let set = env.lookup(name).is_some_and(|v| !v.is_empty());
         rows.push(CredentialRow {
+            set_on_host: set,
             credential: (*name).to_string(),
             provider: None,
             coverage: Coverage::Uncovered,
@@ -440,6 +454,7 @@ impl EgressStatus {
                 &hermes_model::cloud::service_covered(config),
                 env,
             ),
+            all: false,
             warnings,
         })
     }
@@ -513,6 +528,63 @@ impl fmt::Display for EgressStatus {
             }
         }
         writeln!(f)?;
+        let no_tokens = self.tokens.iter().all(|r| r.token.is_none());
+        if no_tokens && !self.all {
+            writeln!(
+                f,
+                "Tokens:          none yet (`hermes egress setup` makes one for each of {} providers)",
+                self.tokens.len()
+            )?;
+        } else {
+            self.token_table(f)?;
+        }
+        writeln!(f)?;
+        let shown: Vec<&CredentialRow> = self
+            .credentials
+            .iter()
+            .filter(|c| self.all || c.matters())
+            .collect();
+        if !shown.is_empty() {
+            credential_table(f, &shown)?;
+        }
+        let rest = self.credentials.len() - shown.len();
+        let how = "provider keys by header swap, AWS's by SigV4 re-sign, a Google service account by OAuth minting (`hermes egress status --all` lists each)";
+        if shown.is_empty() && rest > 0 {
+            writeln!(
+                f,
+                "Credentials:     none of the {rest} known is set on this host; once set, they are covered: {how}"
+            )?;
+        } else if rest > 0 {
+            writeln!(
+                f,
+                "{rest} more credentials, not set on this host, are covered once set: {how}"
+            )?;
+        }
+        for w in &self.warnings {
+            writeln!(f, "warning: {w}")?;
+        }
+        Ok(())
+    }
+}
+
+impl CredentialRow {
+    /// Whether the short report shows it: set on this host, or forwarded
+    /// by config.yaml to a backend the proxy does not stand in front of.
+    fn matters(&self) -> bool {
+        self.set_on_host
+            || (self.provider.is_some()
+                && matches!(
+                    self.coverage,
+                    Coverage::Uncovered
+                        | Coverage::ServiceTransformModal
+                        | Coverage::ServiceTransformVercel
+                ))
+    }
+}
+
+impl EgressStatus {
+    /// The table of providers: token, variables, the running proxy's key.
+    fn token_table(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let variables: Vec<String> = self.tokens.iter().map(|r| r.env.join(",")).collect();
         let tokens: Vec<&str> = self
             .tokens
@@ -541,20 +613,21 @@ impl fmt::Display for EgressStatus {
                 row.provider
             )?;
         }
-        writeln!(f)?;
-        let providers: Vec<&str> = self
-            .credentials
+        Ok(())
+    }
+}
+
+/// The table of credentials: provider, coverage, detail.
+fn credential_table(f: &mut fmt::Formatter<'_>, credentials: &[&CredentialRow]) -> fmt::Result {
+    {
+        let providers: Vec<&str> = credentials
             .iter()
             .map(|c| c.provider.as_deref().unwrap_or("-"))
             .collect();
-        let coverages: Vec<String> = self
-            .credentials
-            .iter()
-            .map(|c| c.coverage.to_string())
-            .collect();
+        let coverages: Vec<String> = credentials.iter().map(|c| c.coverage.to_string()).collect();
         let w_name = width(
             "CREDENTIAL",
-            self.credentials.iter().map(|c| c.credential.as_str()),
+            credentials.iter().map(|c| c.credential.as_str()),
         );
         let w_provider = width("PROVIDER", providers.iter().copied());
         let w_coverage = width("COVERAGE", coverages.iter().map(String::as_str));
@@ -564,7 +637,7 @@ impl fmt::Display for EgressStatus {
             "CREDENTIAL", "PROVIDER", "COVERAGE"
         )?;
         let mut above: Option<(&str, &str)> = None;
-        for ((row, provider), coverage) in self.credentials.iter().zip(&providers).zip(&coverages) {
+        for ((row, provider), coverage) in credentials.iter().zip(&providers).zip(&coverages) {
             // A provider's second and third variable covered the same way
             // (AWS's key id, secret, session token) say it once.
             let detail = if above == Some((provider, row.detail.as_str())) {
@@ -578,9 +651,6 @@ impl fmt::Display for EgressStatus {
                 "{:<w_name$} {provider:<w_provider$} {coverage:<w_coverage$} {detail}",
                 row.credential
             )?;
-        }
-        for w in &self.warnings {
-            writeln!(f, "warning: {w}")?;
         }
         Ok(())
     }
@@ -636,16 +706,47 @@ mod tests {
                     provider: Some("openai".into()),
                     coverage: Coverage::HeaderSwap,
                     detail: "authorization: Bearer".into(),
+                    set_on_host: true,
                 },
                 CredentialRow {
                     credential: "GOOGLE_APPLICATION_CREDENTIALS".into(),
                     provider: None,
                     coverage: Coverage::Uncovered,
                     detail: "why".into(),
+                    set_on_host: false,
                 },
             ],
+            all: false,
             warnings: vec!["w".into()],
         }
+    }
+
+    #[test]
+    fn a_fresh_home_s_report_is_short_and_all_of_it_is_one_flag_away() {
+        let mut fresh = report();
+        for row in &mut fresh.tokens {
+            row.token = None;
+        }
+        fresh.credentials[0].set_on_host = false;
+        let text = fresh.to_string();
+        assert!(!text.contains("PROVIDER"), "{text}");
+        assert!(!text.contains("CREDENTIAL "), "{text}");
+        assert!(text.contains("Tokens:          none yet"), "{text}");
+        assert!(
+            text.contains("none of the 2 known is set on this host"),
+            "{text}"
+        );
+        // A key set on the host is shown, with the count of the rest.
+        fresh.credentials[0].set_on_host = true;
+        let text = fresh.to_string();
+        assert!(text.contains("OPENAI_API_KEY openai"), "{text}");
+        assert!(text.contains("1 more credentials"), "{text}");
+        assert!(!text.contains("GOOGLE_APPLICATION_CREDENTIALS"), "{text}");
+        fresh.all = true;
+        let text = fresh.to_string();
+        assert!(text.contains("PROVIDER"), "{text}");
+        assert!(text.contains("GOOGLE_APPLICATION_CREDENTIALS"), "{text}");
+        assert!(!text.contains("more credentials"), "{text}");
     }
 
     #[test]
