@@ -96,7 +96,15 @@ impl Netns {
         let ns = Netns(name);
         ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
         for addr in addrs {
-            ip(&["-n", &ns.0, "addr", "add", addr, "dev", "lo"]);
+            // An IPv6 address is tentative until duplicate address
+            // detection ran, even on lo (asynchronously, after the add):
+            // a bind in that window fails with EADDRNOTAVAIL. `nodad`
+            // makes it usable at once.
+            let mut args = vec!["-n", &ns.0, "addr", "add", addr, "dev", "lo"];
+            if addr.contains(':') {
+                args.push("nodad");
+            }
+            ip(&args);
         }
         ns
     }
