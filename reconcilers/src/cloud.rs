@@ -100,20 +100,47 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
 /// stopped already (Daytona keeps a suspended sandbox stopped), or dead
 /// (nothing left to keep).
 pub fn end_session(desired: &Desired, observed: &Observed, session: &str) -> Vec<Op<Action>> {
-    let Some(cloud) = &desired.cloud else {
-        return Vec::new();
-    };
+    suspend(desired, observed, |id| {
+        format!(
+            "session {session} ended by hand; sandbox {id} is suspended, its filesystem kept for the next session"
+        )
+    })
+    .into_iter()
+    .collect()
+}
+
+/// The operations of `hermes down` on a cloud service: the task's
+/// sandbox suspended as a session's end suspends it, its filesystem kept
+/// for the next pass (which resumes or restores it).
+pub fn down(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
+    suspend(desired, observed, |id| {
+        format!(
+            "hermes down: sandbox {id} is suspended, its filesystem kept (`hermes reconcile` brings it back)"
+        )
+    })
+    .into_iter()
+    .collect()
+}
+
+/// The suspend of the default task's sandbox when it runs (or is on its
+/// way): none when there is none, or it is stopped or dead.
+fn suspend(
+    desired: &Desired,
+    observed: &Observed,
+    cause: impl FnOnce(&str) -> String,
+) -> Option<Op<Action>> {
+    let cloud = desired.cloud.as_ref()?;
     let Some(CloudObserved::Seen {
         sandbox: Some((id, state)),
         ..
     }) = &observed.cloud
     else {
-        return Vec::new();
+        return None;
     };
     if matches!(state, CloudSandboxState::Stopped | CloudSandboxState::Dead) {
-        return Vec::new();
+        return None;
     }
-    vec![Op {
+    Some(Op {
         changes: Vec::new(),
         target: Target::Cloud {
             service: cloud.backend,
@@ -121,10 +148,8 @@ pub fn end_session(desired: &Desired, observed: &Observed, session: &str) -> Vec
             task: DEFAULT_TASK.to_string(),
         },
         action: Action::Cloud(CloudAction::Suspend { id: id.clone() }),
-        cause: format!(
-            "session {session} ended by hand; sandbox {id} is suspended, its filesystem kept for the next session"
-        ),
-    }]
+        cause: cause(id),
+    })
 }
 
 /// The operation to carry out instead of `op` when its snapshot failed to
@@ -349,6 +374,29 @@ mod tests {
                 snapshot: None
             })
         );
+    }
+
+    #[test]
+    fn down_suspends_a_running_sandbox_and_leaves_a_stopped_one() {
+        let d = desired(MODAL, MODAL_KEYS);
+        let with = |cloud| Observed {
+            cloud,
+            ..Observed::default()
+        };
+        let running = crate::down::plan(
+            &d,
+            &with(seen(Some(("sb-1", CloudSandboxState::Running)), None)),
+        );
+        assert_eq!(
+            running.first.to_string(),
+            "~ modal default/default   suspend     hermes down: sandbox sb-1 is suspended, its filesystem kept (`hermes reconcile` brings it back)\n\
+             Plan: 0 to create, 1 to change, 0 to remove."
+        );
+        for state in [CloudSandboxState::Stopped, CloudSandboxState::Dead] {
+            let idle = crate::down::plan(&d, &with(seen(Some(("sb-1", state)), None)));
+            assert!(!idle.is_pending(), "{state:?}");
+        }
+        assert!(!crate::down::plan(&d, &with(seen(None, Some("im-1")))).is_pending());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! config.yaml, so `hermes reconcile` brings it all back as it was.
 
 use hermes_model::action::{Action, ProxyAction, SandboxAction};
+use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Op, Plan, Stage, Staged, Target};
 
@@ -16,7 +17,7 @@ use crate::{HostPlan, StagedPlan, disks, reaping};
 pub const AFTER: &str = "the sandboxes are gone";
 
 /// The plan of `hermes down` for what `observed` holds.
-pub fn plan(observed: &Observed) -> StagedPlan {
+pub fn plan(desired: &Desired, observed: &Observed) -> StagedPlan {
     let mut sandboxes: Vec<Op<Action>> = observed
         .containers
         .iter()
@@ -37,6 +38,7 @@ pub fn plan(observed: &Observed) -> StagedPlan {
         })
         .collect();
     disks::plan(observed, &mut sandboxes);
+    sandboxes.extend(crate::cloud::down(desired, observed));
     let mut proxy = Vec::new();
     if let Some(net) = observed
         .proxy
@@ -122,7 +124,16 @@ mod tests {
             chain: "HERMES-x".to_string(),
             chain_exists: true,
         });
-        let plan = plan(&observed);
+        let desired = Desired::build(
+            hermes_model::config::load("terminal:\n  backend: docker\n")
+                .unwrap()
+                .config,
+            "default",
+            std::path::Path::new("/h"),
+            &hermes_model::desired::HostEnv::default(),
+        )
+        .unwrap();
+        let plan = plan(&desired, &observed);
         let text = plan.to_string();
         assert!(
             text.contains("- sandbox default/a   remove      hermes down: hermes-default-a (running), its data kept; waits up to 10s for the 1 process running in it, then stops it"),
@@ -138,6 +149,6 @@ mod tests {
             .collect();
         assert_eq!(second.len(), 2, "{text}");
         // Nothing up: nothing to do.
-        assert!(!super::plan(&Observed::default()).is_pending());
+        assert!(!super::plan(&desired, &Observed::default()).is_pending());
     }
 }

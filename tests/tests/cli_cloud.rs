@@ -379,6 +379,23 @@ fn life_cycle(kind: Kind) {
     assert_eq!(service.creates(), after);
     let plan = run(&["reconcile", "--dry-run"]);
     assert_eq!(plan.code, 0, "{plan:?}");
+
+    // `hermes down` suspends it as a session's end does, by its plan; the
+    // next exec finds the file again.
+    let down = run(&["down", "--dry-run"]);
+    assert_eq!(down.code, 2, "{down:?}");
+    assert_eq!(
+        down.planned(),
+        [(target.clone(), "suspend".to_string())],
+        "{down:?}"
+    );
+    let down = run(&["down", "--yes"]);
+    assert_eq!(down.code, 0, "{down:?}");
+    assert_eq!(down.done(), down.planned(), "{down:?}");
+    let again = run(&["down", "--dry-run"]);
+    assert_eq!(again.code, 0, "{again:?}");
+    let exec = run(&["exec", "--", "cat", "keep.txt"]);
+    assert_eq!((exec.code, exec.stdout.as_str()), (0, "kept\n"), "{exec:?}");
 }
 
 /// A snapshot the service cannot restore: dropped with a warning, the

@@ -1,7 +1,9 @@
 //! `hermes down [--dry-run] [--yes]`: takes down everything hermes runs
 //! for this home, by a plan printed first ([`hermes_reconcilers::down`]):
 //! every labelled container of the profile with the disk image mounted for
-//! it, then, once they are gone, the proxy-only network and the proxy.
+//! it and, on a cloud backend, the task's sandbox suspended (its
+//! filesystem kept), then, once they are gone, the proxy-only network and
+//! the proxy.
 //! Files stay, so `hermes reconcile` brings it all back. On a terminal it
 //! asks first (`--yes` does not); a running controller would bring
 //! everything back at once, so `down` refuses while one runs.
@@ -37,7 +39,7 @@ pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         engine.count_processes(&mut observed.containers, &ids).await;
     }
-    let plan = hermes_reconcilers::down::plan(&observed);
+    let plan = hermes_reconcilers::down::plan(&desired, &observed);
     let json = args.output == Output::Json;
     if !json {
         println!("{}", super::plan_text(&plan));
@@ -74,8 +76,12 @@ pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<
         stop: None,
         home: Some(home),
     };
+    // The host's operations and the backend's (a cloud sandbox's
+    // suspend), each by its own applier.
+    let seam = crate::backend::Seam::of(&desired);
+    let mut applied =
+        crate::pass::apply_plan(seam, engine.as_ref(), home, &desired, &plan.first, options).await;
     let activity = Activity::new(home);
-    let mut applied = crate::apply::apply(engine.as_ref(), &plan.first, &activity, options).await;
     for stage in &plan.later {
         if applied.failed > 0 {
             break;
