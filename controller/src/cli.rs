@@ -124,7 +124,8 @@ pub enum Command {
     /// stdio (what an MCP client spawns), or streamable HTTP with --http.
     Mcp(McpArgs),
     /// Take down everything hermes runs for this home: every sandbox of
-    /// the profile and its mounted disk image, then the proxy-only network
+    /// the profile and its mounted disk image (singularity's instances
+    /// stopped, a cloud sandbox suspended), then the proxy-only network
     /// and the proxy. Planned and printed first; files are kept.
     Down(DownArgs),
     /// Shell completions for this command line, on stdout (e.g. `hermes

@@ -46,6 +46,7 @@ async fn carry_out(runtime: &Runtime, action: &InstanceAction) -> Result<(), App
     match action {
         InstanceAction::Start(spec) => Ok(runtime.start(spec).await?),
         InstanceAction::Restart(spec) => Ok(runtime.restart(spec).await?),
+        InstanceAction::Stop { name } => Ok(runtime.stop(name).await?),
         InstanceAction::End { name, dir } => {
             runtime.stop(name).await?;
             match std::fs::remove_dir_all(dir) {

@@ -122,6 +122,12 @@ pub enum InstanceAction {
         /// The directory hermes keeps the instance's overlay and records in.
         dir: std::path::PathBuf,
     },
+    /// Stop the instance, its overlay (and so its files) kept: `hermes
+    /// down`; the next pass starts it again.
+    Stop {
+        /// The instance's name.
+        name: String,
+    },
 }
 
 /// An operation on a cloud service's sandbox.
@@ -237,7 +243,7 @@ impl Describe for InstanceAction {
             // An instance that is not running does not exist.
             InstanceAction::Start(_) => Kind::Create,
             InstanceAction::Restart(_) => Kind::Change,
-            InstanceAction::End { .. } => Kind::Remove,
+            InstanceAction::End { .. } | InstanceAction::Stop { .. } => Kind::Remove,
         }
     }
 
@@ -246,6 +252,7 @@ impl Describe for InstanceAction {
             InstanceAction::Start(_) => "start",
             InstanceAction::Restart(_) => "restart",
             InstanceAction::End { .. } => "end",
+            InstanceAction::Stop { .. } => "stop",
         }
     }
 }

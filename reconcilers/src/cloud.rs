@@ -386,6 +386,7 @@ mod tests {
         let running = crate::down::plan(
             &d,
             &with(seen(Some(("sb-1", CloudSandboxState::Running)), None)),
+            &[],
         );
         assert_eq!(
             running.first.to_string(),
@@ -393,10 +394,10 @@ mod tests {
              Plan: 0 to create, 1 to change, 0 to remove."
         );
         for state in [CloudSandboxState::Stopped, CloudSandboxState::Dead] {
-            let idle = crate::down::plan(&d, &with(seen(Some(("sb-1", state)), None)));
+            let idle = crate::down::plan(&d, &with(seen(Some(("sb-1", state)), None)), &[]);
             assert!(!idle.is_pending(), "{state:?}");
         }
-        assert!(!crate::down::plan(&d, &with(seen(None, Some("im-1")))).is_pending());
+        assert!(!crate::down::plan(&d, &with(seen(None, Some("im-1"))), &[]).is_pending());
     }
 
     #[test]

@@ -7,17 +7,26 @@
 //! config.yaml, so `hermes reconcile` brings it all back as it was.
 
 use hermes_model::action::{Action, ProxyAction, SandboxAction};
+use std::path::PathBuf;
+
 use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Op, Plan, Stage, Staged, Target};
+use hermes_model::sandbox::SandboxKey;
 
 use crate::{HostPlan, StagedPlan, disks, reaping};
 
 /// What the second stage waits for.
 pub const AFTER: &str = "the sandboxes are gone";
 
-/// The plan of `hermes down` for what `observed` holds.
-pub fn plan(desired: &Desired, observed: &Observed) -> StagedPlan {
+/// The plan of `hermes down` for what `observed` holds; `instances`: the
+/// singularity instances hermes made under the home, with their
+/// directories.
+pub fn plan(
+    desired: &Desired,
+    observed: &Observed,
+    instances: &[(SandboxKey, PathBuf)],
+) -> StagedPlan {
     let mut sandboxes: Vec<Op<Action>> = observed
         .containers
         .iter()
@@ -39,6 +48,11 @@ pub fn plan(desired: &Desired, observed: &Observed) -> StagedPlan {
         .collect();
     disks::plan(observed, &mut sandboxes);
     sandboxes.extend(crate::cloud::down(desired, observed));
+    sandboxes.extend(crate::singularity::down(
+        &desired.profile,
+        observed,
+        instances,
+    ));
     let mut proxy = Vec::new();
     if let Some(net) = observed
         .proxy
@@ -133,7 +147,7 @@ mod tests {
             &hermes_model::desired::HostEnv::default(),
         )
         .unwrap();
-        let plan = plan(&desired, &observed);
+        let plan = plan(&desired, &observed, &[]);
         let text = plan.to_string();
         assert!(
             text.contains("- sandbox default/a   remove      hermes down: hermes-default-a (running), its data kept; waits up to 10s for the 1 process running in it, then stops it"),
@@ -149,6 +163,6 @@ mod tests {
             .collect();
         assert_eq!(second.len(), 2, "{text}");
         // Nothing up: nothing to do.
-        assert!(!super::plan(&desired, &Observed::default()).is_pending());
+        assert!(!super::plan(&desired, &Observed::default(), &[]).is_pending());
     }
 }

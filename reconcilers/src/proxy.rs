@@ -208,7 +208,7 @@ pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
             },
             Action::Instance(a) => match a {
                 InstanceAction::Start(_) | InstanceAction::Restart(_) => true,
-                InstanceAction::End { .. } => false,
+                InstanceAction::End { .. } | InstanceAction::Stop { .. } => false,
             },
             Action::Proxy(_)
             | Action::Ssh(_)

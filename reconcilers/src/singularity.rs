@@ -108,6 +108,41 @@ pub fn end_session(
         .collect()
 }
 
+/// The operations of `hermes down` on singularity: every running
+/// instance of `profile` that hermes made (`known`, as for
+/// [`end_session`]), stopped with its overlay kept: a session's data goes
+/// only with `hermes session end`. Other profiles' are not looked at.
+pub fn down(
+    profile: &str,
+    observed: &Observed,
+    known: &[(SandboxKey, PathBuf)],
+) -> Vec<Op<Action>> {
+    let Some(SingularityObserved::Seen { instances, .. }) = &observed.singularity else {
+        return Vec::new();
+    };
+    let profile = sanitize(profile);
+    known
+        .iter()
+        .filter(|(key, _)| key.profile == profile)
+        .filter(|(key, _)| instances.iter().any(|i| i.name == key.container_name()))
+        .map(|(key, _)| Op {
+            changes: Vec::new(),
+            target: Target::Instance {
+                profile: key.profile.clone(),
+                task: key.task.clone(),
+                session: key.session.clone(),
+            },
+            action: Action::Instance(InstanceAction::Stop {
+                name: key.container_name(),
+            }),
+            cause: format!(
+                "hermes down: instance {} is stopped, its overlay (its files) kept",
+                key.container_name()
+            ),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -283,5 +318,57 @@ mod tests {
         );
         assert_eq!(at, dir("default/default/sessions/s1"));
         assert!(end_session("default", "s3", &known).is_empty());
+    }
+
+    #[test]
+    fn down_stops_the_profile_s_running_instances_and_removes_nothing() {
+        let dir = |p: &str| std::path::PathBuf::from(format!("/h/sandboxes/singularity/{p}"));
+        let known = vec![
+            (
+                SandboxKey::persistent("default", "default"),
+                dir("default/default"),
+            ),
+            (
+                SandboxKey::persistent("default", "idle"),
+                dir("default/idle"),
+            ),
+            (
+                SandboxKey::session("default", "default", "s1"),
+                dir("default/default/sessions/s1"),
+            ),
+            (
+                SandboxKey::persistent("other", "default"),
+                dir("other/default"),
+            ),
+        ];
+        let running = |key: &SandboxKey| ObservedInstance {
+            name: key.container_name(),
+            pid: 1,
+            image: "i".into(),
+            spec_hash: None,
+        };
+        let observed = Observed {
+            singularity: Some(SingularityObserved::Seen {
+                instances: [&known[0].0, &known[2].0, &known[3].0]
+                    .into_iter()
+                    .map(running)
+                    .collect(),
+                cached: Vec::new(),
+            }),
+            ..Observed::default()
+        };
+        let plan = hermes_model::plan::Plan::new(down("default", &observed, &known));
+        let name = |key: &SandboxKey| key.container_name();
+        assert_eq!(
+            plan.to_string(),
+            format!(
+                "- singularity default/default      stop        hermes down: instance {} is stopped, its overlay (its files) kept\n\
+                 - singularity default/default@s1   stop        hermes down: instance {} is stopped, its overlay (its files) kept\n\
+                 Plan: 0 to create, 0 to change, 2 to remove.",
+                name(&known[0].0),
+                name(&known[2].0)
+            )
+        );
+        assert!(down("default", &Observed::default(), &known).is_empty());
     }
 }

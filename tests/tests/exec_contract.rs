@@ -287,7 +287,14 @@ impl Backend {
 
     /// `hermes --profile P process ARGS…`, as `exec` runs.
     fn process(&self, args: &[&str]) -> Run {
-        let mut all = vec!["--profile", self.profile.as_str(), "process"];
+        let mut all = vec!["process"];
+        all.extend_from_slice(args);
+        self.hermes(&all)
+    }
+
+    /// `hermes --profile P ARGS…`, as `exec` runs.
+    fn hermes(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--profile", self.profile.as_str()];
         all.extend_from_slice(args);
         let mut cmd = self.home.command(all);
         cmd.current_dir(self.cwd.path())
@@ -680,4 +687,27 @@ fn the_terminal_contract_on_singularity_s_stand_in() {
         .join(&b.profile)
         .join("default/overlay/upper/workspace/carried/bg-marker");
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "done\n");
+
+    // `hermes down` stops the instance by its plan, its overlay kept; the
+    // next exec starts it again with its files.
+    let target = format!("singularity {}/default", b.profile);
+    let planned = b.hermes(&["down", "--dry-run"]);
+    assert_eq!(planned.code, 2, "{planned:?}");
+    assert_eq!(
+        planned.planned(),
+        [(target, "stop".to_string())],
+        "{planned:?}"
+    );
+    let down = b.hermes(&["down", "--yes"]);
+    assert_eq!(down.code, 0, "{down:?}");
+    assert_eq!(down.done(), planned.planned(), "{down:?}");
+    let list = std::process::Command::new(standin.program())
+        .args(["instance", "list", "--json"])
+        .output()
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(list["instances"], serde_json::json!([]), "{list}");
+    assert_eq!(b.hermes(&["down", "--dry-run"]).code, 0);
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "done\n");
+    assert_eq!(b.out(&["cat carried/bg-marker"]), "done\n");
 }

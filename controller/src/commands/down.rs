@@ -1,8 +1,8 @@
 //! `hermes down [--dry-run] [--yes]`: takes down everything hermes runs
 //! for this home, by a plan printed first ([`hermes_reconcilers::down`]):
 //! every labelled container of the profile with the disk image mounted for
-//! it and, on a cloud backend, the task's sandbox suspended (its
-//! filesystem kept), then, once they are gone, the proxy-only network and
+//! it, the singularity instances stopped (their overlays kept) and, on a
+//! cloud backend, the task's sandbox suspended (its filesystem kept), then, once they are gone, the proxy-only network and
 //! the proxy.
 //! Files stay, so `hermes reconcile` brings it all back. On a terminal it
 //! asks first (`--yes` does not); a running controller would bring
@@ -39,7 +39,8 @@ pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         engine.count_processes(&mut observed.containers, &ids).await;
     }
-    let plan = hermes_reconcilers::down::plan(&desired, &observed);
+    let instances = crate::singularity::known_keys(home.root());
+    let plan = hermes_reconcilers::down::plan(&desired, &observed, &instances);
     let json = args.output == Output::Json;
     if !json {
         println!("{}", super::plan_text(&plan));
