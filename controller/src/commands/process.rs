@@ -89,20 +89,22 @@ async fn target(
 fn sandbox_name(desired: &Desired, which: &Which<'_>) -> String {
     match Seam::of(desired) {
         Seam::Docker => desired.exec_sandbox(which.task, which.session).name,
-        Seam::Local => "this host".to_string(),
+        Seam::Local => "the local backend (this host)".to_string(),
         _ => format!("the {} sandbox of task {}", desired.backend(), which.task),
     }
 }
 
-/// Runs `argv` in `target`, its stdout kept (bounded), its stderr passed
-/// on: (exit code, stdout).
+/// Runs `argv` in `target`, its stdout kept (its first [`MAX_LISTING`]
+/// bytes: a hostile sandbox's `sh` may print without end; the rest is
+/// dropped, and the timeout ends it), its stderr passed on: (exit code,
+/// stdout).
 async fn capture(
     home: &Home,
     desired: &Desired,
     target: &ExecTarget,
     argv: Vec<String>,
 ) -> anyhow::Result<(u8, Vec<u8>)> {
-    let mut out = Vec::new();
+    let mut out = Bounded(Vec::new());
     let mut err = tokio::io::stderr();
     let streams = Streams {
         stdout: &mut out,
@@ -110,8 +112,38 @@ async fn capture(
         stdin: Stdin::Empty,
     };
     let code = run_own(home, desired, target, argv, SCRIPT_TIMEOUT, streams).await?;
-    out.truncate(MAX_LISTING);
-    Ok((code, out))
+    Ok((code, out.0))
+}
+
+/// A buffer that keeps the first [`MAX_LISTING`] bytes written to it and
+/// drops the rest.
+struct Bounded(Vec<u8>);
+
+impl tokio::io::AsyncWrite for Bounded {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let room = MAX_LISTING.saturating_sub(this.0.len());
+        this.0.extend_from_slice(&buf[..buf.len().min(room)]);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 /// `hermes process list`.
@@ -369,4 +401,30 @@ async fn kill(
         sandbox,
         result,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_listing_without_end_is_kept_to_its_first_bytes() {
+        let mut out = Bounded(Vec::new());
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..64 {
+            out.write_all(&chunk).await.unwrap();
+        }
+        assert_eq!(out.0.len(), MAX_LISTING);
+    }
+
+    #[test]
+    fn sizes_read_for_a_person() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 * 1024 * 1024 + 200 * 1024), "3.2 MiB");
+    }
 }
