@@ -236,13 +236,13 @@ pub enum EgressCommand {
     Stop,
     /// Configuration, process, listening state and tokens.
     Status {
-        /// Print the tokens in full.
-        #[arg(long)]
-        show_tokens: bool,
         /// Every provider and credential in the text, not only the ones
         /// set on this host or forwarded by config.yaml (JSON has all).
         #[arg(long)]
         all: bool,
+        /// Print the tokens in full.
+        #[arg(long)]
+        show_tokens: bool,
         /// How to print the report.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
