@@ -16,6 +16,8 @@
 //! - [`docker`]: the Docker engine through bollard: observing labelled
 //!   containers, idempotent create/start/remove, image pulls, and exec with
 //!   live output and timeouts that kill the whole process tree.
+//! - [`pty`]: a command on a pseudo-terminal of this host (`exec -t` on
+//!   the local and singularity backends).
 //! - [`host_dir`]: the directories made on the host for a sandbox, never
 //!   through a symbolic link.
 //! - [`ssh`]: a remote host through russh: trust on first use into an
@@ -52,6 +54,7 @@ pub mod host_dir;
 pub mod local;
 #[cfg(feature = "modal")]
 pub mod modal;
+pub mod pty;
 pub mod singularity;
 pub mod ssh;
 #[cfg(feature = "vercel")]

@@ -162,31 +162,17 @@ impl Executor for Local {
 }
 
 impl Local {
-    /// Runs `req` on a terminal of its own (a pseudo-terminal whose size
-    /// follows `io.size`), as a session leader with it as its controlling
-    /// terminal: job control works, and when this process dies the
-    /// terminal hangs up (SIGHUP to the command's foreground group). On
-    /// timeout the command's process group is killed.
+    /// Runs `req` on a terminal of its own ([`crate::pty`]); on timeout
+    /// the command's process group is killed.
     pub async fn exec_tty(
         &self,
         req: &ExecRequest,
         io: TtyIo<'_>,
     ) -> Result<ExecOutcome, LocalError> {
-        use tokio::io::AsyncReadExt;
         let (program, rest) = req.cmd.split_first().ok_or(LocalError::NoCommand)?;
-        let TtyIo {
-            stdin,
-            output,
-            mut size,
-        } = io;
-        let (pty, pts) = pty_process::open().map_err(pty_error)?;
-        let first = *size.borrow_and_update();
-        pty.resize(pty_process::Size::new(first.rows, first.cols))
-            .map_err(pty_error)?;
         let mut cmd = pty_process::Command::new(program)
             .args(rest)
-            .envs(req.env.iter().map(|(k, v)| (k, v)))
-            .kill_on_drop(true);
+            .envs(req.env.iter().map(|(k, v)| (k, v)));
         if let Some(cwd) = req
             .cwd
             .as_ref()
@@ -195,98 +181,23 @@ impl Local {
         {
             cmd = cmd.current_dir(cwd);
         }
-        let mut child = cmd.spawn(pts).map_err(|e| LocalError::Spawn {
-            program: program.clone(),
-            source: pty_io(e),
-        })?;
-        // A session leader: its process group is its pid.
-        let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-        let (mut from_pty, mut to_pty) = pty.into_split();
-        let deadline = tokio::time::Instant::now() + req.timeout;
-        let mut input = vec![0u8; 8 * 1024];
-        let mut shown = vec![0u8; 32 * 1024];
-        let mut input_open = true;
-        let status = loop {
-            tokio::select! {
-                status = child.wait() => break Ok(status.map_err(LocalError::Output)?),
-                read = from_pty.read(&mut shown) => match read {
-                    // EIO once no process holds the terminal any more.
-                    Ok(0) | Err(_) => break Ok(child.wait().await.map_err(LocalError::Output)?),
-                    Ok(n) => {
-                        output.write_all(&shown[..n]).await.map_err(LocalError::Output)?;
-                        output.flush().await.map_err(LocalError::Output)?;
-                    }
-                },
-                read = stdin.read(&mut input), if input_open => match read {
-                    Ok(0) | Err(_) => input_open = false,
-                    Ok(n) => {
-                        // A command that stopped reading: its terminal's
-                        // input is dropped, as a terminal's would be.
-                        let _ = to_pty.write_all(&input[..n]).await;
-                    }
-                },
-                changed = size.changed() => {
-                    if changed.is_ok() {
-                        let now = *size.borrow_and_update();
-                        let _ = to_pty.resize(pty_process::Size::new(now.rows, now.cols));
-                    }
-                },
-                () = tokio::time::sleep_until(deadline) => break Err(()),
-            }
-        };
-        if let Some(group) = group {
-            if status.is_err() {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(group),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-        match status {
-            Ok(status) => {
-                // What it wrote just before it ended, as far as it comes
-                // at once (a process it left running may keep the
-                // terminal open).
-                while let Ok(Ok(n)) = tokio::time::timeout(
-                    std::time::Duration::from_millis(50),
-                    from_pty.read(&mut shown),
-                )
-                .await
-                {
-                    if n == 0 {
-                        break;
-                    }
-                    output
-                        .write_all(&shown[..n])
-                        .await
-                        .map_err(LocalError::Output)?;
-                }
-                output.flush().await.map_err(LocalError::Output)?;
-                Ok(ExecOutcome {
-                    exit_code: i64::from(status.code().unwrap_or(128 + signal_of(&status))),
-                    timed_out: false,
-                })
-            }
-            Err(()) => {
-                let _ = child.wait().await;
-                Ok(ExecOutcome {
-                    exit_code: TIMEOUT_EXIT_CODE,
-                    timed_out: true,
-                })
-            }
+        match crate::pty::run(cmd, io, req.timeout).await {
+            Ok(crate::pty::Ended::Exited(status)) => Ok(ExecOutcome {
+                exit_code: i64::from(status.code().unwrap_or(128 + signal_of(&status))),
+                timed_out: false,
+            }),
+            Ok(crate::pty::Ended::TimedOut) => Ok(ExecOutcome {
+                exit_code: TIMEOUT_EXIT_CODE,
+                timed_out: true,
+            }),
+            Err(crate::pty::PtyError::Open(e)) => Err(LocalError::Pty(e)),
+            Err(crate::pty::PtyError::Spawn(source)) => Err(LocalError::Spawn {
+                program: program.clone(),
+                source,
+            }),
+            Err(crate::pty::PtyError::Output(e)) => Err(LocalError::Output(e)),
         }
     }
-}
-
-fn pty_io(e: pty_process::Error) -> std::io::Error {
-    match e {
-        pty_process::Error::Io(e) => e,
-        other => std::io::Error::other(other.to_string()),
-    }
-}
-
-fn pty_error(e: pty_process::Error) -> LocalError {
-    LocalError::Pty(pty_io(e))
 }
 
 /// A watch over a local command: a small `sh` in a process group of its

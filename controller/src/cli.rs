@@ -280,7 +280,8 @@ pub struct ExecArgs {
     #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
     /// Give the command a terminal of its own (interactive shells, job
-    /// control, full-screen programs), on the local and docker backends;
+    /// control, full-screen programs), on the local, docker and
+    /// singularity backends;
     /// stdin must be a terminal. stdout and stderr are one stream; no
     /// time limit unless --timeout.
     #[arg(long, short = 't', conflicts_with = "background")]

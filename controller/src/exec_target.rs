@@ -272,8 +272,9 @@ impl ExecTarget {
 
 impl ExecTarget {
     /// Runs `req` on a terminal of its own (`hermes exec -t`): on this
-    /// host and in a Docker sandbox; the other backends have no terminal
-    /// to give, which is said before anything runs.
+    /// host, in a Docker sandbox and in a singularity instance; the other
+    /// backends have no terminal to give, which is said before anything
+    /// runs.
     pub async fn exec_tty(
         &self,
         desired: &Desired,
@@ -293,7 +294,8 @@ impl ExecTarget {
                 record(activity, name);
                 Ok(outcome?)
             }
-            ExecTarget::Ssh(_) | ExecTarget::Singularity(_) | ExecTarget::Cloud(_) => {
+            ExecTarget::Singularity(instance) => Ok(instance.exec_tty(req, io).await?),
+            ExecTarget::Ssh(_) | ExecTarget::Cloud(_) => {
                 Err(ExecError::NoTerminal(desired.backend().to_string()))
             }
         }
@@ -314,7 +316,7 @@ pub enum ExecError {
     #[error(transparent)]
     Cloud(#[from] crate::cloud::DriverCallError),
     #[error(
-        "the {0} backend gives a command no terminal: `hermes exec -t` works on the local and docker backends; run the command without -t"
+        "the {0} backend gives a command no terminal: `hermes exec -t` works on the local, docker and singularity backends; run the command without -t"
     )]
     NoTerminal(String),
 }

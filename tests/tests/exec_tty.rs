@@ -2,9 +2,10 @@
 //! (the test holds its master side, as a terminal emulator would): the
 //! command gets a terminal of its own, sized as the user's and resized
 //! with it, every key goes to it (Ctrl-C included, which does not end
-//! hermes), its exit code is hermes's; on the local backend and in a real
-//! Docker sandbox. A backend with no terminal to give, or an input that is
-//! no terminal, is refused before anything runs.
+//! hermes), its exit code is hermes's; on the local backend, in a real
+//! Docker sandbox and in a singularity instance (the stand-in runtime).
+//! A backend with no terminal to give, or an input that is no terminal,
+//! is refused before anything runs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -89,12 +90,20 @@ impl Terminal {
     }
 }
 
-/// The same checks on any home whose backend gives a terminal.
-fn a_terminal_of_its_own(home: &TestHome, profile: &str) {
+/// The same checks on any home whose backend gives a terminal; `env`:
+/// what hermes's environment needs for it.
+fn a_terminal_of_its_own(home: &TestHome, profile: &str, env: &[(&str, String)]) {
+    let command = |args: &[&str]| {
+        let mut all = vec!["--profile", profile];
+        all.extend_from_slice(args);
+        let mut cmd = home.command(all);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
+    };
     // A terminal, of the user's size; a resize reaches it.
-    let cmd = home.command([
-        "--profile",
-        profile,
+    let cmd = command(&[
         "exec",
         "-t",
         "--",
@@ -119,9 +128,7 @@ fn a_terminal_of_its_own(home: &TestHome, profile: &str) {
     assert_eq!(term.wait(), 7);
 
     // Ctrl-C is a key for the command: it gets SIGINT, hermes goes on.
-    let cmd = home.command([
-        "--profile",
-        profile,
+    let cmd = command(&[
         "exec",
         "-t",
         "--",
@@ -138,13 +145,55 @@ fn a_terminal_of_its_own(home: &TestHome, profile: &str) {
 fn the_command_gets_a_terminal_on_local() {
     let home = TestHome::new();
     home.write_config("terminal:\n  backend: local\n");
-    a_terminal_of_its_own(&home, "default");
+    a_terminal_of_its_own(&home, "default", &[]);
 }
 
 #[test]
 fn the_command_gets_a_terminal_in_a_docker_sandbox() {
     let (home, profile, _cleanup) = docker_home("tty", "");
-    a_terminal_of_its_own(&home, &profile);
+    a_terminal_of_its_own(&home, &profile, &[]);
+}
+
+/// On singularity, through the stand-in `apptainer` of the exec contract
+/// (`tests/fixtures/apptainer-standin`, which runs the command with the
+/// terminal it is given, as Apptainer does).
+#[test]
+fn the_command_gets_a_terminal_in_a_singularity_instance() {
+    use std::os::unix::fs::PermissionsExt;
+    let standin = tempfile::tempdir().unwrap();
+    let bin = standin.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let program = bin.join("apptainer");
+    std::fs::write(
+        &program,
+        include_str!("../fixtures/apptainer-standin/apptainer"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = TestHome::new();
+    home.write_config("terminal:\n  backend: singularity\n");
+    let env = [
+        (
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        ),
+        ("HOME", home.path().display().to_string()),
+    ];
+    // Every instance the stand-in started is stopped, the test passed or not.
+    struct StopAll(std::path::PathBuf);
+    impl Drop for StopAll {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new(&self.0)
+                .args(["instance", "stop", "--all"])
+                .output();
+        }
+    }
+    let _stop = StopAll(program.clone());
+    a_terminal_of_its_own(&home, "default", &env);
 }
 
 #[test]

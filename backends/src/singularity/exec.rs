@@ -175,6 +175,49 @@ impl Executor for Instance {
     }
 }
 
+impl Instance {
+    /// Runs `req` in the instance on a terminal of its own: `exec` of the
+    /// runtime on a pseudo-terminal of this host ([`crate::pty`]), which
+    /// the runtime hands to the command. On timeout every process of the
+    /// command is killed inside, as for [`Executor::exec`].
+    pub async fn exec_tty(
+        &self,
+        req: &ExecRequest,
+        io: crate::exec::TtyIo<'_>,
+    ) -> Result<ExecOutcome, SingularityError> {
+        let marker = new_exec_id();
+        let cwd = req.cwd.as_deref().unwrap_or(DEFAULT_CWD);
+        let cmd = self.runtime.command(
+            &argv::exec(&self.name, cwd, &req.cmd),
+            &self.values(req, &marker),
+        );
+        let spawn_error = |source| SingularityError::Spawn {
+            program: self.runtime.program().display().to_string(),
+            source,
+        };
+        match crate::pty::run(pty_process::Command::from(cmd), io, req.timeout).await {
+            Ok(crate::pty::Ended::Exited(status)) => Ok(ExecOutcome {
+                exit_code: exit_code(status),
+                timed_out: false,
+            }),
+            Ok(crate::pty::Ended::TimedOut) => {
+                self.kill_marked(&marker).await;
+                Ok(ExecOutcome {
+                    exit_code: TIMEOUT_EXIT_CODE,
+                    timed_out: true,
+                })
+            }
+            Err(crate::pty::PtyError::Open(e) | crate::pty::PtyError::Spawn(e)) => {
+                Err(spawn_error(e))
+            }
+            Err(crate::pty::PtyError::Output(e)) => {
+                self.kill_marked(&marker).await;
+                Err(SingularityError::Output(e))
+            }
+        }
+    }
+}
+
 /// Copies a child's output to a writer as it comes, flushing each chunk.
 async fn pump<R: AsyncRead + Unpin>(
     from: &mut Option<R>,

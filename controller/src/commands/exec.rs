@@ -132,7 +132,9 @@ pub async fn run_with(
         anyhow::ensure!(
             matches!(
                 crate::backend::Seam::of(&desired),
-                crate::backend::Seam::Local | crate::backend::Seam::Docker
+                crate::backend::Seam::Local
+                    | crate::backend::Seam::Docker
+                    | crate::backend::Seam::Singularity
             ),
             crate::exec_target::ExecError::NoTerminal(desired.backend().to_string())
         );
