@@ -14,6 +14,18 @@
 //! [`parse_list`] takes only fields of the expected shape, bounded, and
 //! an id a user gives is checked ([`check_id`]) before it names anything.
 
+/// How the process that waits for a background command and records its
+/// exit code shows in a process listing (`/bin/sh -c` of a script that
+/// starts with this line): hermes's own, not counted as the sandbox's
+/// work (the command it waits for is).
+const WAITER_PREFIX: &str = "/bin/sh -c # hermes-background";
+
+/// Whether a process listing's command line is a background command's
+/// waiter ([`WAITER_PREFIX`]).
+pub fn is_waiter_process(cmd: &str) -> bool {
+    cmd.starts_with(WAITER_PREFIX)
+}
+
 /// How many processes a listing reads at most.
 pub const MAX_LISTED: usize = 256;
 
@@ -285,6 +297,23 @@ mod tests {
                 _ => std::thread::sleep(Duration::from_millis(50)),
             }
         }
+    }
+
+    #[test]
+    fn the_waiter_of_a_started_process_is_known_by_its_command_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path();
+        let id = start("sleep 30", "jobs", at);
+        let job = until_state("jobs", at, &id, State::Running);
+        let pid = job.pid.unwrap();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        // As `ps` shows it: arguments joined by spaces, a newline as `?`.
+        let shown: String = String::from_utf8_lossy(&cmdline)
+            .replace('\0', " ")
+            .replace('\n', "?");
+        assert!(is_waiter_process(&shown), "{shown}");
+        assert!(!is_waiter_process("/bin/sh -c sleep 30"));
+        run(&script_argv(KILL, &["jobs", &id]), at);
     }
 
     #[test]

@@ -171,7 +171,8 @@ if [ "$hermes_b" = bg ]; then
 	}
 	set -- "$hermes_j" "$@"
 	unset hermes_s hermes_f hermes_b hermes_d hermes_j hermes_t
-	hermes_r='j=$1; shift; echo $$ >"$j/pid"; exec </dev/null >/dev/null 2>&1; "$@" >"$j/out" 2>&1; echo $? >"$j/exit.new"; mv -f "$j/exit.new" "$j/exit"'
+	hermes_r='# hermes-background
+j=$1; shift; echo $$ >"$j/pid"; exec </dev/null >/dev/null 2>&1; "$@" >"$j/out" 2>&1; echo $? >"$j/exit.new"; mv -f "$j/exit.new" "$j/exit"'
 	if command -v setsid >/dev/null 2>&1; then
 		hermes_x=$(setsid /bin/sh -c "$hermes_r" sh "$@" &)
 	else

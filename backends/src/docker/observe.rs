@@ -358,8 +358,8 @@ fn from_inspect(info: ContainerInspectResponse, fallback_name: &str) -> Observed
 }
 
 /// The processes of a running sandbox besides its init, the
-/// `sleep infinity` that keeps it up and the runner's own processes (not
-/// the commands it runs). `main_pid` is the host pid of the
+/// `sleep infinity` that keeps it up, the runner's own processes and the
+/// waiters of background commands (not the commands they run). `main_pid` is the host pid of the
 /// container's first process (the init, with `init: true`). `None` when the
 /// answer has no PID column.
 fn count_processes(top: &ContainerTopResponse, main_pid: Option<i64>) -> Option<u32> {
@@ -391,7 +391,9 @@ fn count_processes(top: &ContainerTopResponse, main_pid: Option<i64>) -> Option<
             keeper_seen = true;
             continue;
         }
-        if cmd.is_some_and(super::runner::is_runner_process) {
+        if cmd.is_some_and(|c| {
+            super::runner::is_runner_process(c) || crate::background::is_waiter_process(c)
+        }) {
             continue;
         }
         count += 1;
