@@ -35,8 +35,15 @@ impl Engine {
         } = io;
         let deadline = Instant::now() + req.timeout;
         let marker = new_exec_id();
+        // The engine sizes its terminal only once the exec started (an
+        // engine before API 1.42 takes no size at creation): a command
+        // that asks for its size at once would see 0×0. The command is
+        // given its size from inside first; later changes are resizes.
+        let first = *size.borrow_and_update();
+        let mut sized = req.clone();
+        sized.cmd = sized_argv(first, &req.cmd);
         let (exec_id, watch) = tokio::join!(
-            self.create_marked_exec(container, req, Attach::Terminal, &marker),
+            self.create_marked_exec(container, &sized, Attach::Terminal, &marker),
             self.watch(container, &marker)
         );
         let exec_id = exec_id?;
@@ -60,7 +67,6 @@ impl Engine {
                 reason: "the engine started the exec detached".to_string(),
             });
         };
-        let first = *size.borrow_and_update();
         self.resize(&exec_id, first).await;
         let mut keys = vec![0u8; 8 * 1024];
         let mut input_open = true;
@@ -147,5 +153,47 @@ impl Engine {
         if let Err(e) = self.docker.resize_exec(exec_id, options).await {
             tracing::debug!(error = %e, "cannot resize the exec's terminal");
         }
+    }
+}
+
+/// `cmd` behind a `sh` that sets its terminal to `size` first (`stty`,
+/// where the sandbox has it) and then becomes it.
+fn sized_argv(size: TtySize, cmd: &[String]) -> Vec<String> {
+    let mut argv = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        r#"stty rows "$1" cols "$2" 2>/dev/null; shift 2; exec "$@""#.to_string(),
+        "sh".to_string(),
+        size.rows.to_string(),
+        size.cols.to_string(),
+    ];
+    argv.extend(cmd.iter().cloned());
+    argv
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_command_is_sized_from_inside_then_run_as_it_was() {
+        let cmd: Vec<String> = ["printf", "%s|", "a b", "c"].map(String::from).to_vec();
+        let argv = sized_argv(
+            TtySize {
+                rows: 33,
+                cols: 101,
+            },
+            &cmd,
+        );
+        // No terminal here: stty fails quietly and the argv runs intact.
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "a b|c|");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "");
     }
 }
