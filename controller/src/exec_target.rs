@@ -56,6 +56,17 @@ pub struct Which<'a> {
     pub session: Option<&'a str>,
 }
 
+impl Which<'_> {
+    /// `profile.task` or `profile.task.session`: what names the files of
+    /// `which` where several tasks share one place.
+    fn key(&self, desired: &Desired) -> String {
+        match self.session {
+            Some(s) => format!("{}.{}.{s}", desired.profile, self.task),
+            None => format!("{}.{}", desired.profile, self.task),
+        }
+    }
+}
+
 impl ExecTarget {
     /// The target of `desired`'s backend for `which`, its sandbox made
     /// ready (created or started) when it needs to be; and the values
@@ -185,10 +196,7 @@ impl ExecTarget {
     /// ([`hermes_backends::exec::TERMINAL_SCRIPT`]); a relative path is
     /// from the home there.
     pub fn cwd_state(&self, home: &Home, desired: &Desired, which: &Which<'_>) -> String {
-        let key = match which.session {
-            Some(s) => format!("{}.{}.{s}", desired.profile, which.task),
-            None => format!("{}.{}", desired.profile, which.task),
-        };
+        let key = which.key(desired);
         match self {
             // The host: under the home, by profile, task and session.
             ExecTarget::Local(_) => home
@@ -217,10 +225,7 @@ impl ExecTarget {
     /// ([`hermes_backends::background`]); a relative path is from the
     /// home there.
     pub fn jobs_dir(&self, home: &Home, desired: &Desired, which: &Which<'_>) -> String {
-        let key = match which.session {
-            Some(s) => format!("{}.{}.{s}", desired.profile, which.task),
-            None => format!("{}.{}", desired.profile, which.task),
-        };
+        let key = which.key(desired);
         match self {
             ExecTarget::Local(_) => home
                 .root()

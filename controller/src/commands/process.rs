@@ -85,6 +85,38 @@ async fn target(
     }))
 }
 
+/// The running sandbox of one process, for `logs` and `kill`.
+struct Found {
+    target: ExecTarget,
+    jobs: String,
+    /// Its name, for a message.
+    sandbox: String,
+    /// The options that name it again, for a hint.
+    flags: String,
+}
+
+/// The running sandbox of `at` for process `id`; an error naming it when
+/// it is not running.
+async fn found(
+    home: &Home,
+    desired: &Desired,
+    at: &ProcessWhere,
+    id: &str,
+) -> anyhow::Result<Found> {
+    let which = which(at)?;
+    let sandbox = sandbox_name(desired, &which);
+    let flags = which_flags(&which);
+    let Some((target, jobs)) = target(home, desired, &which).await? else {
+        anyhow::bail!("{sandbox} is not running: no background process {id}");
+    };
+    Ok(Found {
+        target,
+        jobs,
+        sandbox,
+        flags,
+    })
+}
+
 /// The sandbox's name for a message: the Docker container, or the backend.
 fn sandbox_name(desired: &Desired, which: &Which<'_>) -> String {
     match Seam::of(desired) {
@@ -301,12 +333,12 @@ async fn logs(
     tail: Option<u64>,
 ) -> anyhow::Result<ExitCode> {
     let id = check_id(id)?;
-    let which = which(at)?;
-    let sandbox = sandbox_name(desired, &which);
-    let flags = which_flags(&which);
-    let Some((target, jobs)) = target(home, desired, &which).await? else {
-        anyhow::bail!("{sandbox} is not running: no background process {id}");
-    };
+    let Found {
+        target,
+        jobs,
+        sandbox,
+        flags,
+    } = found(home, desired, at, id).await?;
     let tail = tail.map(|n| n.to_string()).unwrap_or_default();
     let argv = script_argv(
         background::LOGS,
@@ -377,12 +409,12 @@ async fn kill(
     id: &str,
 ) -> anyhow::Result<Killed> {
     let id = check_id(id)?;
-    let which = which(at)?;
-    let sandbox = sandbox_name(desired, &which);
-    let flags = which_flags(&which);
-    let Some((target, jobs)) = target(home, desired, &which).await? else {
-        anyhow::bail!("{sandbox} is not running: no background process {id}");
-    };
+    let Found {
+        target,
+        jobs,
+        sandbox,
+        flags,
+    } = found(home, desired, at, id).await?;
     let (code, out) = capture(
         home,
         desired,
