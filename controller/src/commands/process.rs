@@ -22,6 +22,7 @@ use crate::cli::{Output, ProcessCommand, ProcessWhere};
 use crate::commands::exec::{Stdin, Streams, run_own, which_flags};
 use crate::exec_target::{ExecTarget, Which};
 use crate::home::Home;
+use crate::mcp::capture::{Captured, Shared};
 
 /// How long a listing or a kill may take in the sandbox.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -136,7 +137,8 @@ async fn capture(
     target: &ExecTarget,
     argv: Vec<String>,
 ) -> anyhow::Result<(u8, Vec<u8>)> {
-    let mut out = Bounded(Vec::new());
+    let kept = listing();
+    let mut out = kept.writer();
     let mut err = tokio::io::stderr();
     let streams = Streams {
         stdout: &mut out,
@@ -144,38 +146,13 @@ async fn capture(
         stdin: Stdin::Empty,
     };
     let code = run_own(home, desired, target, argv, SCRIPT_TIMEOUT, streams).await?;
-    Ok((code, out.0))
+    let bytes = kept.lock().bytes();
+    Ok((code, bytes))
 }
 
-/// A buffer that keeps the first [`MAX_LISTING`] bytes written to it and
-/// drops the rest.
-struct Bounded(Vec<u8>);
-
-impl tokio::io::AsyncWrite for Bounded {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let room = MAX_LISTING.saturating_sub(this.0.len());
-        this.0.extend_from_slice(&buf[..buf.len().min(room)]);
-        std::task::Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
+/// A capture of a listing: its first [`MAX_LISTING`] bytes.
+fn listing() -> Shared {
+    Shared::new(Captured::new(MAX_LISTING, 0))
 }
 
 /// `hermes process list`.
@@ -445,12 +422,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_listing_without_end_is_kept_to_its_first_bytes() {
-        let mut out = Bounded(Vec::new());
+        let kept = listing();
+        let mut out = kept.writer();
         let chunk = vec![b'x'; 64 * 1024];
         for _ in 0..64 {
             out.write_all(&chunk).await.unwrap();
         }
-        assert_eq!(out.0.len(), MAX_LISTING);
+        assert_eq!(kept.lock().bytes().len(), MAX_LISTING);
     }
 
     #[test]

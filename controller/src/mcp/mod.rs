@@ -36,7 +36,7 @@
 //! after `terminal.lifetime_seconds`). A persistent sandbox outlives the
 //! connection, and so do the background processes in it.
 
-mod capture;
+pub(crate) mod capture;
 pub mod http;
 mod sandbox;
 mod schema;
