@@ -88,7 +88,7 @@ impl Seam {
                 None
             }
             Seam::Cloud(_) => {
-                let env = match crate::commands::host_env(home) {
+                let env = match crate::host::host_env(home) {
                     Ok(env) => env,
                     Err(e) => {
                         let reason = crate::chain::Chain(&e).to_string();
@@ -118,7 +118,7 @@ impl Seam {
             Seam::Local | Seam::Docker => Applied::default(),
             Seam::Ssh => crate::ssh::apply(home, desired, plan, verbose).await,
             Seam::Singularity => crate::singularity::apply(plan, verbose).await,
-            Seam::Cloud(_) => match crate::commands::host_env(home) {
+            Seam::Cloud(_) => match crate::host::host_env(home) {
                 Ok(env) => crate::cloud::apply(home, desired, &env, plan, verbose).await,
                 Err(e) => {
                     tracing::warn!(error = %crate::chain::Chain(&e), "cannot read the environment for the cloud backend");
@@ -143,7 +143,7 @@ impl Seam {
         match self {
             Seam::Local | Seam::Docker | Seam::Ssh => {
                 let engine = Engine::connect().await?.for_home(home.scope());
-                let mut observed = crate::commands::observe(&engine, home).await?;
+                let mut observed = crate::observe::observe(&engine, home).await?;
                 // The plan says what runs in what it removes.
                 let ending = hermes_reconcilers::reaping::end_session(profile, session, &observed);
                 let ids: Vec<String> = ending
@@ -216,4 +216,13 @@ impl Seam {
     ) -> anyhow::Result<(crate::exec_target::ExecTarget, crate::exec_target::Values)> {
         crate::exec_target::ExecTarget::choose(self, home, desired, which).await
     }
+}
+
+/// Whether a pass of `desired` needs a Docker engine, and fails without
+/// one: the Docker backend, or the proxy's proxy-only network
+/// (`proxy.enforce_network`), which lives in Docker. Any other pass looks
+/// at an engine only when one answers ([`crate::observe::optional_engine`]).
+pub fn needs_docker(desired: &Desired) -> bool {
+    let proxy = &desired.config.proxy;
+    Seam::of(desired) == Seam::Docker || (proxy.enabled && proxy.enforce_network)
 }

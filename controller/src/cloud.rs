@@ -522,7 +522,7 @@ pub async fn executor(
     Vec<(String, String)>,
 )> {
     let cloud = usable(desired)?;
-    let host = crate::commands::host_env(home)?;
+    let host = crate::host::host_env(home)?;
     let home_dir = home_dir(&host);
     let driver = Driver::new(cloud.backend, &host, home_dir.as_deref())?;
     let book = SnapshotBook::new(home.root(), cloud.backend);
@@ -543,7 +543,7 @@ pub async fn running_executor(
 ) -> anyhow::Result<Option<hermes_backends::cloud::InSandbox<Driver>>> {
     let cloud = usable(desired)?;
     cloud.credentials.clone()?;
-    let host = crate::commands::host_env(home)?;
+    let host = crate::host::host_env(home)?;
     let home_dir = home_dir(&host);
     let driver = Driver::new(cloud.backend, &host, home_dir.as_deref())?;
     let book = SnapshotBook::new(home.root(), cloud.backend);

@@ -36,12 +36,15 @@ mod exec_target;
 mod failures;
 mod fsio;
 mod home;
+mod host;
 mod interrupt;
 mod json;
+mod load;
 mod mcp;
 mod metrics;
 mod migrate;
 mod notices;
+mod observe;
 mod pass;
 mod proxy_ops;
 mod redacting;
@@ -357,7 +360,7 @@ fn init_tracing(format: LogFormat, default_level: &str, home: Option<&Home>) {
 /// Whether config.yaml turns redaction off. A config that cannot be read
 /// keeps it on.
 fn redaction_off(home: &Home) -> bool {
-    commands::config::read_config_text(home)
+    host::read_config_text(home)
         .ok()
         .flatten()
         .and_then(|text| hermes_model::config::load(&text).ok())

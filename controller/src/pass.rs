@@ -1,7 +1,7 @@
 //! One pass of the loop, the same for `hermes reconcile`, `hermes
 //! reconcile --dry-run`, `hermes controller` and `hermes status`: load
 //! config.yaml (a pass's rules, or a dry run's), connect to a Docker
-//! engine only when the pass needs one ([`crate::commands::needs_docker`];
+//! engine only when the pass needs one ([`crate::backend::needs_docker`];
 //! any other pass looks at one only when it answers), observe (the
 //! containers, the egress proxy, and the backend's own world: the SSH
 //! host, the singularity instances, the cloud sandbox), plan in stages
@@ -35,11 +35,11 @@ use crate::home::Home;
 pub enum Load<'a> {
     /// A pass's: a config that cannot be used is reported, and the last
     /// good one stands in, removing nothing
-    /// ([`crate::commands::load_for_pass`]).
+    /// ([`crate::load::load_for_pass`]).
     Pass,
     /// A dry run's: a config that cannot be used is the error; `file`
     /// plans a candidate instead of config.yaml
-    /// ([`crate::commands::load_for_dry_run`]).
+    /// ([`crate::load::load_for_dry_run`]).
     DryRun { file: Option<&'a std::path::Path> },
 }
 
@@ -60,7 +60,7 @@ pub struct Request<'a> {
 /// Where a pass gets its Docker engine.
 pub trait Engines {
     /// The engine of a pass; `needed` when it cannot go on without one
-    /// ([`crate::commands::needs_docker`]). `Err` ends the pass with why.
+    /// ([`crate::backend::needs_docker`]). `Err` ends the pass with why.
     async fn connect(&mut self, home: &Home, needed: bool) -> Result<Option<Engine>, String>;
 
     /// What observing through the engine came to: it answered (`Ok`), or
@@ -71,7 +71,7 @@ pub trait Engines {
 
 /// The engine of `reconcile` and `status`: connected when the pass needs
 /// one, else looked at only when it answers
-/// ([`crate::commands::optional_engine`]).
+/// ([`crate::observe::optional_engine`]).
 #[derive(Debug, Default)]
 pub struct Connect {
     /// Go on without an engine the pass needs, keeping why in `error`
@@ -86,7 +86,7 @@ const TOLERANT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 impl Engines for Connect {
     async fn connect(&mut self, home: &Home, needed: bool) -> Result<Option<Engine>, String> {
         if !needed {
-            return Ok(crate::commands::optional_engine(home).await);
+            return Ok(crate::observe::optional_engine(home).await);
         }
         if !self.tolerate {
             return match Engine::connect().await {
@@ -164,13 +164,10 @@ pub async fn run(
 ) -> anyhow::Result<Pass> {
     let (mut desired, config_error) = match request.load {
         Load::Pass => {
-            let pass = crate::commands::load_for_pass(home, profile)?;
+            let pass = crate::load::load_for_pass(home, profile)?;
             (pass.desired, pass.config_error)
         }
-        Load::DryRun { file } => (
-            crate::commands::load_for_dry_run(home, profile, file)?,
-            None,
-        ),
+        Load::DryRun { file } => (crate::load::load_for_dry_run(home, profile, file)?, None),
     };
     if request.prune {
         desired.config.reconcile.prune = true;
@@ -188,7 +185,7 @@ pub async fn run(
         halted: None,
         declined: false,
     };
-    let needed = crate::commands::needs_docker(&pass.desired);
+    let needed = crate::backend::needs_docker(&pass.desired);
     pass.engine = match engines.connect(home, needed).await {
         Ok(engine) => engine,
         Err(e) => {
@@ -252,7 +249,7 @@ pub async fn observe(
     desired: &Desired,
 ) -> Result<(Observed, Option<String>), ObserveError> {
     let mut observed = match engine {
-        Some(engine) => crate::commands::observe_for(engine, home, desired)
+        Some(engine) => crate::observe::observe_for(engine, home, desired)
             .await
             .map_err(|e| {
                 if e.downcast_ref::<hermes_backends::docker::DockerError>()
@@ -301,7 +298,7 @@ async fn carry_out(
     for stage in 1..=stages {
         if stage > 1 {
             let predicted = &pass.plan.later[stage - 2].plan;
-            crate::commands::refresh_egress(home, &mut pass.desired);
+            crate::load::refresh_egress(home, &mut pass.desired);
             let observed = match observe(pass.engine.as_ref(), home, &pass.desired).await {
                 Ok((observed, _)) => observed,
                 Err(e) => {

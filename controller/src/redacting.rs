@@ -15,7 +15,7 @@ use crate::home::Home;
 /// The real key values this host holds: the provider variables of the
 /// process's environment and of `$HERMES_HOME/.env`.
 pub fn known_secrets(home: &Home) -> Vec<String> {
-    let dotenv = crate::commands::config::read_env_text(home)
+    let dotenv = crate::host::read_env_text(home)
         .map(|text| hermes_model::dotenv::parse(&text))
         .unwrap_or_default();
     let mut values = Vec::new();

@@ -10,6 +10,7 @@ use hermes_model::{dotenv, edit, keypath, schema, yaml};
 use crate::cli::{ConfigCommand, Output};
 use crate::fsio;
 use crate::home::Home;
+use crate::host::{read_config_text, read_env_text};
 
 /// Mode of config.yaml, which may hold `docker_env` values: hermes writes
 /// it 0600, an existing file included.
@@ -36,19 +37,6 @@ pub fn run(home: &Home, command: ConfigCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The text of config.yaml, `None` if there is no file.
-pub fn read_config_text(home: &Home) -> anyhow::Result<Option<String>> {
-    let path = home.config();
-    let Some(bytes) = fsio::read_bounded(&path, yaml::MAX_BYTES)
-        .with_context(|| format!("cannot read {}", path.display()))?
-    else {
-        return Ok(None);
-    };
-    let text = yaml::text_from_bytes(&bytes)
-        .map_err(|e| anyhow::anyhow!("{}", Issue::from(e).render(&path.display().to_string())))?;
-    Ok(Some(text.to_string()))
-}
-
 /// Defaults with the file laid over them, without type validation: `get`
 /// and `show` work on a file whose values are wrong, so they help fix it.
 /// The `TERMINAL_*` variables that win over the file are laid over it
@@ -64,7 +52,8 @@ fn merged_view(home: &Home) -> anyhow::Result<(Value, Vec<config::EnvOverride>)>
         })?,
         None => None,
     };
-    let (root, overrides) = config::effective_tree(root, &super::host_env(home)?.terminal_vars());
+    let (root, overrides) =
+        config::effective_tree(root, &crate::host::host_env(home)?.terminal_vars());
     if let Some(root) = root {
         merged.merge(&root.to_value());
     }
@@ -242,10 +231,10 @@ fn set(home: &Home, key: &str, raw: &str, force: bool) -> anyhow::Result<ExitCod
     // Refuse a value that makes the file invalid: every error the new text
     // has and the old one had not. Errors that were there before are only
     // reported, so that a broken file can be fixed one key at a time.
-    let env = super::host_env(home)?;
+    let env = crate::host::host_env(home)?;
     // Every error of a text, those that block only the Docker sandboxes
     // included.
-    let errors_of = |text: &str| match super::load_text(home, text, &env) {
+    let errors_of = |text: &str| match crate::load::load_text(home, text, &env) {
         Ok(loaded) => loaded.config.sandbox_errors,
         Err(errors) => errors.0,
     };
@@ -315,14 +304,6 @@ fn unset(home: &Home, key: &str) -> anyhow::Result<ExitCode> {
         None => println!("{key} is not set in {file}; nothing to do"),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-pub fn read_env_text(home: &Home) -> anyhow::Result<String> {
-    let path = home.env_file();
-    let bytes = fsio::read_bounded(&path, yaml::MAX_BYTES)
-        .with_context(|| format!("cannot read {}", path.display()))?
-        .unwrap_or_default();
-    String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))
 }
 
 /// `config check --output json`: the file, whether it is valid, and
@@ -406,7 +387,7 @@ fn check_into(home: &Home, file: &str, report: &mut CheckJson) -> anyhow::Result
     };
     report.exists = true;
     let env_mode_warning = env_mode_warning(home);
-    let env = match super::host_env(home) {
+    let env = match crate::host::host_env(home) {
         Ok(env) => env,
         Err(e) => {
             let text = crate::chain::Chain(&e).to_string();
@@ -415,7 +396,7 @@ fn check_into(home: &Home, file: &str, report: &mut CheckJson) -> anyhow::Result
             return Ok(ExitCode::from(1));
         }
     };
-    let loaded = super::load_text(home, &text, &env).and_then(|loaded| {
+    let loaded = crate::load::load_text(home, &text, &env).and_then(|loaded| {
         // A cloud backend without its credentials cannot run a command:
         // an error here rather than a surprise at the first exec.
         let missing = hermes_model::cloud::check_credentials(&text, &env);

@@ -24,7 +24,7 @@ pub async fn run(
     session: Option<&str>,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
-    let desired = crate::commands::load_desired(home, profile)?;
+    let desired = crate::load::load_desired(home, profile)?;
     let backend = desired.config.terminal.backend;
     anyhow::ensure!(
         backend == hermes_model::config::Backend::Docker,

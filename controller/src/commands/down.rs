@@ -20,7 +20,7 @@ use crate::daemon::status;
 use crate::home::Home;
 
 pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<ExitCode> {
-    let desired = crate::commands::load_desired(home, profile)?;
+    let desired = crate::load::load_desired(home, profile)?;
     let lock = status::run_dir(home).join("controller.lock");
     if lock.exists() {
         match ControllerLock::acquire(&lock) {
@@ -32,7 +32,7 @@ pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<
         }
     }
     // Without an engine there are no sandboxes to see: the proxy only.
-    let engine = crate::commands::optional_engine(home).await;
+    let engine = crate::observe::optional_engine(home).await;
     let (mut observed, _) = crate::pass::observe(engine.as_ref(), home, &desired).await?;
     if let Some(engine) = &engine {
         let ids: Vec<String> = observed.containers.iter().map(|c| c.id.clone()).collect();

@@ -49,7 +49,7 @@ pub enum Verb {
 /// while `proxy.enabled` is false, a stop while it is true. Silent when
 /// the file cannot be read (start and stop report their own errors).
 fn warn_if_undone(home: &Home, verb: Verb) {
-    let enabled = super::config::read_config_text(home)
+    let enabled = crate::host::read_config_text(home)
         .ok()
         .flatten()
         .and_then(|text| hermes_model::config::load(&text).ok())
@@ -91,7 +91,7 @@ fn install() -> anyhow::Result<ExitCode> {
 }
 
 fn setup(home: &Home, paths: &Paths, rotate: bool) -> anyhow::Result<ExitCode> {
-    let config = super::load_config(home)?;
+    let config = crate::load::load_config(home)?;
     let written = files::write_setup(home, paths, &config, rotate)?;
     for warning in &written.warnings {
         eprintln!("warning: {warning}");
@@ -144,8 +144,8 @@ fn setup(home: &Home, paths: &Paths, rotate: bool) -> anyhow::Result<ExitCode> {
 /// The report, gathered on a current-thread runtime made for the command
 /// (the health probe is async).
 fn status(home: &Home, show_tokens: bool, all: bool, output: Output) -> anyhow::Result<ExitCode> {
-    let config = super::load_config(home)?;
-    let env = super::host_env(home)?;
+    let config = crate::load::load_config(home)?;
+    let env = crate::host::host_env(home)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

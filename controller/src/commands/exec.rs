@@ -35,9 +35,9 @@ use hermes_model::redact::Redactor;
 use tokio::io::AsyncWriteExt;
 
 use crate::cli::ExecArgs;
-use crate::commands::load_desired;
 use crate::exec_target::Which;
 use crate::home::Home;
+use crate::load::load_desired;
 use crate::redacting::{RedactingWriter, known_secrets};
 
 /// The exit code of a command that ran out of time, as `timeout(1)`.

@@ -35,7 +35,7 @@ const MAX_LISTING: usize = 256 * 1024;
 
 pub async fn run(home: &Home, profile: &str, command: ProcessCommand) -> anyhow::Result<ExitCode> {
     hermes_model::desired::check_profile(profile)?;
-    let desired = crate::commands::load_desired(home, profile)?;
+    let desired = crate::load::load_desired(home, profile)?;
     match command {
         ProcessCommand::List { at, output } => {
             let list = list(home, &desired, &at).await?;

@@ -16,8 +16,9 @@ use serde::Serialize;
 
 use crate::backend::Seam;
 use crate::cli::{Output, SandboxCommand};
-use crate::commands::{load_desired, observe};
 use crate::home::Home;
+use crate::load::load_desired;
+use crate::observe::observe;
 
 pub async fn run(home: &Home, profile: &str, command: SandboxCommand) -> anyhow::Result<ExitCode> {
     let output = match command {
@@ -278,7 +279,7 @@ pub async fn cloud(
 ) -> anyhow::Result<SandboxList> {
     use hermes_model::cloud::CloudObserved;
     let cloud = crate::cloud::usable(desired)?;
-    let env = crate::commands::host_env(home)?;
+    let env = crate::host::host_env(home)?;
     let (seen, error) = crate::cloud::observe(home, desired, &env).await;
     if let Some(e) = error {
         return Err(e.into());

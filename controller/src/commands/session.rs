@@ -20,9 +20,9 @@ use serde::Serialize;
 use crate::apply::ApplyOptions;
 use crate::backend::Seam;
 use crate::cli::{Output, SessionCommand};
-use crate::commands::observe;
 use crate::commands::sandbox::{idle_text, table};
 use crate::home::Home;
+use crate::observe::observe;
 
 pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow::Result<ExitCode> {
     hermes_model::desired::check_profile(profile)?;
@@ -42,7 +42,7 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
 /// Ends a session: its plan printed, then carried out.
 async fn end(home: &Home, profile: &str, id: &str) -> anyhow::Result<ExitCode> {
     check_session(id)?;
-    let desired = crate::commands::load_desired(home, profile)?;
+    let desired = crate::load::load_desired(home, profile)?;
     let seam = Seam::of(&desired);
     let ending = seam.end_session(home, &desired, id).await?;
     if ending.plan.ops.is_empty() {

@@ -277,9 +277,9 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
     // its credentials cannot run a command.
     let mut config_error = pass.config_error.clone();
     if config_error.is_none()
-        && let Ok(Some(text)) = super::config::read_config_text(home)
+        && let Ok(Some(text)) = crate::host::read_config_text(home)
     {
-        let missing = hermes_model::cloud::check_credentials(&text, &super::host_env(home)?);
+        let missing = hermes_model::cloud::check_credentials(&text, &crate::host::host_env(home)?);
         if !missing.is_empty() {
             let file = home.config().display().to_string();
             config_error = Some(

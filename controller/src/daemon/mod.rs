@@ -479,12 +479,12 @@ impl Controller {
     }
 
     /// The engine of a pass that does not need one, when it answers
-    /// ([`crate::commands::optional_engine`]); its absence is no error.
+    /// ([`crate::observe::optional_engine`]); its absence is no error.
     async fn optional_engine(&mut self) -> Option<Engine> {
         if let Some(engine) = &self.engine {
             return Some(engine.clone());
         }
-        let engine = crate::commands::optional_engine(&self.home).await?;
+        let engine = crate::observe::optional_engine(&self.home).await?;
         Some(self.adopt(engine))
     }
 

@@ -127,7 +127,7 @@ fn load_credentials(home: &Home, paths: &Paths) -> anyhow::Result<Credentials> {
     let file = ProxyConfigFile::parse(
         &read_file(&paths.config())?.ok_or_else(|| missing(paths.config()))?,
     )?;
-    let env = crate::commands::host_env(home)?;
+    let env = crate::host::host_env(home)?;
     let (mut credentials, service_account) = if file.credential_source == super::bitwarden::SOURCE {
         let keys = super::bitwarden::fetch(&env, file.bitwarden_project_id.as_deref())?;
         let lookup = |name: &str| keys.get(name).map(|k| k.to_string());
@@ -165,7 +165,7 @@ pub(crate) fn check_source(home: &Home, paths: &Paths) -> anyhow::Result<Option<
     if file.credential_source != super::bitwarden::SOURCE {
         return Ok(None);
     }
-    let env = crate::commands::host_env(home)?;
+    let env = crate::host::host_env(home)?;
     let keys = super::bitwarden::fetch(&env, file.bitwarden_project_id.as_deref())?;
     Ok(Some(
         hermes_model::providers::key_variables()
@@ -239,7 +239,7 @@ fn raise_open_files_limit() {
 /// `hermes egress serve`: the proxy in the foreground until SIGTERM.
 pub(crate) fn serve(home: &Home, paths: &Paths) -> anyhow::Result<ExitCode> {
     files::ensure_proxy_dir(home, paths)?;
-    let fingerprint = super::pass::settings_fingerprint(home, paths);
+    let fingerprint = files::settings_fingerprint(home, paths);
     let settings = load_settings(home, paths)?;
     create_pid_file(paths)?;
     let result = serve_with_pid_file(home, paths, settings, fingerprint);
@@ -306,7 +306,7 @@ fn serve_with_pid_file(
                     _ = hup.recv() => match load_credentials(home, paths) {
                         Ok(credentials) => {
                             reloader.reload(credentials);
-                            if let Err(e) = write_state(super::pass::settings_fingerprint(home, paths)) {
+                            if let Err(e) = write_state(files::settings_fingerprint(home, paths)) {
                                 eprintln!("hermes egress proxy: cannot update its state file: {e:#}");
                             }
                             eprintln!("hermes egress proxy reloaded its tokens");

@@ -16,7 +16,9 @@ use hermes_egress::ca::{self, Ca};
 use hermes_egress::settings::{CONFIG_FILE, ProxyConfigFile};
 use hermes_egress::tokens::{MAPPINGS_FILE, MappingsFile, TOKENS_FILE, TokensFile};
 use hermes_model::config::Config;
+use sha2::{Digest, Sha256};
 
+use super::network::ProxyNetwork;
 use crate::fsio;
 use crate::home::Home;
 
@@ -256,7 +258,7 @@ pub(crate) fn write_setup(
     // directory of their own, bound read-only, which a rename inside
     // reaches (a bound file would keep its old inode).
     let mappings = MappingsFile::with_aws_hosts(&config.proxy.aws_hosts);
-    let env = super::pass::token_env(&tokens, &mappings, &config.proxy.aws_region);
+    let env = token_env(&tokens, &mappings, &config.proxy.aws_region);
     fsio::ensure_dir(&paths.sandbox_env_dir(), DIR_MODE)
         .with_context(|| format!("cannot create {}", paths.sandbox_env_dir().display()))?;
     write_file(
@@ -301,4 +303,58 @@ pub(crate) fn write_setup(
         config_changed,
         warnings,
     })
+}
+
+/// The fingerprint of the files the daemon loads, and, with
+/// `proxy.enforce_network`, of the proxy-only network's gateway it listens
+/// on (a network made anew restarts the proxy); `None` while a file is
+/// missing.
+pub fn settings_fingerprint(home: &Home, paths: &Paths) -> Option<String> {
+    let mut h = Sha256::new();
+    let mut enforce_network = false;
+    for path in [paths.config(), paths.tokens(), paths.mappings()] {
+        let bytes = read_file(&path).ok().flatten()?;
+        if path == paths.config() {
+            enforce_network = ProxyConfigFile::parse(&bytes).is_ok_and(|f| f.enforce_network);
+        }
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(&bytes);
+    }
+    let fingerprint = hex(&h.finalize()[..6]);
+    if enforce_network {
+        let gateway = ProxyNetwork::for_home(home).gateway();
+        let gateway = gateway.map_or_else(|| "none".to_string(), |g| g.to_string());
+        // `only`: the proxy listens on the gateway and loopback only (a
+        // proxy started when it listened on docker0 too is restarted).
+        return Some(format!("{fingerprint}@{gateway}/only"));
+    }
+    Some(fingerprint)
+}
+
+/// `bytes` in lower-case hex.
+pub(super) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every provider variable with its proxy token, and the AWS
+/// placeholder's variables: what a sandbox's commands get.
+pub fn token_env(
+    tokens: &TokensFile,
+    mappings: &MappingsFile,
+    aws_region: &str,
+) -> Vec<(String, String)> {
+    let mut token_env: Vec<(String, String)> = Vec::new();
+    for mapping in &mappings.mappings {
+        if let Some(token) = tokens.tokens.get(&mapping.provider) {
+            for name in &mapping.env {
+                token_env.push((name.clone(), token.clone()));
+            }
+        }
+    }
+    if let Some(secret) = tokens.tokens.get(hermes_egress::tokens::AWS_SECRET_TOKEN) {
+        token_env.extend(hermes_model::egress::aws_env(secret, aws_region));
+    }
+    token_env.sort();
+    token_env.dedup_by(|a, b| a.0 == b.0);
+    token_env
 }

@@ -20,39 +20,9 @@ use hermes_model::observed::{ProxyNetworkObserved, ProxyObserved};
 use sha2::{Digest, Sha256};
 
 use super::daemon::running_pid;
-use super::files::{Paths, mgmt_token, read_file};
+use super::files::{Paths, hex, mgmt_token, read_file, settings_fingerprint, token_env};
 use super::network::{ProxyNetwork, default_listen};
 use crate::home::Home;
-
-/// The fingerprint of the files the daemon loads, and, with
-/// `proxy.enforce_network`, of the proxy-only network's gateway it listens
-/// on (a network made anew restarts the proxy); `None` while a file is
-/// missing.
-pub fn settings_fingerprint(home: &Home, paths: &Paths) -> Option<String> {
-    let mut h = Sha256::new();
-    let mut enforce_network = false;
-    for path in [paths.config(), paths.tokens(), paths.mappings()] {
-        let bytes = read_file(&path).ok().flatten()?;
-        if path == paths.config() {
-            enforce_network = ProxyConfigFile::parse(&bytes).is_ok_and(|f| f.enforce_network);
-        }
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(&bytes);
-    }
-    let fingerprint = hex(&h.finalize()[..6]);
-    if enforce_network {
-        let gateway = ProxyNetwork::for_home(home).gateway();
-        let gateway = gateway.map_or_else(|| "none".to_string(), |g| g.to_string());
-        // `only`: the proxy listens on the gateway and loopback only (a
-        // proxy started when it listened on docker0 too is restarted).
-        return Some(format!("{fingerprint}@{gateway}/only"));
-    }
-    Some(fingerprint)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// The desired egress for `config`, from the proxy's files.
 pub fn desired(home: &Home, config: &Config) -> Egress {
@@ -181,29 +151,6 @@ pub fn after_setup(home: &Home, config: &Config) -> Option<EgressWiring> {
             .then(|| paths.gcp_adc()),
         env_dir_host_path: Some(paths.sandbox_env_dir()),
     })
-}
-
-/// Every provider variable with its proxy token, and the AWS
-/// placeholder's variables: what a sandbox's commands get.
-pub(crate) fn token_env(
-    tokens: &TokensFile,
-    mappings: &MappingsFile,
-    aws_region: &str,
-) -> Vec<(String, String)> {
-    let mut token_env: Vec<(String, String)> = Vec::new();
-    for mapping in &mappings.mappings {
-        if let Some(token) = tokens.tokens.get(&mapping.provider) {
-            for name in &mapping.env {
-                token_env.push((name.clone(), token.clone()));
-            }
-        }
-    }
-    if let Some(secret) = tokens.tokens.get(hermes_egress::tokens::AWS_SECRET_TOKEN) {
-        token_env.extend(hermes_model::egress::aws_env(secret, aws_region));
-    }
-    token_env.sort();
-    token_env.dedup_by(|a, b| a.0 == b.0);
-    token_env
 }
 
 /// With `proxy.enforce_network`: the proxy-only network's name and
@@ -345,7 +292,7 @@ pub fn desired_keys(home: &Home, config: &Config) -> Option<BTreeMap<String, Key
     }
     let env = hermes_model::desired::HostEnv {
         process,
-        ..crate::commands::host_env(home).ok()?
+        ..crate::host::host_env(home).ok()?
     };
     let lookup = |name: &str| {
         env.lookup(name)

@@ -37,7 +37,7 @@ pub struct ProxyState {
     #[serde(rename = "mgmt")]
     pub mgmt: SocketAddr,
     /// The fingerprint of the files it loaded
-    /// ([`super::pass::settings_fingerprint`]); `None` when a file was
+    /// ([`super::files::settings_fingerprint`]); `None` when a file was
     /// missing.
     #[serde(rename = "settings")]
     pub settings: Option<String>,

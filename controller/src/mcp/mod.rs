@@ -90,7 +90,7 @@ pub async fn run(home: &Home, profile: &str, args: McpArgs) -> anyhow::Result<Ex
     if let Some(session) = &args.session {
         hermes_model::desired::check_session(session)?;
     }
-    let desired = crate::commands::load_desired(home, profile)?;
+    let desired = crate::load::load_desired(home, profile)?;
     let terminal = &desired.config.terminal;
     let backend = desired.backend();
     let base = Base {
@@ -149,7 +149,7 @@ async fn end(base: &Base, session: &Session) {
 /// it, the plan is printed (on stderr: stdout is the protocol's), and the
 /// same appliers carry it out.
 async fn end_session(base: &Base, id: &str) -> anyhow::Result<()> {
-    let desired = crate::commands::load_desired(&base.home, &base.profile)?;
+    let desired = crate::load::load_desired(&base.home, &base.profile)?;
     let seam = crate::backend::Seam::of(&desired);
     let ending = seam.end_session(&base.home, &desired, id).await?;
     if ending.plan.ops.is_empty() {
