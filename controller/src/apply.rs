@@ -42,12 +42,10 @@ pub enum ApplyError {
     /// `apptainer` or `singularity`.
     #[error(transparent)]
     Singularity(#[from] hermes_backends::singularity::SingularityError),
-    /// The SSH backend's host.
+    /// A backend's own operation (the SSH host's; no driver for the
+    /// cloud backend), as the backend reported it.
     #[error(transparent)]
-    Ssh(#[from] crate::ssh::PrepareError),
-    /// No driver could be made for the cloud backend.
-    #[error(transparent)]
-    Driver(#[from] crate::cloud::DriverError),
+    Backend(Box<dyn std::error::Error + Send + Sync>),
     /// A sandbox's disk image could not be released.
     #[error(transparent)]
     Disk(#[from] crate::disk::DiskError),
@@ -61,6 +59,13 @@ pub enum ApplyError {
     /// causes.
     #[error("{0:#}")]
     Cloud(anyhow::Error),
+}
+
+impl ApplyError {
+    /// A backend's own error.
+    pub fn backend(e: impl std::error::Error + Send + Sync + 'static) -> ApplyError {
+        ApplyError::Backend(Box::new(e))
+    }
 }
 
 /// What an applied plan came to.

@@ -27,7 +27,6 @@ mod apply;
 mod backend;
 mod chain;
 mod cli;
-mod cloud;
 mod commands;
 mod daemon;
 mod disk;
@@ -39,8 +38,8 @@ mod home;
 mod host;
 mod interrupt;
 mod json;
+mod listing;
 mod load;
-mod mcp;
 mod metrics;
 mod migrate;
 mod notices;
@@ -49,9 +48,8 @@ mod pass;
 mod proxy_ops;
 mod redacting;
 mod sandbox_locks;
-mod singularity;
+mod seam;
 mod snapshots;
-mod ssh;
 mod stdout;
 mod terminal;
 
@@ -315,8 +313,8 @@ fn run(cli: Cli, home: anyhow::Result<Home>) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(commands::status::run(&home, &profile, output, watch))
         }
         Command::Egress(command) => commands::egress::run(&home, command),
-        Command::Mcp(args) => runtime()?.block_on(mcp::run(&home, &profile, args)),
-        Command::SshHolder(args) => runtime()?.block_on(ssh::run_holder(&home, args)),
+        Command::Mcp(args) => runtime()?.block_on(commands::mcp::run(&home, &profile, args)),
+        Command::SshHolder(args) => runtime()?.block_on(backend::ssh::run_holder(&home, args)),
         Command::Down(args) => runtime()?.block_on(commands::down::run(&home, &profile, &args)),
         Command::Completions { .. } | Command::Man { .. } => Ok(ExitCode::SUCCESS),
     }

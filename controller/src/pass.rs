@@ -5,7 +5,7 @@
 //! any other pass looks at one only when it answers), observe (the
 //! containers, the egress proxy, and the backend's own world: the SSH
 //! host, the singularity instances, the cloud sandbox), plan in stages
-//! ([`hermes_reconcilers::plan_stages`]) and, unless the pass only looks,
+//! ([`hermes_reconcilers::plan_stages_with`]) and, unless the pass only looks,
 //! apply.
 //!
 //! Applying carries out the stages in order. Before each stage after the
@@ -27,8 +27,8 @@ use hermes_reconcilers::{HostPlan, StagedPlan};
 
 use crate::activity::Activity;
 use crate::apply::{Applied, ApplyOptions};
-use crate::backend::Seam;
 use crate::home::Home;
+use crate::seam::Backend;
 
 /// Which rules load config.yaml.
 #[derive(Debug, Clone, Copy)]
@@ -218,7 +218,12 @@ pub async fn run(
         }
     };
     pass.errors.extend(error);
-    pass.plan = hermes_reconcilers::plan_stages(&pass.desired, &observed, SystemTime::now());
+    pass.plan = hermes_reconcilers::plan_stages_with(
+        &pass.desired,
+        &observed,
+        SystemTime::now(),
+        crate::backend::of(&pass.desired).planner(),
+    );
     pass.observed = observed;
     let go_on = (request.planned)(&pass);
     if let Some(options) = request.apply.filter(|_| go_on) {
@@ -265,16 +270,16 @@ pub async fn observe(
             ..Observed::default()
         },
     };
-    let error = Seam::of(desired)
+    let error = crate::backend::of(desired)
         .observe(home, desired, &mut observed)
         .await;
     Ok((observed, error))
 }
 
 /// Carries out one plan: the proxy's and the Docker sandboxes' operations
-/// ([`crate::apply::apply`]), then the backend's own ([`Seam::apply`]).
+/// ([`crate::apply::apply`]), then the backend's own ([`Backend::apply`]).
 pub async fn apply_plan(
-    seam: Seam,
+    backend: &dyn Backend,
     engine: Option<&Engine>,
     home: &Home,
     desired: &Desired,
@@ -282,7 +287,7 @@ pub async fn apply_plan(
     options: ApplyOptions<'_>,
 ) -> Applied {
     let mut applied = crate::apply::apply(engine, plan, &Activity::new(home), options).await;
-    applied.absorb(seam.apply(home, desired, plan, options.verbose).await);
+    applied.absorb(backend.apply(home, desired, plan, options.verbose).await);
     applied
 }
 
@@ -308,7 +313,12 @@ async fn carry_out(
                     break;
                 }
             };
-            plan = hermes_reconcilers::plan_all(&pass.desired, &observed, SystemTime::now());
+            plan = hermes_reconcilers::plan_all_with(
+                &pass.desired,
+                &observed,
+                SystemTime::now(),
+                crate::backend::of(&pass.desired).planner(),
+            );
             if plan.work() != predicted.work() {
                 pass.halted = Some(format!(
                     "Stage {stage} of {stages} not carried out: observed again, the host plans {} where stage {stage} said {}; the next pass plans again",
@@ -323,9 +333,9 @@ async fn carry_out(
         if options.verbose && stages > 1 {
             println!("Stage {stage} of {stages}:");
         }
-        let seam = Seam::of(&pass.desired);
+        let backend = crate::backend::of(&pass.desired);
         let applied = apply_plan(
-            seam,
+            backend,
             pass.engine.as_ref(),
             home,
             &pass.desired,

@@ -24,6 +24,14 @@ use hermes_model::desired::{DEFAULT_TASK, Desired};
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Op, Target};
 
+/// The backend's planner ([`crate::Planner`]): [`plan`]'s operations.
+pub fn planner(desired: &Desired, observed: &Observed) -> crate::BackendOps {
+    crate::BackendOps {
+        own: plan(desired, observed),
+        ..crate::BackendOps::default()
+    }
+}
+
 /// The operations on the cloud backend's sandbox.
 pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     let Some(cloud) = &desired.cloud else {

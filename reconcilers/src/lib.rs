@@ -45,10 +45,11 @@ mod golden_tests;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use hermes_model::action::{Action, SandboxAction};
+#[cfg(test)]
 use hermes_model::config::Backend;
 use hermes_model::desired::Desired;
 use hermes_model::observed::{ContainerState, Observed, ObservedContainer};
-use hermes_model::plan::{Describe, Kind, Plan, Stage, Staged};
+use hermes_model::plan::{Describe, Kind, Op, Plan, Stage, Staged};
 use hermes_model::sandbox::sanitize;
 
 /// The plan of a whole host.
@@ -57,18 +58,68 @@ pub type HostPlan = Plan<Action>;
 /// The plan of a whole host in stages.
 pub type StagedPlan = Staged<Action>;
 
+/// A backend's own part of a pass's plan, made by its pure planner.
+#[derive(Debug, Default)]
+pub struct BackendOps {
+    /// The backend's own operations (the SSH host's, the cloud
+    /// sandbox's), planned before the proxy's.
+    pub own: Vec<Op<Action>>,
+    /// Sandboxes that run on this host as Docker's do (singularity
+    /// instances): they wait on the egress proxy the same way.
+    pub sandboxes: Vec<Op<Action>>,
+}
+
+/// A backend's pure planner ([`BackendOps`]); the controller picks it
+/// with the backend.
+pub type Planner = fn(&Desired, &Observed) -> BackendOps;
+
+/// The planner of a backend with nothing of its own to converge (local,
+/// and docker, whose sandboxes are the host's part of every plan).
+pub fn host_only(_desired: &Desired, _observed: &Observed) -> BackendOps {
+    BackendOps::default()
+}
+
+/// [`plan_all_with`] of the configured backend's planner: the tests'
+/// shorthand (the controller passes its backend's planner).
+#[cfg(test)]
+pub(crate) fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> HostPlan {
+    plan_all_with(desired, observed, now, planner_of(desired))
+}
+
+/// [`plan_stages_with`] of the configured backend's planner, for tests.
+#[cfg(test)]
+pub(crate) fn plan_stages(desired: &Desired, observed: &Observed, now: SystemTime) -> StagedPlan {
+    plan_stages_with(desired, observed, now, planner_of(desired))
+}
+
+/// The planner of the configured backend, for tests.
+#[cfg(test)]
+fn planner_of(desired: &Desired) -> Planner {
+    match desired.backend() {
+        Backend::Local | Backend::Docker => host_only,
+        Backend::Ssh => ssh::planner,
+        Backend::Singularity => singularity::planner,
+        Backend::Modal | Backend::Daytona | Backend::VercelSandbox => cloud::planner,
+    }
+}
+
 /// The most stages a pass plans: the proxy set up, then started, then the
 /// sandboxes that waited on it, then a proxy-only network they left.
 pub const MAX_STAGES: usize = 4;
 
-/// Plans one pass in stages: [`plan_all`] of now, then, while the last
+/// Plans one pass in stages: [`plan_all_with`] of now, then, while the last
 /// stage changes the egress proxy, the plan against what it leaves behind
 /// ([`proxy::predict`], and its sandboxes' operations done), without what an earlier stage already does or
 /// refuses; a stage that would change nothing ends the list. A pass
 /// carries out the first stage, then each later one once the host,
 /// observed again, plans the same work ([`Plan::work`]).
-pub fn plan_stages(desired: &Desired, observed: &Observed, now: SystemTime) -> StagedPlan {
-    let first = plan_all(desired, observed, now);
+pub fn plan_stages_with(
+    desired: &Desired,
+    observed: &Observed,
+    now: SystemTime,
+    planner: Planner,
+) -> StagedPlan {
+    let first = plan_all_with(desired, observed, now, planner);
     let mut staged = Staged::single(first);
     let (mut desired, mut observed) = (desired.clone(), observed.clone());
     let mut seen: Vec<(String, &'static str)> = rows(&staged.first);
@@ -81,7 +132,7 @@ pub fn plan_stages(desired: &Desired, observed: &Observed, now: SystemTime) -> S
             break;
         };
         after_sandboxes(&mut observed, &last.ops, unix_seconds(now));
-        let next = plan_all(&desired, &observed, now);
+        let next = plan_all_with(&desired, &observed, now, planner);
         let ops: Vec<_> = next
             .ops
             .into_iter()
@@ -200,23 +251,19 @@ fn rows(plan: &HostPlan) -> Vec<(String, &'static str)> {
         .collect()
 }
 
-/// Plans one pass over every part of the host.
-pub fn plan_all(desired: &Desired, observed: &Observed, now: SystemTime) -> HostPlan {
+/// Plans one pass over every part of the host: the backend's own part by
+/// its `planner`, then the proxy and the Docker sandboxes.
+pub fn plan_all_with(
+    desired: &Desired,
+    observed: &Observed,
+    now: SystemTime,
+    planner: Planner,
+) -> HostPlan {
     let now = unix_seconds(now);
-    let mut ops = Vec::new();
-    // Singularity instances run on this host as Docker's sandboxes do, and
-    // wait on the proxy the same way (below).
-    let mut instance_ops = Vec::new();
-    match desired.backend() {
-        // Commands run on the host itself: there is nothing to converge.
-        Backend::Local => {}
-        Backend::Docker => {}
-        Backend::Ssh => ops.extend(ssh::plan(desired, observed)),
-        Backend::Singularity => instance_ops = singularity::plan(desired, observed),
-        Backend::Modal | Backend::Daytona | Backend::VercelSandbox => {
-            ops.extend(cloud::plan(desired, observed));
-        }
-    }
+    let BackendOps {
+        own: mut ops,
+        sandboxes: instance_ops,
+    } = planner(desired, observed);
     // Containers are planned whatever the backend: switching away from
     // docker leaves them to be reported, never silently forgotten.
     ops.extend(proxy::plan(desired, observed));

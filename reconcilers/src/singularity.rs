@@ -10,7 +10,7 @@
 //!
 //! Without `apptainer` or `singularity` on the PATH the instance is
 //! blocked with why. The egress proxy's fail-closed rule applies as on
-//! Docker (the instance runs on this host): [`crate::plan_all`] blocks a
+//! Docker (the instance runs on this host): [`crate::plan_all_with`] blocks a
 //! start or restart while the enforced proxy is not ready.
 
 use hermes_model::action::{Action, InstanceAction};
@@ -21,6 +21,14 @@ use std::path::PathBuf;
 use hermes_model::plan::{Op, Target};
 use hermes_model::sandbox::{SandboxKey, sanitize};
 use hermes_model::singularity::{SingularityObserved, is_remote_source};
+
+/// The backend's planner ([`crate::Planner`]): [`plan`]'s operations.
+pub fn planner(desired: &Desired, observed: &Observed) -> crate::BackendOps {
+    crate::BackendOps {
+        sandboxes: plan(desired, observed),
+        ..crate::BackendOps::default()
+    }
+}
 
 /// The operations on the singularity instances.
 pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {

@@ -10,6 +10,14 @@ use hermes_model::observed::Observed;
 use hermes_model::plan::{Op, Target};
 use hermes_model::ssh::{SshObserved, remote_workspace};
 
+/// The backend's planner ([`crate::Planner`]): [`plan`]'s operations.
+pub fn planner(desired: &Desired, observed: &Observed) -> crate::BackendOps {
+    crate::BackendOps {
+        own: plan(desired, observed),
+        ..crate::BackendOps::default()
+    }
+}
+
 /// The operations on the SSH backend's host.
 pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     let Some(target) = &desired.ssh else {

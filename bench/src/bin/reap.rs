@@ -540,7 +540,12 @@ async fn observe_profile(bench: &Bench, profile: &str) -> anyhow::Result<()> {
             ..Default::default()
         };
         let t = Instant::now();
-        let planned = hermes_reconcilers::plan_all(&desired, &observed, SystemTime::now());
+        let planned = hermes_reconcilers::plan_all_with(
+            &desired,
+            &observed,
+            SystemTime::now(),
+            hermes_reconcilers::host_only,
+        );
         plan.push(t.elapsed());
         removals = planned.summary().remove;
     }

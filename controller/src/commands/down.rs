@@ -39,7 +39,7 @@ pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         engine.count_processes(&mut observed.containers, &ids).await;
     }
-    let instances = crate::singularity::known_keys(home.root());
+    let instances = crate::backend::singularity::known_keys(home.root());
     let plan = hermes_reconcilers::down::plan(&desired, &observed, &instances);
     let json = args.output == Output::Json;
     if !json {
@@ -79,9 +79,16 @@ pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<
     };
     // The host's operations and the backend's (a cloud sandbox's
     // suspend), each by its own applier.
-    let seam = crate::backend::Seam::of(&desired);
-    let mut applied =
-        crate::pass::apply_plan(seam, engine.as_ref(), home, &desired, &plan.first, options).await;
+    let backend = crate::backend::of(&desired);
+    let mut applied = crate::pass::apply_plan(
+        backend,
+        engine.as_ref(),
+        home,
+        &desired,
+        &plan.first,
+        options,
+    )
+    .await;
     let activity = Activity::new(home);
     for stage in &plan.later {
         if applied.failed > 0 {

@@ -10,7 +10,7 @@
 //! command not found; the working directory carried over; `--background`),
 //! this process's standard input forwarded, and the exit code mapped (124
 //! after `[Command timed out after Ns]`). Where it runs is chosen once,
-//! by the backend seam ([`crate::backend::Seam::exec_target`]): this host, the task's (or the session's)
+//! by the backend seam ([`crate::seam::Backend::exec_target`]): this host, the task's (or the session's)
 //! Docker sandbox, the SSH host, the singularity instance or the cloud
 //! sandbox, made ready (created or started, never recreated) first.
 //!
@@ -130,12 +130,7 @@ pub async fn run_with(
         );
         // Said before any sandbox is made or started for it.
         anyhow::ensure!(
-            matches!(
-                crate::backend::Seam::of(&desired),
-                crate::backend::Seam::Local
-                    | crate::backend::Seam::Docker
-                    | crate::backend::Seam::Singularity
-            ),
+            crate::backend::of(&desired).gives_terminals(),
             crate::exec_target::ExecError::NoTerminal(desired.backend().to_string())
         );
     }
@@ -173,7 +168,7 @@ pub async fn run_with(
     // A background command's id, the name of its directory in the sandbox.
     let id = hermes_backends::background::new_id();
     for attempt in 0..2 {
-        let (target, values) = crate::backend::Seam::of(&desired)
+        let (target, values) = crate::backend::of(&desired)
             .exec_target(home, &desired, &which)
             .await?;
         let state = args

@@ -9,6 +9,7 @@ pub mod down;
 pub mod egress;
 pub mod exec;
 pub mod manual;
+pub mod mcp;
 pub mod process;
 pub mod reconcile;
 pub mod sandbox;

@@ -17,12 +17,11 @@ use hermes_backends::background::{self, Job, check_id, script_argv};
 use hermes_model::desired::Desired;
 use serde::Serialize;
 
-use crate::backend::Seam;
 use crate::cli::{Output, ProcessCommand, ProcessWhere};
 use crate::commands::exec::{Stdin, Streams, run_own, which_flags};
+use crate::commands::mcp::capture::{Captured, Shared};
 use crate::exec_target::{ExecTarget, Which};
 use crate::home::Home;
-use crate::mcp::capture::{Captured, Shared};
 
 /// How long a listing or a kill may take in the sandbox.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -79,7 +78,9 @@ async fn target(
     desired: &Desired,
     which: &Which<'_>,
 ) -> anyhow::Result<Option<(ExecTarget, String)>> {
-    let found = ExecTarget::find(Seam::of(desired), home, desired, which).await?;
+    let found = crate::backend::of(desired)
+        .find(home, desired, which)
+        .await?;
     Ok(found.map(|target| {
         let jobs = target.jobs_dir(home, desired, which);
         (target, jobs)
@@ -120,11 +121,7 @@ async fn found(
 
 /// The sandbox's name for a message: the Docker container, or the backend.
 fn sandbox_name(desired: &Desired, which: &Which<'_>) -> String {
-    match Seam::of(desired) {
-        Seam::Docker => desired.exec_sandbox(which.task, which.session).name,
-        Seam::Local => "the local backend (this host)".to_string(),
-        _ => format!("the {} sandbox of task {}", desired.backend(), which.task),
-    }
+    crate::backend::of(desired).place(desired, which)
 }
 
 /// Runs `argv` in `target`, its stdout kept (its first [`MAX_LISTING`]
@@ -275,7 +272,7 @@ impl fmt::Display for ProcessList {
             .iter()
             .map(|r| [&*r[0], &*r[1], &*r[2], &*r[3], &*r[4]])
             .collect();
-        crate::commands::sandbox::table(f, ["ID", "STATE", "AGE", "OUTPUT", "COMMAND"], &rows)
+        crate::listing::table(f, ["ID", "STATE", "AGE", "OUTPUT", "COMMAND"], &rows)
     }
 }
 

@@ -107,7 +107,12 @@ pub async fn run(home: &Home, profile: &str, args: &ReconcileArgs) -> anyhow::Re
     // Observe again: what the host looks like now, not what we hoped.
     let (after, _) = crate::pass::observe(pass.engine.as_ref(), home, &pass.desired).await?;
     forget_removed(&Activity::new(home), &after);
-    let remaining = hermes_reconcilers::plan_all(&pass.desired, &after, SystemTime::now());
+    let remaining = hermes_reconcilers::plan_all_with(
+        &pass.desired,
+        &after,
+        SystemTime::now(),
+        crate::backend::of(&pass.desired).planner(),
+    );
     if verbose {
         if remaining.is_pending() {
             println!(

@@ -2,7 +2,7 @@
 //! (`hermes exec --session ID`), one per (task, session), tmpfs only.
 //!
 //! `session end` is a plan like any pass's, made by the backend's seam
-//! ([`crate::backend::Seam::end_session`]: the session's containers
+//! ([`crate::seam::Backend::end_session`]: the session's containers
 //! removed, its singularity instances ended, a cloud's shared sandbox
 //! suspended), printed, then carried out by the same appliers as a pass.
 //! `session list` is a [`SessionList`]: its JSON is its `Serialize`, its
@@ -18,10 +18,9 @@ use hermes_model::sandbox::sanitize;
 use serde::Serialize;
 
 use crate::apply::ApplyOptions;
-use crate::backend::Seam;
 use crate::cli::{Output, SessionCommand};
-use crate::commands::sandbox::{idle_text, table};
 use crate::home::Home;
+use crate::listing::{idle_text, table};
 use crate::observe::observe;
 
 pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow::Result<ExitCode> {
@@ -43,8 +42,8 @@ pub async fn run(home: &Home, profile: &str, command: SessionCommand) -> anyhow:
 async fn end(home: &Home, profile: &str, id: &str) -> anyhow::Result<ExitCode> {
     check_session(id)?;
     let desired = crate::load::load_desired(home, profile)?;
-    let seam = Seam::of(&desired);
-    let ending = seam.end_session(home, &desired, id).await?;
+    let backend = crate::backend::of(&desired);
+    let ending = backend.end_session(home, &desired, id).await?;
     if ending.plan.ops.is_empty() {
         println!(
             "No sandbox of session {id} in profile {}; nothing to end.",
@@ -59,7 +58,7 @@ async fn end(home: &Home, profile: &str, id: &str) -> anyhow::Result<ExitCode> {
         home: Some(home),
     };
     let applied = crate::pass::apply_plan(
-        seam,
+        backend,
         ending.engine.as_ref(),
         home,
         &desired,

@@ -17,7 +17,7 @@
 //! engine was away is tried again at once). The first SIGTERM or SIGINT
 //! lets the operation in flight finish and exits 0; a second exits at
 //! once. Sandboxes keep running. A pass connects to the engine only when
-//! something wants Docker (`commands::needs_docker`: the Docker backend,
+//! something wants Docker (`backend::needs_docker`: the Docker backend,
 //! or the proxy-only network); any other pass looks at an engine when one
 //! answers, and converges without one. A pass is [`crate::pass`], the same
 //! as `hermes reconcile`'s: the stages of its plan (the proxy set up, then

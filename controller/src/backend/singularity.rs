@@ -209,3 +209,154 @@ pub async fn list(home: &Path, desired: &Desired) -> anyhow::Result<Vec<Listed>>
         })
         .collect())
 }
+
+/// The singularity instances: name, profile, task, whether the spec
+/// matches, the instance's process id.
+async fn list_instances(
+    home: &crate::home::Home,
+    desired: &hermes_model::desired::Desired,
+) -> anyhow::Result<crate::listing::SandboxList> {
+    let listed = list(home.root(), desired).await?;
+    Ok(crate::listing::SandboxList::Instances(
+        listed
+            .into_iter()
+            .map(|i| crate::listing::InstanceRow {
+                name: i.name,
+                profile: i.profile,
+                task: i.task,
+                state: "running",
+                spec_matches: match i.spec.as_str() {
+                    "yes" => Some(true),
+                    "no" => Some(false),
+                    _ => None,
+                },
+                spec: i.spec,
+                pid: i.pid,
+            })
+            .collect(),
+    ))
+}
+
+/// The singularity backend: Apptainer (or SingularityCE) instances on this
+/// host.
+pub struct Singularity;
+
+#[async_trait::async_trait]
+impl crate::seam::Backend for Singularity {
+    fn planner(&self) -> hermes_reconcilers::Planner {
+        hermes_reconcilers::singularity::planner
+    }
+
+    fn gives_terminals(&self) -> bool {
+        true
+    }
+
+    async fn observe(
+        &self,
+        _home: &crate::home::Home,
+        desired: &Desired,
+        observed: &mut Observed,
+    ) -> Option<String> {
+        observed.singularity = observe(desired).await;
+        None
+    }
+
+    async fn apply(
+        &self,
+        _home: &crate::home::Home,
+        _desired: &Desired,
+        plan: &hermes_reconcilers::HostPlan,
+        verbose: bool,
+    ) -> Applied {
+        apply(plan, verbose).await
+    }
+
+    async fn exec_target(
+        &self,
+        _home: &crate::home::Home,
+        desired: &Desired,
+        which: &crate::exec_target::Which<'_>,
+    ) -> anyhow::Result<(crate::exec_target::ExecTarget, crate::exec_target::Values)> {
+        let instance = executor(desired, which.task, which.session).await?;
+        Ok((Box::new(instance), crate::exec_target::Values::default()))
+    }
+
+    async fn find(
+        &self,
+        _home: &crate::home::Home,
+        desired: &Desired,
+        which: &crate::exec_target::Which<'_>,
+    ) -> anyhow::Result<Option<crate::exec_target::ExecTarget>> {
+        Ok(running_instance(desired, which.task, which.session)
+            .await?
+            .map(|i| Box::new(i) as crate::exec_target::ExecTarget))
+    }
+
+    async fn list(
+        &self,
+        home: &crate::home::Home,
+        desired: &Desired,
+    ) -> anyhow::Result<crate::listing::SandboxList> {
+        list_instances(home, desired).await
+    }
+
+    /// The session's instances ended.
+    async fn end_session(
+        &self,
+        home: &crate::home::Home,
+        desired: &Desired,
+        session: &str,
+    ) -> anyhow::Result<crate::seam::Ending> {
+        let known = known_keys(home.root());
+        let ops = hermes_reconcilers::singularity::end_session(&desired.profile, session, &known);
+        Ok(crate::seam::Ending {
+            plan: hermes_model::plan::Plan::new(ops),
+            engine: None,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::exec_target::Target for Instance {
+    /// The instance's own /tmp (it starts `--containall`), the file named
+    /// by task and session all the same.
+    fn cwd_state(
+        &self,
+        _home: &crate::home::Home,
+        desired: &Desired,
+        which: &crate::exec_target::Which<'_>,
+    ) -> String {
+        format!("/tmp/.hermes-cwd.{}", which.key(desired))
+    }
+
+    fn jobs_dir(
+        &self,
+        _home: &crate::home::Home,
+        desired: &Desired,
+        which: &crate::exec_target::Which<'_>,
+    ) -> String {
+        format!("/tmp/.hermes-background.{}", which.key(desired))
+    }
+
+    async fn exec(
+        &self,
+        req: &hermes_backends::exec::ExecRequest,
+        io: hermes_backends::exec::ExecIo<'_>,
+    ) -> Result<hermes_backends::exec::ExecOutcome, crate::exec_target::ExecError> {
+        use hermes_backends::exec::Executor;
+        Executor::exec(self, req, io)
+            .await
+            .map_err(crate::exec_target::ExecError::backend)
+    }
+
+    async fn exec_tty(
+        &self,
+        _desired: &Desired,
+        req: &hermes_backends::exec::ExecRequest,
+        io: hermes_backends::exec::TtyIo<'_>,
+    ) -> Result<hermes_backends::exec::ExecOutcome, crate::exec_target::ExecError> {
+        Instance::exec_tty(self, req, io)
+            .await
+            .map_err(crate::exec_target::ExecError::backend)
+    }
+}

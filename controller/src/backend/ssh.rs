@@ -331,7 +331,9 @@ pub async fn apply(
         applied.record(
             op,
             started,
-            result.map(|()| true).map_err(Into::into),
+            result
+                .map(|()| true)
+                .map_err(crate::apply::ApplyError::backend),
             verbose,
         );
     }
@@ -390,6 +392,120 @@ async fn prepare_workspace(home: &Home, desired: &Desired, path: &str) -> Result
         });
     }
     Ok(())
+}
+
+/// The SSH backend: the remote host of `terminal.ssh_*`.
+pub struct Ssh;
+
+#[async_trait::async_trait]
+impl crate::seam::Backend for Ssh {
+    fn planner(&self) -> hermes_reconcilers::Planner {
+        hermes_reconcilers::ssh::planner
+    }
+
+    async fn observe(
+        &self,
+        home: &Home,
+        desired: &Desired,
+        observed: &mut hermes_model::observed::Observed,
+    ) -> Option<String> {
+        observed.ssh = observe(home, desired).await;
+        None
+    }
+
+    async fn apply(
+        &self,
+        home: &Home,
+        desired: &Desired,
+        plan: &hermes_reconcilers::HostPlan,
+        verbose: bool,
+    ) -> crate::apply::Applied {
+        apply(home, desired, plan, verbose).await
+    }
+
+    async fn exec_target(
+        &self,
+        home: &Home,
+        desired: &Desired,
+        which: &crate::exec_target::Which<'_>,
+    ) -> anyhow::Result<(crate::exec_target::ExecTarget, crate::exec_target::Values)> {
+        let (host, env) = executor(home, desired, which.task)?;
+        let values = crate::exec_target::Values {
+            base: Vec::new(),
+            pinned: env,
+        };
+        Ok((Box::new(host), values))
+    }
+
+    async fn find(
+        &self,
+        home: &Home,
+        desired: &Desired,
+        which: &crate::exec_target::Which<'_>,
+    ) -> anyhow::Result<Option<crate::exec_target::ExecTarget>> {
+        let (host, _) = executor(home, desired, which.task)?;
+        Ok(Some(Box::new(host)))
+    }
+
+    /// Its sessions' sandboxes, if any, are this host's containers.
+    async fn list(
+        &self,
+        home: &Home,
+        desired: &Desired,
+    ) -> anyhow::Result<crate::listing::SandboxList> {
+        super::docker::list_containers(home, desired).await
+    }
+
+    async fn end_session(
+        &self,
+        home: &Home,
+        desired: &Desired,
+        session: &str,
+    ) -> anyhow::Result<crate::seam::Ending> {
+        super::docker::end_session(home, desired, session).await
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::exec_target::Target for SshHost {
+    /// The remote host is shared by every task: beside the task's
+    /// workspace (relative to the remote home).
+    fn cwd_state(
+        &self,
+        _home: &Home,
+        desired: &Desired,
+        which: &crate::exec_target::Which<'_>,
+    ) -> String {
+        format!(
+            ".hermes-sandbox/{}/{}.cwd",
+            desired.profile,
+            which.key(desired)
+        )
+    }
+
+    fn jobs_dir(
+        &self,
+        _home: &Home,
+        desired: &Desired,
+        which: &crate::exec_target::Which<'_>,
+    ) -> String {
+        format!(
+            ".hermes-sandbox/{}/{}.background",
+            desired.profile,
+            which.key(desired)
+        )
+    }
+
+    async fn exec(
+        &self,
+        req: &ExecRequest,
+        io: ExecIo<'_>,
+    ) -> Result<hermes_backends::exec::ExecOutcome, crate::exec_target::ExecError> {
+        use hermes_backends::exec::Executor;
+        Executor::exec(self, req, io)
+            .await
+            .map_err(crate::exec_target::ExecError::backend)
+    }
 }
 
 #[cfg(test)]

@@ -742,7 +742,12 @@ pub async fn apply(
         Err(e) => {
             let mut applied = Applied::default();
             for (op, _) in ops {
-                applied.record(op, Instant::now(), Err(e.clone().into()), verbose);
+                applied.record(
+                    op,
+                    Instant::now(),
+                    Err(ApplyError::backend(e.clone())),
+                    verbose,
+                );
             }
             applied
         }
@@ -752,6 +757,184 @@ pub async fn apply(
 /// The user's home directory (where `~/.modal.toml` lives).
 pub fn home_dir(env: &HostEnv) -> Option<std::path::PathBuf> {
     env.process.get("HOME").map(std::path::PathBuf::from)
+}
+
+/// The cloud backend's sandbox of the default task, as the service reports
+/// it (only looked up), with the snapshot recorded for the task: `-` and
+/// `suspended` when only a snapshot is left. Nothing at all: no row.
+async fn list_cloud(
+    home: &crate::home::Home,
+    desired: &hermes_model::desired::Desired,
+) -> anyhow::Result<crate::listing::SandboxList> {
+    let cloud = usable(desired)?;
+    let env = crate::host::host_env(home)?;
+    let (seen, error) = observe(home, desired, &env).await;
+    if let Some(e) = error {
+        return Err(e.into());
+    }
+    let mut rows = Vec::new();
+    if let Some(CloudObserved::Seen { sandbox, snapshot }) = seen {
+        let row = match sandbox {
+            Some((id, state)) => Some((id, state.to_string())),
+            None => snapshot
+                .as_ref()
+                .map(|_| ("-".to_string(), "suspended".to_string())),
+        };
+        if let Some((id, state)) = row {
+            rows.push(crate::listing::CloudRow {
+                id: (id != "-").then(|| id.clone()),
+                name: id,
+                backend: cloud.backend.to_string(),
+                profile: desired.profile.clone(),
+                task: hermes_model::desired::DEFAULT_TASK.to_string(),
+                state,
+                snapshot,
+            });
+        }
+    }
+    Ok(crate::listing::SandboxList::Cloud(rows))
+}
+
+/// A cloud backend (modal, daytona, vercel_sandbox): the sandbox on the
+/// service, through its [`Driver`].
+pub struct Cloud(pub Backend);
+
+#[async_trait::async_trait]
+impl crate::seam::Backend for Cloud {
+    fn planner(&self) -> hermes_reconcilers::Planner {
+        hermes_reconcilers::cloud::planner
+    }
+
+    async fn observe(
+        &self,
+        home: &crate::home::Home,
+        desired: &Desired,
+        observed: &mut Observed,
+    ) -> Option<String> {
+        let env = match crate::host::host_env(home) {
+            Ok(env) => env,
+            Err(e) => {
+                let reason = crate::chain::Chain(&e).to_string();
+                observed.cloud = Some(CloudObserved::Unavailable {
+                    reason: reason.clone(),
+                });
+                return Some(reason);
+            }
+        };
+        let (cloud, error) = observe(home, desired, &env).await;
+        observed.cloud = cloud;
+        error.map(|e| e.to_string())
+    }
+
+    async fn apply(
+        &self,
+        home: &crate::home::Home,
+        desired: &Desired,
+        plan: &hermes_reconcilers::HostPlan,
+        verbose: bool,
+    ) -> Applied {
+        match crate::host::host_env(home) {
+            Ok(env) => apply(home, desired, &env, plan, verbose).await,
+            Err(e) => {
+                tracing::warn!(error = %crate::chain::Chain(&e), "cannot read the environment for the cloud backend");
+                Applied::default()
+            }
+        }
+    }
+
+    async fn exec_target(
+        &self,
+        home: &crate::home::Home,
+        desired: &Desired,
+        which: &crate::exec_target::Which<'_>,
+    ) -> anyhow::Result<(crate::exec_target::ExecTarget, crate::exec_target::Values)> {
+        let (sandbox, env) = executor(home, desired, which.task).await?;
+        let values = crate::exec_target::Values {
+            base: env,
+            pinned: Vec::new(),
+        };
+        Ok((Box::new(sandbox), values))
+    }
+
+    async fn find(
+        &self,
+        home: &crate::home::Home,
+        desired: &Desired,
+        which: &crate::exec_target::Which<'_>,
+    ) -> anyhow::Result<Option<crate::exec_target::ExecTarget>> {
+        Ok(running_executor(home, desired, which.task)
+            .await?
+            .map(|s| Box::new(s) as crate::exec_target::ExecTarget))
+    }
+
+    async fn list(
+        &self,
+        home: &crate::home::Home,
+        desired: &Desired,
+    ) -> anyhow::Result<crate::listing::SandboxList> {
+        list_cloud(home, desired).await
+    }
+
+    /// The shared sandbox suspended, keeping its filesystem.
+    async fn end_session(
+        &self,
+        home: &crate::home::Home,
+        desired: &Desired,
+        session: &str,
+    ) -> anyhow::Result<crate::seam::Ending> {
+        let backend = self.0;
+        let Some(cloud) = &desired.cloud else {
+            anyhow::bail!("the {backend} backend has no cloud settings");
+        };
+        if let Err(missing) = &cloud.credentials {
+            anyhow::bail!(
+                "{missing}: the {backend} backend needs it, in the environment or in .env"
+            );
+        }
+        let mut observed = Observed::default();
+        if let Some(e) = crate::seam::Backend::observe(self, home, desired, &mut observed).await {
+            anyhow::bail!("{e}");
+        }
+        let ops = hermes_reconcilers::cloud::end_session(desired, &observed, session);
+        Ok(crate::seam::Ending {
+            plan: Plan::new(ops),
+            engine: None,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::exec_target::Target for hermes_backends::cloud::InSandbox<Driver> {
+    /// A sandbox of its own per task: its home, which a restore from a
+    /// snapshot brings back.
+    fn cwd_state(
+        &self,
+        _home: &crate::home::Home,
+        _desired: &Desired,
+        _which: &crate::exec_target::Which<'_>,
+    ) -> String {
+        ".hermes-cwd".to_string()
+    }
+
+    fn jobs_dir(
+        &self,
+        _home: &crate::home::Home,
+        _desired: &Desired,
+        _which: &crate::exec_target::Which<'_>,
+    ) -> String {
+        ".hermes-background".to_string()
+    }
+
+    async fn exec(
+        &self,
+        req: &ExecRequest,
+        io: ExecIo<'_>,
+    ) -> Result<ExecOutcome, crate::exec_target::ExecError> {
+        use hermes_backends::exec::Executor;
+        Executor::exec(self, req, io)
+            .await
+            .map_err(crate::exec_target::ExecError::backend)
+    }
 }
 
 #[cfg(test)]
@@ -909,7 +1092,12 @@ mod tests {
             cloud: Some(seen),
             ..Observed::default()
         };
-        hermes_reconcilers::plan_all(desired, &observed, std::time::SystemTime::UNIX_EPOCH)
+        hermes_reconcilers::plan_all_with(
+            desired,
+            &observed,
+            std::time::SystemTime::UNIX_EPOCH,
+            hermes_reconcilers::cloud::planner,
+        )
     }
 
     #[tokio::test]

@@ -150,8 +150,8 @@ async fn end(base: &Base, session: &Session) {
 /// same appliers carry it out.
 async fn end_session(base: &Base, id: &str) -> anyhow::Result<()> {
     let desired = crate::load::load_desired(&base.home, &base.profile)?;
-    let seam = crate::backend::Seam::of(&desired);
-    let ending = seam.end_session(&base.home, &desired, id).await?;
+    let backend = crate::backend::of(&desired);
+    let ending = backend.end_session(&base.home, &desired, id).await?;
     if ending.plan.ops.is_empty() {
         return Ok(());
     }
@@ -162,7 +162,7 @@ async fn end_session(base: &Base, id: &str) -> anyhow::Result<()> {
         home: Some(&base.home),
     };
     let applied = crate::pass::apply_plan(
-        seam,
+        backend,
         ending.engine.as_ref(),
         &base.home,
         &desired,
