@@ -475,6 +475,21 @@ func (d *docker) volumeCreate(ctx context.Context, name string, labels map[strin
 	return d.do(ctx, http.MethodPost, "/volumes/create", nil, map[string]any{"Name": name, "Labels": labels}, nil)
 }
 
+// volumeMountpoint is where the engine keeps a local volume's files on
+// this host.
+func (d *docker) volumeMountpoint(ctx context.Context, name string) (string, error) {
+	var out struct {
+		Mountpoint string `json:"Mountpoint"`
+	}
+	if err := d.do(ctx, http.MethodGet, "/volumes/"+name, nil, nil, &out); err != nil {
+		return "", err
+	}
+	if out.Mountpoint == "" {
+		return "", fmt.Errorf("volume %s has no mountpoint", name)
+	}
+	return out.Mountpoint, nil
+}
+
 func (d *docker) volumeRemove(ctx context.Context, name string) error {
 	err := d.do(ctx, http.MethodDelete, "/volumes/"+name, url.Values{"force": {"1"}}, nil, nil)
 	if isNotFound(err) {
@@ -524,6 +539,22 @@ func (d *docker) networkEnsure(ctx context.Context, name string, labels map[stri
 		return nil
 	}
 	return err
+}
+
+// networkList names the networks with every one of the labels.
+func (d *docker) networkList(ctx context.Context, labels ...string) ([]string, error) {
+	filters, _ := json.Marshal(map[string][]string{"label": labels})
+	var out []struct {
+		Name string `json:"Name"`
+	}
+	if err := d.do(ctx, http.MethodGet, "/networks", url.Values{"filters": {string(filters)}}, nil, &out); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(out))
+	for _, n := range out {
+		names = append(names, n.Name)
+	}
+	return names, nil
 }
 
 func (d *docker) networkRemove(ctx context.Context, name string) error {

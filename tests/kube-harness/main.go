@@ -296,7 +296,7 @@ func serve(parent context.Context, o serveOptions, ready func(readyInfo)) (retEr
 		CAFile:           cp.pki.path("ca.crt"),
 		Image:            o.image,
 		StorageClass:     storageClassName,
-		PodNetwork:       podNetwork,
+		PodNetwork:       podNetwork(instance),
 		Instance:         instance,
 		KubeletPort:      kubeletPort,
 		SandboxCRDs:      o.sandboxCRDs,

@@ -33,9 +33,13 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
+// podNetwork is the bridge network of one harness's Pods: its own, so
+// harnesses that start together never race to make (or remove) one.
+func podNetwork(instance string) string { return podNetworkBase + "-" + instance }
+
 const (
 	nodeName        = "hermes-node-0"
-	podNetwork      = "hermes-kube-harness-pods"
+	podNetworkBase  = "hermes-kube-harness-pods"
 	labelInstance   = harnessLabel + ".instance"
 	labelNamespace  = harnessLabel + ".namespace"
 	labelPod        = harnessLabel + ".pod"
@@ -121,8 +125,8 @@ func enqueue(q workqueue.TypedRateLimitingInterface[string]) cache.ResourceEvent
 // once the caches are in sync; everything stops with ctx.
 func (a *nodeAgent) run(ctx context.Context) error {
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
-	if err := a.docker.networkEnsure(ctx, podNetwork, map[string]string{harnessLabel: "1"}); err != nil {
-		return fmt.Errorf("docker network %s: %w", podNetwork, err)
+	if err := a.docker.networkEnsure(ctx, podNetwork(a.instance), map[string]string{harnessLabel: "1", labelInstance: a.instance}); err != nil {
+		return fmt.Errorf("docker network %s: %w", podNetwork(a.instance), err)
 	}
 	if err := a.registerNode(ctx); err != nil {
 		return fmt.Errorf("node %s: %w", nodeName, err)
@@ -624,8 +628,8 @@ func (a *nodeAgent) ensureRunning(ctx context.Context, pod *corev1.Pod) error {
 		}
 		id, err := a.docker.containerCreate(ctx, containerName(pod), create)
 		if isNotFound(err) {
-			// The shared network went away with another harness: make it again.
-			if nerr := a.docker.networkEnsure(ctx, podNetwork, map[string]string{harnessLabel: "1"}); nerr != nil {
+			// The network was removed under the harness: make it again.
+			if nerr := a.docker.networkEnsure(ctx, podNetwork(a.instance), map[string]string{harnessLabel: "1", labelInstance: a.instance}); nerr != nil {
 				return nerr
 			}
 			id, err = a.docker.containerCreate(ctx, containerName(pod), create)
@@ -841,7 +845,7 @@ func (a *nodeAgent) reportContainer(ctx context.Context, pod *corev1.Pod, c *con
 	old := pod.Status.Conditions
 	setCondition(&st, old, corev1.PodReadyToStartContainers, corev1.ConditionTrue, "", "")
 	setCondition(&st, old, corev1.PodInitialized, corev1.ConditionTrue, "", "")
-	if ip := c.NetworkSettings.Networks[podNetwork].IPAddress; ip != "" {
+	if ip := c.NetworkSettings.Networks[podNetwork(a.instance)].IPAddress; ip != "" {
 		st.PodIP = ip
 		st.PodIPs = []corev1.PodIP{{IP: ip}}
 	}
@@ -1093,8 +1097,8 @@ func (a *nodeAgent) bindClaim(ctx context.Context, pvc *corev1.PersistentVolumeC
 
 // --- shutdown -------------------------------------------------------------
 
-// cleanupDocker removes every container and volume of this instance, and the
-// pod network when no other harness still uses it.
+// cleanupDocker removes every container, volume and pod network of this
+// instance (of every instance when it is empty).
 func cleanupDocker(ctx context.Context, d *docker, instance string, logf func(string, ...any)) {
 	sel := []string{harnessLabel + "=1"}
 	if instance != "" {
@@ -1118,9 +1122,13 @@ func cleanupDocker(ctx context.Context, d *docker, instance string, logf func(st
 	} else {
 		logf("list volumes: %v", err)
 	}
-	if others, err := d.containerList(ctx, harnessLabel+"=1"); err == nil && len(others) == 0 {
-		if err := d.networkRemove(ctx, podNetwork); err != nil {
-			logf("remove network %s: %v", podNetwork, err)
+	if nets, err := d.networkList(ctx, sel...); err == nil {
+		for _, n := range nets {
+			if err := d.networkRemove(ctx, n); err != nil {
+				logf("remove network %s: %v", n, err)
+			}
 		}
+	} else {
+		logf("list networks: %v", err)
 	}
 }

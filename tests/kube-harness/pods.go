@@ -59,8 +59,8 @@ func (a *nodeAgent) buildContainer(ctx context.Context, pod *corev1.Pod, c *core
 	if len(spec.Hostname) > 63 {
 		spec.Hostname = spec.Hostname[:63]
 	}
-	spec.HostConfig.NetworkMode = podNetwork
-	spec.NetworkingConfig.EndpointsConfig = map[string]endpointSettings{podNetwork: {Aliases: []string{pod.Name}}}
+	spec.HostConfig.NetworkMode = podNetwork(a.instance)
+	spec.NetworkingConfig.EndpointsConfig = map[string]endpointSettings{podNetwork(a.instance): {Aliases: []string{pod.Name}}}
 
 	env, err := a.resolveEnv(ctx, pod, c)
 	if err != nil {
@@ -580,6 +580,39 @@ func writeFiles(dir string, files fileSet) error {
 	return nil
 }
 
+// subPathMount turns the mount of the Docker volume m.Source into a bind
+// of its sub-directory vm.SubPath, made when missing, as the kubelet does.
+// Like the kubelet it refuses a sub-path that leaves the volume: an
+// absolute path, "..", or a symbolic link on the way (the Pod may have
+// put one there).
+func (a *nodeAgent) subPathMount(ctx context.Context, m *mount, vm corev1.VolumeMount) error {
+	sub := vm.SubPath
+	if filepath.IsAbs(sub) || sub != filepath.Clean(sub) || sub == "." || strings.HasPrefix(sub, "..") {
+		return configError("volume mount %s: subPath %q must be a relative path within the volume", vm.Name, sub)
+	}
+	root, err := a.docker.volumeMountpoint(ctx, m.Source)
+	if err != nil {
+		return err
+	}
+	dir := root
+	for _, part := range strings.Split(sub, "/") {
+		dir = filepath.Join(dir, part)
+		fi, err := os.Lstat(dir)
+		switch {
+		case os.IsNotExist(err):
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir():
+			return configError("volume mount %s: subPath %q: %s is not a directory of the volume", vm.Name, sub, part)
+		}
+	}
+	m.Type, m.Source = "bind", dir
+	return nil
+}
+
 func (a *nodeAgent) buildMounts(ctx context.Context, pod *corev1.Pod, c *corev1.Container) ([]mount, error) {
 	byName := map[string]*corev1.Volume{}
 	for i := range pod.Spec.Volumes {
@@ -606,8 +639,8 @@ func (a *nodeAgent) buildMounts(ctx context.Context, pod *corev1.Pod, c *corev1.
 			if pvc.DeletionTimestamp != nil {
 				return nil, waitingFor("persistentvolumeclaim %q is being deleted", claim)
 			}
-			if vm.SubPath != "" || vm.SubPathExpr != "" {
-				return nil, configError("volume mount %s: subPath on a persistentVolumeClaim is not supported by the harness", vm.Name)
+			if vm.SubPathExpr != "" {
+				return nil, configError("volume mount %s: subPathExpr is not supported by the harness", vm.Name)
 			}
 			name := claimVolumeName(a.instance, pod.Namespace, claim)
 			if err := a.docker.volumeCreate(ctx, name, map[string]string{
@@ -618,9 +651,14 @@ func (a *nodeAgent) buildMounts(ctx context.Context, pod *corev1.Pod, c *corev1.
 			}
 			m.Type, m.Source = "volume", name
 			m.ReadOnly = m.ReadOnly || v.PersistentVolumeClaim.ReadOnly
+			if vm.SubPath != "" {
+				if err := a.subPathMount(ctx, &m, vm); err != nil {
+					return nil, err
+				}
+			}
 		case v.EmptyDir != nil:
-			if vm.SubPath != "" || vm.SubPathExpr != "" {
-				return nil, configError("volume mount %s: subPath on an emptyDir is not supported by the harness", vm.Name)
+			if vm.SubPathExpr != "" || (vm.SubPath != "" && v.EmptyDir.Medium == corev1.StorageMediumMemory) {
+				return nil, configError("volume mount %s: subPath on a memory emptyDir, or subPathExpr, is not supported by the harness", vm.Name)
 			}
 			if v.EmptyDir.Medium == corev1.StorageMediumMemory {
 				m.Type = "tmpfs"
@@ -638,6 +676,11 @@ func (a *nodeAgent) buildMounts(ctx context.Context, pod *corev1.Pod, c *corev1.
 				return nil, err
 			}
 			m.Type, m.Source = "volume", name
+			if vm.SubPath != "" {
+				if err := a.subPathMount(ctx, &m, vm); err != nil {
+					return nil, err
+				}
+			}
 		default:
 			dir, ok := prepared[v.Name]
 			if !ok {
