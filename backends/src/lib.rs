@@ -49,8 +49,11 @@ pub mod cloud_http;
 #[cfg(feature = "daytona")]
 pub mod daytona;
 pub mod docker;
+pub mod env_header;
 pub mod exec;
 pub mod host_dir;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 pub mod local;
 #[cfg(feature = "modal")]
 pub mod modal;

@@ -273,6 +273,7 @@ pub async fn apply_one(engine: &Engine, op: &Op<Action>) -> Result<bool, ApplyEr
         | Action::Ssh(_)
         | Action::Instance(_)
         | Action::Cloud(_)
+        | Action::Pod(_)
         | Action::Blocked
         | Action::Keep { .. } => Ok(false),
     }

@@ -5,11 +5,13 @@
 //! An [`Action`] is one family's operation ([`SandboxAction`] on a Docker
 //! sandbox, [`ProxyAction`] on the egress proxy, [`SshAction`] on the SSH
 //! backend's host, [`InstanceAction`] on a singularity instance,
-//! [`CloudAction`] on a cloud service's sandbox), or one of the two that
+//! [`CloudAction`] on a cloud service's sandbox, [`PodAction`] on a
+//! Kubernetes sandbox), or one of the two that
 //! change nothing: a refusal ([`Action::Blocked`]) or a report
 //! ([`Action::Keep`]). Each applier takes its own family and matches it
 //! whole: a new operation cannot be forgotten by one of them.
 
+use crate::kubernetes::PodWanted;
 use crate::observed::MountedDisk;
 use crate::plan::{Describe, Kind, Op};
 use crate::sandbox::SandboxSpec;
@@ -28,6 +30,8 @@ pub enum Action {
     Instance(InstanceAction),
     /// A cloud service's sandbox's.
     Cloud(CloudAction),
+    /// A Kubernetes sandbox's (its Pod, its claim).
+    Pod(PodAction),
     /// Wanted, but refused; the cause says why.
     Blocked,
     /// Something hermes does not manage or no longer wants (a labelled
@@ -130,6 +134,24 @@ pub enum InstanceAction {
     },
 }
 
+/// An operation on a Kubernetes sandbox. Every write is a server-side
+/// apply with hermes's field manager; every delete names the object's uid
+/// as a precondition, so an object made again since it was seen (by
+/// someone else) is never the one deleted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodAction {
+    /// Make the persistent sandbox's claim.
+    CreateClaim(Box<PodWanted>),
+    /// Make the sandbox's Pod (its claim made first).
+    Create(Box<PodWanted>),
+    /// Delete the Pod (`uid`) and make it again with the current spec: its
+    /// claim, and so its files, kept.
+    Replace { wanted: Box<PodWanted>, uid: String },
+    /// Delete a Pod hermes made (`uid`): a session's end (its `emptyDir`
+    /// goes with it).
+    Delete { name: String, uid: String },
+}
+
 /// An operation on a cloud service's sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CloudAction {
@@ -157,6 +179,7 @@ impl Describe for Action {
             Action::Proxy(a) => a.kind(),
             Action::Ssh(a) => a.kind(),
             Action::Instance(a) => a.kind(),
+            Action::Pod(a) => a.kind(),
             Action::Cloud(a) => a.kind(),
             Action::Blocked => Kind::Blocked,
             Action::Keep { .. } => Kind::Report,
@@ -169,9 +192,17 @@ impl Describe for Action {
             Action::Proxy(a) => a.verb(),
             Action::Ssh(a) => a.verb(),
             Action::Instance(a) => a.verb(),
+            Action::Pod(a) => a.verb(),
             Action::Cloud(a) => a.verb(),
             Action::Blocked => "blocked",
             Action::Keep { verb, .. } => verb,
+        }
+    }
+
+    fn step(&self) -> u8 {
+        match self {
+            Action::Pod(a) => a.step(),
+            _ => 0,
         }
     }
 }
@@ -257,6 +288,33 @@ impl Describe for InstanceAction {
     }
 }
 
+impl Describe for PodAction {
+    fn kind(&self) -> Kind {
+        match self {
+            PodAction::CreateClaim(_) | PodAction::Create(_) => Kind::Create,
+            PodAction::Replace { .. } => Kind::Change,
+            PodAction::Delete { .. } => Kind::Remove,
+        }
+    }
+
+    fn verb(&self) -> &'static str {
+        match self {
+            PodAction::CreateClaim(_) => "create-claim",
+            PodAction::Create(_) => "create",
+            PodAction::Replace { .. } => "replace",
+            PodAction::Delete { .. } => "delete",
+        }
+    }
+
+    /// A Pod's claim is made before the Pod that mounts it.
+    fn step(&self) -> u8 {
+        match self {
+            PodAction::Create(_) => 1,
+            _ => 0,
+        }
+    }
+}
+
 impl Describe for CloudAction {
     fn kind(&self) -> Kind {
         match self {
@@ -287,6 +345,7 @@ pub struct Families<'a> {
     pub ssh: Vec<(&'a Op<Action>, &'a SshAction)>,
     pub instance: Vec<(&'a Op<Action>, &'a InstanceAction)>,
     pub cloud: Vec<(&'a Op<Action>, &'a CloudAction)>,
+    pub pod: Vec<(&'a Op<Action>, &'a PodAction)>,
 }
 
 impl<'a> Families<'a> {
@@ -300,6 +359,7 @@ impl<'a> Families<'a> {
                 Action::Ssh(a) => families.ssh.push((op, a)),
                 Action::Instance(a) => families.instance.push((op, a)),
                 Action::Cloud(a) => families.cloud.push((op, a)),
+                Action::Pod(a) => families.pod.push((op, a)),
                 Action::Blocked | Action::Keep { .. } => {}
             }
         }

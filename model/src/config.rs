@@ -189,6 +189,8 @@ pub struct Terminal {
     pub ssh_persist_seconds: u64,
     pub vercel_runtime: String,
     pub vercel_forward_env: Vec<String>,
+    /// The `kubernetes_*` keys.
+    pub kubernetes: crate::kubernetes::KubeSettings,
     /// Hermes Agent's own settings of the section, carried as read: they
     /// shape nothing hermes makes.
     pub agent: AgentTerminal,
@@ -218,6 +220,7 @@ pub enum Backend {
     Daytona,
     VercelSandbox,
     Singularity,
+    Kubernetes,
 }
 
 impl Backend {
@@ -230,6 +233,7 @@ impl Backend {
             Backend::Daytona => "daytona",
             Backend::VercelSandbox => "vercel_sandbox",
             Backend::Singularity => "singularity",
+            Backend::Kubernetes => "kubernetes",
         }
     }
 
@@ -242,6 +246,7 @@ impl Backend {
             "daytona" => Backend::Daytona,
             "vercel_sandbox" => Backend::VercelSandbox,
             "singularity" => Backend::Singularity,
+            "kubernetes" => Backend::Kubernetes,
             _ => return None,
         })
     }
@@ -1003,6 +1008,75 @@ fn check(spec: &KeySpec, path: &str, node: &Node, errors: &mut Vec<Issue>) {
                             entry.value.start,
                             format!(
                                 "expected an IP address such as 127.0.0.1, found {}",
+                                describe(&entry.value, &other)
+                            ),
+                        )),
+                    }
+                }
+            }
+            _ if value == Value::Null => {}
+            _ => wrong(errors),
+        },
+        Ty::KubeNamespace => match &value {
+            Value::Str(s) => {
+                if let Err(e) = crate::kubernetes::check_dns_label(s) {
+                    errors.push(Issue::new(
+                        path,
+                        node.start,
+                        format!("`{s}` is not a namespace name: it {e}"),
+                    ));
+                }
+            }
+            _ => wrong(errors),
+        },
+        Ty::OptKubeName => match &value {
+            Value::Null => {}
+            Value::Str(s) => {
+                if let Err(e) = crate::kubernetes::check_dns_subdomain(s) {
+                    errors.push(Issue::new(path, node.start, e));
+                }
+            }
+            _ => wrong(errors),
+        },
+        Ty::TolerationList => each_item(path, node, errors, spec, |_, v| match v {
+            Value::Str(s) => crate::kubernetes::Toleration::parse(s).map(drop),
+            _ => Err("expected a toleration such as gpu=true:NoSchedule".to_string()),
+        }),
+        Ty::LabelMap => match &node.kind {
+            NodeKind::Map { entries, .. } => {
+                for entry in entries {
+                    let item_path = crate::keypath::join(path, &entry.key);
+                    if let Err(e) = crate::kubernetes::check_label_key(&entry.key) {
+                        errors.push(Issue::new(
+                            item_path.as_str(),
+                            entry.key_pos,
+                            format!("not a label key: {e}"),
+                        ));
+                    } else if path == crate::schema_key!("terminal.kubernetes_labels").path
+                        && crate::kubernetes::is_own_label(&entry.key)
+                    {
+                        errors.push(Issue::new(
+                            item_path.as_str(),
+                            entry.key_pos,
+                            format!("`{}` is a label hermes sets itself", entry.key),
+                        ));
+                    }
+                    match entry.value.to_value() {
+                        Value::Str(s) => {
+                            if let Err(e) = crate::kubernetes::check_label_value(&s) {
+                                errors.push(Issue::new(
+                                    item_path,
+                                    entry.value.start,
+                                    format!("not a label value: {e}"),
+                                ));
+                            }
+                        }
+                        Value::Int(_) | Value::Bool(_) => {}
+                        other => errors.push(Issue::new(
+                            item_path,
+                            entry.value.start,
+                            format!(
+                                "expected a label value (a string), found {}",
                                 describe(&entry.value, &other)
                             ),
                         )),

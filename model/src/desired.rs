@@ -111,6 +111,9 @@ pub struct Desired {
     /// On the singularity backend, the warm instances (the default task's,
     /// when persistent).
     pub instances: Vec<InstanceSpec>,
+    /// On the kubernetes backend, the warm sandboxes (the default task's,
+    /// when persistent): a Pod and its claim each.
+    pub pods: Vec<crate::kubernetes::PodWanted>,
     /// The home's identity ([`crate::homes::home_id`]), set by the caller
     /// that can resolve the home's path: every sandbox is labelled with it.
     pub home_id: Option<String>,
@@ -225,6 +228,9 @@ impl Desired {
             && t.persistent_max_idle_seconds.is_none();
         let cloud = crate::cloud::CloudDesired::from_config(&config, env, &mut warnings);
         let wants_instance = t.backend == Backend::Singularity && t.container_persistent;
+        let wants_pod = t.backend == Backend::Kubernetes
+            && t.container_persistent
+            && t.persistent_max_idle_seconds.is_none();
         let mut desired = Desired {
             profile: profile.to_string(),
             config,
@@ -240,6 +246,7 @@ impl Desired {
             ssh: None,
             cloud,
             instances: Vec::new(),
+            pods: Vec::new(),
             home_id: None,
             host: env.facts.clone(),
             egress_after_setup: None,
@@ -260,6 +267,11 @@ impl Desired {
             desired
                 .instances
                 .push(desired.instance(SandboxKey::persistent(&desired.profile, DEFAULT_TASK)));
+        }
+        if wants_pod {
+            desired
+                .pods
+                .push(desired.pod(SandboxKey::persistent(&desired.profile, DEFAULT_TASK)));
         }
         Ok(desired)
     }
@@ -298,6 +310,16 @@ impl Desired {
         InstanceSpec::new(&self.config, key, &self.home, &self.forward_env, wiring)
     }
 
+    /// The Kubernetes sandbox of a key of the active profile.
+    pub fn pod(&self, key: SandboxKey) -> crate::kubernetes::PodWanted {
+        crate::kubernetes::PodWanted::new(
+            &self.config.terminal.kubernetes,
+            key,
+            self.home_id.as_deref(),
+            None,
+        )
+    }
+
     /// The instance `hermes exec` runs in, chosen as [`Desired::exec_sandbox`]
     /// chooses a Docker sandbox.
     pub fn exec_instance(&self, task: &str, session: Option<&str>) -> InstanceSpec {
@@ -310,6 +332,8 @@ impl Desired {
         self.home_id = Some(id);
         let keys: Vec<SandboxKey> = self.sandboxes.iter().map(|s| s.key.clone()).collect();
         self.sandboxes = keys.into_iter().map(|k| self.sandbox(k)).collect();
+        let keys: Vec<SandboxKey> = self.pods.iter().map(|s| s.key.clone()).collect();
+        self.pods = keys.into_iter().map(|k| self.pod(k)).collect();
     }
 
     /// Sets the egress side (read from the proxy's files) and rebuilds

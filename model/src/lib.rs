@@ -32,6 +32,7 @@ pub mod egress;
 pub mod fingerprint;
 pub mod homes;
 pub mod keypath;
+pub mod kubernetes;
 pub mod migration;
 pub mod names;
 pub mod observed;

@@ -171,6 +171,9 @@ pub struct Observed {
     pub cloud: Option<crate::cloud::CloudObserved>,
     /// The singularity instances, when that is the backend.
     pub singularity: Option<crate::singularity::SingularityObserved>,
+    /// The namespace's sandbox Pods and claims, when kubernetes is the
+    /// backend.
+    pub kubernetes: Option<crate::kubernetes::KubeObserved>,
     /// The sandboxes' disk images (`terminal.container_disk`) mounted under
     /// this home, seen only when the containers were (an engine answered).
     pub disks: Vec<MountedDisk>,

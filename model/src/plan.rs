@@ -44,6 +44,13 @@ pub enum Target {
         task: String,
         session: Option<String>,
     },
+    /// The Kubernetes sandbox of a profile and task (and session) in its
+    /// namespace.
+    Pod {
+        profile: String,
+        task: String,
+        session: Option<String>,
+    },
     /// The sandbox of a profile and task on a cloud service (`service` is
     /// modal, daytona or vercel_sandbox).
     Cloud {
@@ -79,6 +86,16 @@ impl fmt::Display for Target {
                 task,
                 session: Some(session),
             } => write!(f, "singularity {profile}/{task}@{session}"),
+            Target::Pod {
+                profile,
+                task,
+                session: None,
+            } => write!(f, "kubernetes {profile}/{task}"),
+            Target::Pod {
+                profile,
+                task,
+                session: Some(session),
+            } => write!(f, "kubernetes {profile}/{task}@{session}"),
             Target::Cloud {
                 service,
                 profile,
@@ -138,6 +155,11 @@ pub trait Describe {
     fn kind(&self) -> Kind;
     /// The verb printed in the plan (`create`, `recreate`, …).
     fn verb(&self) -> &'static str;
+    /// Where the operation goes among those of its target and kind, before
+    /// the verb's name decides: lower first (a Pod's claim before the Pod).
+    fn step(&self) -> u8 {
+        0
+    }
 }
 
 /// A list of operations. Sorted by target on construction.
@@ -219,9 +241,10 @@ pub struct OpJson<'a> {
 impl<A: Describe> Plan<A> {
     pub fn new(mut ops: Vec<Op<A>>) -> Plan<A> {
         ops.sort_by(|a, b| {
-            (&a.target, a.action.kind(), a.action.verb()).cmp(&(
+            (&a.target, a.action.kind(), a.action.step(), a.action.verb()).cmp(&(
                 &b.target,
                 b.action.kind(),
+                b.action.step(),
                 b.action.verb(),
             ))
         });

@@ -53,6 +53,14 @@ pub enum Ty {
     OptIpList,
     /// A mapping of host names to IP addresses (like curl's `--resolve`).
     ResolveMap,
+    /// A mapping of Kubernetes label keys to label values.
+    LabelMap,
+    /// A list of Kubernetes tolerations, as `key[=value][:Effect]`.
+    TolerationList,
+    /// A Kubernetes namespace name (a DNS-1123 label).
+    KubeNamespace,
+    /// A Kubernetes object name (a DNS-1123 subdomain), or null.
+    OptKubeName,
 }
 
 impl Ty {
@@ -60,7 +68,13 @@ impl Ty {
     pub fn takes_text(self) -> bool {
         matches!(
             self,
-            Ty::Str | Ty::NonEmptyStr | Ty::OptStr | Ty::Enum(_) | Ty::Size
+            Ty::Str
+                | Ty::NonEmptyStr
+                | Ty::OptStr
+                | Ty::Enum(_)
+                | Ty::Size
+                | Ty::KubeNamespace
+                | Ty::OptKubeName
         )
     }
 
@@ -88,6 +102,12 @@ impl Ty {
             Ty::HostPatternList => "a list of host names or *.domain patterns".into(),
             Ty::OptIpList => "a list of IP addresses (such as 127.0.0.1) or null".into(),
             Ty::ResolveMap => "a mapping of host names to IP addresses".into(),
+            Ty::LabelMap => "a mapping of Kubernetes label keys to values".into(),
+            Ty::TolerationList => "a list of tolerations such as gpu=true:NoSchedule".into(),
+            Ty::KubeNamespace => {
+                "a namespace name (lowercase letters, digits and -, at most 63)".into()
+            }
+            Ty::OptKubeName => "a Kubernetes object name (lowercase, DNS-1123) or null".into(),
         }
     }
 }
@@ -138,6 +158,7 @@ pub const BACKENDS: &[&str] = &[
     "daytona",
     "vercel_sandbox",
     "singularity",
+    "kubernetes",
 ];
 pub const VERCEL_RUNTIMES: &[&str] = &["node24", "node22", "python3.13"];
 pub const CREDENTIAL_SOURCES: &[&str] = &["env", "bitwarden"];
@@ -292,6 +313,63 @@ pub const KEYS: &[KeySpec] = &[
         Ty::EnvNameList,
         Default::EmptyList,
     ),
+    // The kubernetes backend (hermes's own: Hermes Agent has none).
+    // A kubeconfig file; null: $KUBECONFIG, else ~/.kube/config.
+    key("terminal.kubernetes_kubeconfig", Ty::OptStr, Default::Null),
+    key("terminal.kubernetes_context", Ty::OptStr, Default::Null),
+    key(
+        "terminal.kubernetes_in_cluster",
+        Ty::Bool,
+        Default::Bool(false),
+    ),
+    key(
+        "terminal.kubernetes_namespace",
+        Ty::KubeNamespace,
+        Default::Str("hermes"),
+    ),
+    // Null: terminal.docker_image.
+    key("terminal.kubernetes_image", Ty::OptStr, Default::Null),
+    key("terminal.kubernetes_cpu", Ty::LimitNumber, Default::Int(1)),
+    key(
+        "terminal.kubernetes_memory",
+        Ty::LimitInt,
+        Default::Int(5120),
+    ),
+    key(
+        "terminal.kubernetes_disk",
+        Ty::LimitInt,
+        Default::Int(51200),
+    ),
+    key(
+        "terminal.kubernetes_storage_class",
+        Ty::OptKubeName,
+        Default::Null,
+    ),
+    key(
+        "terminal.kubernetes_runtime_class",
+        Ty::OptKubeName,
+        Default::Null,
+    ),
+    key(
+        "terminal.kubernetes_service_account",
+        Ty::OptKubeName,
+        Default::Null,
+    ),
+    key(
+        "terminal.kubernetes_node_selector",
+        Ty::LabelMap,
+        Default::EmptyMap,
+    ),
+    key(
+        "terminal.kubernetes_tolerations",
+        Ty::TolerationList,
+        Default::EmptyList,
+    ),
+    key(
+        "terminal.kubernetes_labels",
+        Ty::LabelMap,
+        Default::EmptyMap,
+    ),
     key("terminal.ssh_host", Ty::OptStr, Default::Null),
     key("terminal.ssh_user", Ty::OptStr, Default::Null),
     key("terminal.ssh_port", Ty::Port, Default::Int(22)),
@@ -416,14 +494,15 @@ pub fn lookup(path: &str) -> Option<&'static KeySpec> {
     KEYS.iter().find(|k| k.path == path)
 }
 
-/// The map-typed key (`terminal.docker_env`, `proxy.resolve`) of which
+/// The map-typed key (`terminal.docker_env`, `proxy.resolve`,
+/// `terminal.kubernetes_labels`) of which
 /// `keys` names one entry, as `proxy.resolve."api.openai.com"` does.
 pub fn map_entry_of<S: AsRef<str>>(keys: &[S]) -> Option<&'static KeySpec> {
     let [section, key, _entry] = keys else {
         return None;
     };
     let spec = lookup(&format!("{}.{}", section.as_ref(), key.as_ref()))?;
-    matches!(spec.ty, Ty::EnvMap | Ty::ResolveMap).then_some(spec)
+    matches!(spec.ty, Ty::EnvMap | Ty::ResolveMap | Ty::LabelMap).then_some(spec)
 }
 
 /// The whole default config as a value tree.

@@ -33,6 +33,7 @@ mod adoption;
 pub mod cloud;
 pub mod disks;
 pub mod down;
+pub mod kubernetes;
 pub mod persistence;
 pub mod proxy;
 pub mod reaping;
@@ -99,6 +100,7 @@ fn planner_of(desired: &Desired) -> Planner {
         Backend::Local | Backend::Docker => host_only,
         Backend::Ssh => ssh::planner,
         Backend::Singularity => singularity::planner,
+        Backend::Kubernetes => kubernetes::planner,
         Backend::Modal | Backend::Daytona | Backend::VercelSandbox => cloud::planner,
     }
 }

@@ -25,7 +25,7 @@
 //! blocked with the reason. Nothing ever falls back to handing a sandbox a
 //! real key: an unwired sandbox has no keys at all.
 
-use hermes_model::action::{Action, InstanceAction, ProxyAction, SandboxAction};
+use hermes_model::action::{Action, InstanceAction, PodAction, ProxyAction, SandboxAction};
 use hermes_model::config::Backend;
 use hermes_model::desired::{Desired, Egress};
 use hermes_model::observed::{Observed, ProxyObserved};
@@ -210,6 +210,10 @@ pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
                 InstanceAction::Start(_) | InstanceAction::Restart(_) => true,
                 InstanceAction::End { .. } | InstanceAction::Stop { .. } => false,
             },
+            Action::Pod(a) => match a {
+                PodAction::Create(_) | PodAction::Replace { .. } => true,
+                PodAction::CreateClaim(_) | PodAction::Delete { .. } => false,
+            },
             Action::Proxy(_)
             | Action::Ssh(_)
             | Action::Cloud(_)
@@ -342,6 +346,7 @@ pub fn predict(
             | Action::Ssh(_)
             | Action::Instance(_)
             | Action::Cloud(_)
+            | Action::Pod(_)
             | Action::Blocked
             | Action::Keep { .. } => {}
         }

@@ -17,6 +17,7 @@ pub mod docker_cli;
 pub mod egress;
 pub mod fakes;
 pub mod json_schema;
+pub mod kube_harness;
 pub mod python;
 pub mod sshd;
 pub mod upstream;

@@ -8,6 +8,9 @@
 //! for the commands hermes runs, each command run on this host in a mount
 //! namespace where the instance's /workspace, /root and /tmp stand; no
 //! isolation, no image). The real runtime is `tests/singularity.rs`'s.
+//! `kubernetes` runs against a real kube-apiserver
+//! ([`hermes_tests::kube_harness`]): each command through the Pod's `exec`
+//! subresource over WebSocket, in a container of the test engine.
 //!
 //! For each backend, through the real `hermes` binary: a single argument
 //! is a shell command line and several an argv kept intact; standard input
@@ -62,6 +65,7 @@ enum Keep {
     Daytona(FakeDaytona),
     Vercel(FakeVercel),
     Singularity(StandIn),
+    Kube(Box<hermes_tests::kube_harness::Harness>),
 }
 
 /// The stand-in `apptainer` in a directory of its own (its instances
@@ -221,6 +225,16 @@ impl Backend {
             "terminal:\n  backend: singularity\n  docker_forward_env: [FWD_ME]\n".into(),
             vec![("PATH", path)],
             Keep::Singularity(standin),
+        )
+    }
+
+    fn kubernetes() -> Backend {
+        let harness = hermes_tests::kube_harness::Harness::start();
+        Backend::new(
+            "kubernetes",
+            harness.config("  docker_forward_env: [FWD_ME]\n"),
+            Vec::new(),
+            Keep::Kube(Box::new(harness)),
         )
     }
 
@@ -658,6 +672,24 @@ fn the_terminal_contract_on_daytona() {
 #[test]
 fn the_terminal_contract_on_vercel_sandbox() {
     contract(&Backend::vercel());
+}
+
+#[test]
+fn the_terminal_contract_on_kubernetes() {
+    let b = Backend::kubernetes();
+    contract(&b);
+    // One Pod for all of it, made by hermes, with its claim.
+    let Keep::Kube(harness) = &b._keep else {
+        unreachable!()
+    };
+    let ns = &harness.namespace;
+    let pods = harness.names(&format!(
+        "/api/v1/namespaces/{ns}/pods?labelSelector=app.kubernetes.io/managed-by%3Dhermes"
+    ));
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    let claims = harness.names(&format!("/api/v1/namespaces/{ns}/persistentvolumeclaims"));
+    assert_eq!(claims.len(), 1, "{claims:?}");
+    assert_eq!(claims[0].0, format!("{}-data", pods[0].0));
 }
 
 #[test]

@@ -42,6 +42,10 @@ pub use error::{
 };
 pub use events::ContainerEvent;
 pub use exec::Container;
+/// The watch over a command (`exec.rs`), which the kubernetes backend's
+/// exec runs the same way.
+#[cfg(feature = "kubernetes")]
+pub(crate) use exec::watch_script;
 pub use network::InternalNetwork;
 pub use observe::parse_engine_time;
 pub use runner::{is_runner_process, runner_dir, runner_host_dir};

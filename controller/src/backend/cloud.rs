@@ -652,7 +652,11 @@ async fn converge<C: CloudDriver>(
         Action::Cloud(action) => action,
         Action::Blocked => anyhow::bail!("{}: {}", op.target, op.cause),
         Action::Keep { .. } => anyhow::bail!("{}: {}; try again shortly", op.target, op.cause),
-        Action::Sandbox(_) | Action::Proxy(_) | Action::Ssh(_) | Action::Instance(_) => {
+        Action::Sandbox(_)
+        | Action::Proxy(_)
+        | Action::Ssh(_)
+        | Action::Instance(_)
+        | Action::Pod(_) => {
             anyhow::bail!("{}: not a cloud operation: {}", op.target, op.action.verb())
         }
     };

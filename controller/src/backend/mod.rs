@@ -6,6 +6,7 @@
 
 pub mod cloud;
 pub mod docker;
+pub mod kubernetes;
 pub mod local;
 pub mod singularity;
 pub mod ssh;
@@ -22,6 +23,7 @@ pub fn of(desired: &Desired) -> &'static dyn Backend {
         Configured::Docker => &docker::Docker,
         Configured::Ssh => &ssh::Ssh,
         Configured::Singularity => &singularity::Singularity,
+        Configured::Kubernetes => &kubernetes::Kubernetes,
         Configured::Modal => &cloud::Cloud(Configured::Modal),
         Configured::Daytona => &cloud::Cloud(Configured::Daytona),
         Configured::VercelSandbox => &cloud::Cloud(Configured::VercelSandbox),

@@ -299,19 +299,22 @@ fn parse(ty: Ty, raw: &str) -> Result<Parsed, String> {
             }
             _ => Err(format!("`{raw}` is not a finite number")),
         },
-        Ty::StrList | Ty::EnvNameList | Ty::VolumeList | Ty::EnvMap => {
-            match serde_json::from_str::<serde_json::Value>(raw) {
-                Ok(json) => Ok(Parsed::Node(node_of_json(&json, ENV_POS))),
-                Err(e) => Err(format!(
-                    "`{raw}` is not valid JSON ({e}); Hermes Agent reads this variable as a JSON {}",
-                    if ty == Ty::EnvMap {
-                        "object, such as {\"NAME\": \"value\"}"
-                    } else {
-                        "list, such as [\"a\", \"b\"]"
-                    }
-                )),
-            }
-        }
+        Ty::StrList
+        | Ty::EnvNameList
+        | Ty::VolumeList
+        | Ty::EnvMap
+        | Ty::LabelMap
+        | Ty::TolerationList => match serde_json::from_str::<serde_json::Value>(raw) {
+            Ok(json) => Ok(Parsed::Node(node_of_json(&json, ENV_POS))),
+            Err(e) => Err(format!(
+                "`{raw}` is not valid JSON ({e}); Hermes Agent reads this variable as a JSON {}",
+                if matches!(ty, Ty::EnvMap | Ty::LabelMap) {
+                    "object, such as {\"NAME\": \"value\"}"
+                } else {
+                    "list, such as [\"a\", \"b\"]"
+                }
+            )),
+        },
         // Text: the key's own check takes it from here.
         _ if raw.is_empty() => Ok(Parsed::Unset),
         _ => Ok(Parsed::Node(scalar(raw, Style::Quoted))),

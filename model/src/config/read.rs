@@ -32,6 +32,34 @@ impl Config {
         let daytona_image = r
             .opt_string(schema_key!("terminal.daytona_image"))
             .unwrap_or_else(|| docker_image.clone());
+        let kubernetes = crate::kubernetes::KubeSettings {
+            kubeconfig: r.opt_string(schema_key!("terminal.kubernetes_kubeconfig")),
+            context: r.opt_string(schema_key!("terminal.kubernetes_context")),
+            in_cluster: r.bool(schema_key!("terminal.kubernetes_in_cluster")),
+            namespace: r.string(schema_key!("terminal.kubernetes_namespace")),
+            image: r
+                .opt_string(schema_key!("terminal.kubernetes_image"))
+                .unwrap_or_else(|| docker_image.clone()),
+            cpu: r.number(schema_key!("terminal.kubernetes_cpu")),
+            memory_mb: r.uint(schema_key!("terminal.kubernetes_memory")),
+            disk_mb: r.uint(schema_key!("terminal.kubernetes_disk")),
+            storage_class: r.opt_string(schema_key!("terminal.kubernetes_storage_class")),
+            runtime_class: r.opt_string(schema_key!("terminal.kubernetes_runtime_class")),
+            service_account: r.opt_string(schema_key!("terminal.kubernetes_service_account")),
+            node_selector: r
+                .env_map(schema_key!("terminal.kubernetes_node_selector"))
+                .into_iter()
+                .collect(),
+            tolerations: r
+                .strings(schema_key!("terminal.kubernetes_tolerations"))
+                .iter()
+                .filter_map(|t| crate::kubernetes::Toleration::parse(t).ok())
+                .collect(),
+            labels: r
+                .env_map(schema_key!("terminal.kubernetes_labels"))
+                .into_iter()
+                .collect(),
+        };
         Config {
             terminal: Terminal {
                 backend: Backend::from_word(&r.string(schema_key!("terminal.backend")))
@@ -84,6 +112,7 @@ impl Config {
                 ssh_persist_seconds: r.uint(schema_key!("terminal.ssh_persist_seconds")),
                 vercel_runtime: r.string(schema_key!("terminal.vercel_runtime")),
                 vercel_forward_env: r.strings(schema_key!("terminal.vercel_forward_env")),
+                kubernetes,
                 agent: AgentTerminal {
                     modal_mode: r.string(schema_key!("terminal.modal_mode")),
                     home_mode: r.string(schema_key!("terminal.home_mode")),

@@ -675,3 +675,35 @@ fn a_wildcard_covering_the_credential_services_is_accepted_with_a_warning_that_t
     );
     assert_eq!(loaded.config.proxy.aws_hosts.len(), 5);
 }
+
+#[test]
+fn kubernetes_keys_are_read_and_checked_with_key_and_line() {
+    let loaded = load(
+        "terminal:\n  backend: kubernetes\n  kubernetes_namespace: agents\n  kubernetes_node_selector:\n    pool: sandboxes\n  kubernetes_tolerations: [\"dedicated=agents:NoSchedule\"]\n  kubernetes_labels:\n    team: ml\n",
+    )
+    .unwrap();
+    let k = &loaded.config.terminal.kubernetes;
+    assert_eq!(loaded.config.terminal.backend, Backend::Kubernetes);
+    assert_eq!(k.namespace, "agents");
+    assert_eq!(k.image, loaded.config.terminal.docker_image);
+    assert_eq!(k.node_selector["pool"], "sandboxes");
+    assert_eq!(k.tolerations[0].effect.as_deref(), Some("NoSchedule"));
+    assert_eq!(k.labels["team"], "ml");
+
+    let e = errors(
+        "terminal:\n  kubernetes_namespace: My_NS\n  kubernetes_storage_class: Fast!\n  kubernetes_tolerations: [\"gpu:Always\"]\n  kubernetes_labels:\n    hermes-agent: \"0\"\n    -bad: x\n  kubernetes_node_selector:\n    pool: \"no spaces\"\n",
+    );
+    let rendered: Vec<String> = e.iter().map(|i| i.render("config.yaml")).collect();
+    let expect = [
+        "config.yaml:2:25: terminal.kubernetes_namespace: `My_NS` is not a namespace name",
+        "config.yaml:3:29: terminal.kubernetes_storage_class: `Fast!` is not a DNS-1123 name",
+        "config.yaml:4:28: terminal.kubernetes_tolerations[0]: `Always` is not a taint effect",
+        "config.yaml:6:5: terminal.kubernetes_labels.hermes-agent: `hermes-agent` is a label hermes sets itself",
+        "config.yaml:7:5: terminal.kubernetes_labels.-bad: not a label key",
+        "config.yaml:9:11: terminal.kubernetes_node_selector.pool: not a label value",
+    ];
+    assert_eq!(rendered.len(), expect.len(), "{rendered:#?}");
+    for (got, want) in rendered.iter().zip(expect) {
+        assert!(got.starts_with(want), "{got}\n  wanted: {want}…");
+    }
+}

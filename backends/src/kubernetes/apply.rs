@@ -1,0 +1,174 @@
+//! Carrying out the planner's operations on the API server. Writes are
+//! server-side applies with the field manager `hermes` (never forced: a
+//! field another manager owns is a conflict, reported); deletes carry the
+//! uid the pass saw as a precondition, so an object made again since is
+//! never the one deleted.
+
+use std::time::{Duration, Instant};
+
+use hermes_model::action::PodAction;
+use hermes_model::kubernetes::{FIELD_MANAGER, GRACE_SECONDS, PodWanted};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+
+use super::observe::seen_pod;
+use super::{CALL_TIMEOUT, Cluster, KubeError, START_TIMEOUT, call, objects};
+
+/// How often a wait for a Pod looks again.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Carries out one operation.
+pub async fn apply(cluster: &Cluster, action: &PodAction) -> Result<(), KubeError> {
+    match action {
+        PodAction::CreateClaim(wanted) => apply_claim(cluster, wanted).await,
+        PodAction::Create(wanted) => apply_pod(cluster, wanted).await,
+        PodAction::Replace { wanted, uid } => {
+            delete_pod(cluster, &wanted.name, uid).await?;
+            wait_gone(cluster, &wanted.name, uid).await?;
+            apply_pod(cluster, wanted).await
+        }
+        PodAction::Delete { name, uid } => delete_pod(cluster, name, uid).await,
+    }
+}
+
+fn params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER)
+}
+
+async fn apply_claim(cluster: &Cluster, wanted: &PodWanted) -> Result<(), KubeError> {
+    let Some(claim) = objects::claim(wanted) else {
+        return Ok(());
+    };
+    let ns = &cluster.namespace;
+    let name = wanted.claim.as_deref().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client.clone(), ns);
+    call(
+        "apply",
+        format!("persistentvolumeclaim {ns}/{name}"),
+        api.patch(name, &params(), &Patch::Apply(&claim)),
+    )
+    .await
+    .map(drop)
+}
+
+async fn apply_pod(cluster: &Cluster, wanted: &PodWanted) -> Result<(), KubeError> {
+    let ns = &cluster.namespace;
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    call(
+        "apply",
+        format!("pod {ns}/{}", wanted.name),
+        api.patch(
+            &wanted.name,
+            &params(),
+            &Patch::Apply(&objects::pod(wanted)),
+        ),
+    )
+    .await
+    .map(drop)
+}
+
+/// Deletes the Pod `name` if it is still the one with `uid`; one already
+/// gone is no error.
+pub async fn delete_pod(cluster: &Cluster, name: &str, uid: &str) -> Result<(), KubeError> {
+    let ns = &cluster.namespace;
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    let dp = DeleteParams {
+        grace_period_seconds: u32::try_from(GRACE_SECONDS).ok(),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match call("delete", format!("pod {ns}/{name}"), api.delete(name, &dp)).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some(404) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until the Pod `name` with `uid` is gone (its grace and a little
+/// more), so that the one made next takes the name.
+async fn wait_gone(cluster: &Cluster, name: &str, uid: &str) -> Result<(), KubeError> {
+    let ns = &cluster.namespace;
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    let limit = Duration::from_secs(u64::try_from(GRACE_SECONDS).unwrap_or(10)) + CALL_TIMEOUT;
+    let start = Instant::now();
+    loop {
+        let got = call("get", format!("pod {ns}/{name}"), api.get_opt(name)).await?;
+        match got {
+            None => return Ok(()),
+            Some(p) if p.metadata.uid.as_deref() != Some(uid) => return Ok(()),
+            Some(_) => {}
+        }
+        if start.elapsed() > limit {
+            return Err(KubeError::Pod {
+                pod: format!("{ns}/{name}"),
+                message: format!(
+                    "still there {} s after its delete",
+                    start.elapsed().as_secs()
+                ),
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until the Pod of `wanted` runs and is ready, within
+/// [`START_TIMEOUT`]; a container that cannot start (its image missing,
+/// say) or a Pod that ended is an error at once.
+pub async fn ensure_running(cluster: &Cluster, wanted: &PodWanted) -> Result<(), KubeError> {
+    let ns = &cluster.namespace;
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    let start = Instant::now();
+    let pod = format!("{ns}/{}", wanted.name);
+    loop {
+        let got = call("get", format!("pod {pod}"), api.get_opt(&wanted.name)).await?;
+        let Some(p) = got else {
+            return Err(KubeError::Pod {
+                pod,
+                message: "is gone".to_string(),
+            });
+        };
+        let seen = seen_pod(&p);
+        if seen.phase == "Running" && seen.ready {
+            return Ok(());
+        }
+        if matches!(seen.phase.as_str(), "Succeeded" | "Failed") || seen.deleting {
+            return Err(KubeError::Pod {
+                pod,
+                message: format!(
+                    "{}; `hermes reconcile` makes it again",
+                    if seen.deleting {
+                        "is being deleted".to_string()
+                    } else {
+                        format!("ended ({})", seen.phase)
+                    }
+                ),
+            });
+        }
+        if let Some(why) = seen.waiting.as_deref().filter(|w| {
+            w.contains("ErrImagePull")
+                || w.contains("ImagePullBackOff")
+                || w.contains("InvalidImageName")
+                || w.contains("CreateContainerConfigError")
+        }) {
+            return Err(KubeError::Pod {
+                pod,
+                message: format!("its container cannot start: {why}"),
+            });
+        }
+        if start.elapsed() > START_TIMEOUT {
+            return Err(KubeError::Pod {
+                pod,
+                message: format!(
+                    "not running after {} s (phase {}{})",
+                    START_TIMEOUT.as_secs(),
+                    seen.phase,
+                    seen.waiting.map(|w| format!(", {w}")).unwrap_or_default()
+                ),
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}

@@ -1,0 +1,310 @@
+//! The kubernetes backend in the binary: which API server and namespace
+//! (a kubeconfig and its context, or the Pod's own service account),
+//! observing the sandbox Pods and claims for a pass, applying the plan's
+//! Pod operations (a session's end among them), `hermes exec` in a Pod
+//! (made first through the planner, never replaced: a stale one runs the
+//! command, said in one line) and the Pods of `hermes sandbox list`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
+use hermes_backends::kubernetes::{Cluster, PodExec, Source};
+use hermes_model::action::{Action, Families, PodAction};
+use hermes_model::desired::Desired;
+use hermes_model::kubernetes::{KubeObserved, PodWanted};
+use hermes_model::observed::Observed;
+use hermes_model::plan::{Describe, Kind, Plan};
+use hermes_model::sandbox::{LABEL_PROFILE, LABEL_SESSION, LABEL_SESSION_TASK, LABEL_TASK};
+use hermes_reconcilers::{HostPlan, Planner};
+
+use crate::apply::{Applied, ApplyError};
+use crate::exec_target::{ExecError, ExecTarget, Target, Values, Which};
+use crate::home::Home;
+use crate::listing::{ContainerRow, SandboxList};
+use crate::seam::{Backend, Ending};
+
+/// The kubernetes backend: Pods (and their claims) of one namespace.
+pub struct Kubernetes;
+
+/// Where the client's settings come from: `kubernetes_in_cluster`, else
+/// `kubernetes_kubeconfig` (`~/` from `$HOME`), else the first file of
+/// `$KUBECONFIG`, else `~/.kube/config`.
+fn source(home: &Home, desired: &Desired) -> anyhow::Result<Source> {
+    let k = &desired.config.terminal.kubernetes;
+    if k.in_cluster {
+        return Ok(Source::InCluster);
+    }
+    let env = crate::host::host_env(home)?;
+    let user_home = env.process.get("HOME").cloned().unwrap_or_default();
+    let path = match &k.kubeconfig {
+        Some(p) => match p.strip_prefix("~/") {
+            Some(rest) => PathBuf::from(&user_home).join(rest),
+            None => PathBuf::from(p),
+        },
+        None => match env
+            .process
+            .get("KUBECONFIG")
+            .and_then(|v| v.split(':').find(|p| !p.is_empty()))
+        {
+            Some(p) => PathBuf::from(p),
+            None => PathBuf::from(&user_home).join(".kube").join("config"),
+        },
+    };
+    Ok(Source::Kubeconfig {
+        path,
+        context: k.context.clone(),
+    })
+}
+
+/// A client of the configured namespace.
+pub async fn cluster(home: &Home, desired: &Desired) -> anyhow::Result<Cluster> {
+    let source = source(home, desired)?;
+    Ok(Cluster::connect(&source, &desired.config.terminal.kubernetes.namespace).await?)
+}
+
+/// Carries out the plan's Pod operations, in the plan's order (a claim
+/// before its Pod).
+async fn apply(home: &Home, desired: &Desired, plan: &HostPlan, verbose: bool) -> Applied {
+    let mut applied = Applied::default();
+    let ops = Families::of(&plan.ops).pod;
+    if ops.is_empty() {
+        return applied;
+    }
+    let cluster = cluster(home, desired).await;
+    for (op, action) in ops {
+        let started = Instant::now();
+        let result = match &cluster {
+            Ok(c) => hermes_backends::kubernetes::apply(c, action)
+                .await
+                .map(|()| true)
+                .map_err(ApplyError::backend),
+            Err(e) => Err(ApplyError::backend(std::io::Error::other(format!("{e:#}")))),
+        };
+        applied.record(op, started, result, verbose);
+    }
+    applied
+}
+
+/// The sandbox of `which`: its Pod made (its claim first) when the
+/// planner says so, then waited for until it runs.
+async fn ready(home: &Home, desired: &Desired, which: &Which<'_>) -> anyhow::Result<PodExec> {
+    let wanted = wanted(desired, which);
+    let cluster = cluster(home, desired).await?;
+    let seen = hermes_backends::kubernetes::observe_key(&cluster, &wanted).await?;
+    let mut ops = Vec::new();
+    hermes_reconcilers::kubernetes::plan_one(&wanted, &seen, &mut ops);
+    if desired.config.proxy.enabled {
+        hermes_reconcilers::proxy::block_sandboxes(
+            &mut ops,
+            hermes_reconcilers::kubernetes::EGRESS_NOT_WIRED,
+        );
+    }
+    for op in &ops {
+        if op.action.kind() == Kind::Blocked {
+            anyhow::bail!("{}: {}", op.target, op.cause);
+        }
+        match &op.action {
+            Action::Pod(action @ (PodAction::CreateClaim(_) | PodAction::Create(_))) => {
+                crate::exec_target::say(op);
+                hermes_backends::kubernetes::apply(&cluster, action).await?;
+            }
+            Action::Pod(PodAction::Replace { .. }) if op.cause.contains(" ended (") => {
+                anyhow::bail!(
+                    "{}: {}; `hermes reconcile` makes it again",
+                    op.target,
+                    op.cause
+                )
+            }
+            Action::Pod(PodAction::Replace { .. }) => eprintln!(
+                "hermes: {} runs a stale spec ({}); the command runs in it as it is: `hermes reconcile` replaces it (its claim kept)",
+                op.target, op.cause
+            ),
+            Action::Keep { .. } => anyhow::bail!("{}: {}", op.target, op.cause),
+            _ => {}
+        }
+    }
+    hermes_backends::kubernetes::ensure_running(&cluster, &wanted).await?;
+    Ok(PodExec::new(cluster, &wanted.name, wanted.env.clone()))
+}
+
+/// The objects `hermes exec` runs a command of `which` in.
+fn wanted(desired: &Desired, which: &Which<'_>) -> PodWanted {
+    desired.pod(desired.exec_sandbox(which.task, which.session).key)
+}
+
+#[async_trait]
+impl Backend for Kubernetes {
+    fn planner(&self) -> Planner {
+        hermes_reconcilers::kubernetes::planner
+    }
+
+    async fn observe(
+        &self,
+        home: &Home,
+        desired: &Desired,
+        observed: &mut Observed,
+    ) -> Option<String> {
+        let seen = match cluster(home, desired).await {
+            Ok(c) => hermes_backends::kubernetes::observe(&c, &desired.pods).await,
+            Err(e) => KubeObserved::Unavailable {
+                reason: format!("{e:#}"),
+            },
+        };
+        let problem = match &seen {
+            KubeObserved::Unavailable { reason } => Some(reason.clone()),
+            KubeObserved::Seen { .. } => None,
+        };
+        observed.kubernetes = Some(seen);
+        problem
+    }
+
+    async fn apply(
+        &self,
+        home: &Home,
+        desired: &Desired,
+        plan: &HostPlan,
+        verbose: bool,
+    ) -> Applied {
+        apply(home, desired, plan, verbose).await
+    }
+
+    async fn exec_target(
+        &self,
+        home: &Home,
+        desired: &Desired,
+        which: &Which<'_>,
+    ) -> anyhow::Result<(ExecTarget, Values)> {
+        let pod = ready(home, desired, which).await?;
+        // `docker_forward_env`'s values, per command: no Pod holds them.
+        let values = Values {
+            base: desired.forward_env.clone(),
+            pinned: Vec::new(),
+        };
+        Ok((Box::new(pod), values))
+    }
+
+    async fn find(
+        &self,
+        home: &Home,
+        desired: &Desired,
+        which: &Which<'_>,
+    ) -> anyhow::Result<Option<ExecTarget>> {
+        let wanted = wanted(desired, which);
+        let cluster = cluster(home, desired).await?;
+        let seen = hermes_backends::kubernetes::observe_key(&cluster, &wanted).await?;
+        let running = match &seen {
+            KubeObserved::Seen { pods, .. } => pods.iter().any(|p| {
+                p.name == wanted.name && p.made_by_hermes() && p.phase == "Running" && !p.deleting
+            }),
+            KubeObserved::Unavailable { .. } => false,
+        };
+        Ok(running.then(|| {
+            Box::new(PodExec::new(cluster, &wanted.name, wanted.env.clone())) as ExecTarget
+        }))
+    }
+
+    fn place(&self, desired: &Desired, which: &Which<'_>) -> String {
+        let wanted = wanted(desired, which);
+        format!("Pod {}/{}", wanted.namespace, wanted.name)
+    }
+
+    async fn list(&self, home: &Home, desired: &Desired) -> anyhow::Result<SandboxList> {
+        let cluster = cluster(home, desired).await?;
+        let seen = hermes_backends::kubernetes::observe(&cluster, &[]).await;
+        let pods = match seen {
+            KubeObserved::Unavailable { reason } => anyhow::bail!("{reason}"),
+            KubeObserved::Seen { pods, .. } => pods,
+        };
+        let rows = pods
+            .into_iter()
+            .map(|p| {
+                let get = |k: &str| p.labels.get(k).cloned().unwrap_or_else(|| "-".to_string());
+                let session = p.labels.get(LABEL_SESSION).cloned();
+                let task = if session.is_some() {
+                    get(LABEL_SESSION_TASK)
+                } else {
+                    get(LABEL_TASK)
+                };
+                let profile = get(LABEL_PROFILE);
+                let spec_matches = (session.is_none() && profile == desired.profile).then(|| {
+                    let key = hermes_model::sandbox::SandboxKey::persistent(&profile, &task);
+                    p.spec_hash() == Some(desired.pod(key).hash.as_str())
+                });
+                let spec = match spec_matches {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "-",
+                };
+                let state = if p.deleting {
+                    "deleting".to_string()
+                } else {
+                    p.phase.to_lowercase()
+                };
+                ContainerRow {
+                    name: p.name.clone(),
+                    profile,
+                    task,
+                    state,
+                    session,
+                    managed: true,
+                    spec_matches,
+                    spec: spec.to_string(),
+                    age_seconds: 0,
+                    idle_seconds: None,
+                    processes: None,
+                    age: "-".to_string(),
+                    idle: "-".to_string(),
+                }
+            })
+            .collect();
+        Ok(SandboxList::Containers(rows))
+    }
+
+    /// The session's Pods deleted by uid.
+    async fn end_session(
+        &self,
+        home: &Home,
+        desired: &Desired,
+        session: &str,
+    ) -> anyhow::Result<Ending> {
+        let cluster = cluster(home, desired).await?;
+        let seen = hermes_backends::kubernetes::observe(&cluster, &[]).await;
+        if let KubeObserved::Unavailable { reason } = &seen {
+            anyhow::bail!("{reason}");
+        }
+        let ops = hermes_reconcilers::kubernetes::end_session(&desired.profile, session, &seen);
+        Ok(Ending {
+            plan: Plan::new(ops),
+            engine: None,
+        })
+    }
+}
+
+#[async_trait]
+impl Target for PodExec {
+    /// A Pod of its own per task and session: its /tmp.
+    fn cwd_state(&self, _home: &Home, _desired: &Desired, _which: &Which<'_>) -> String {
+        "/tmp/.hermes-cwd".to_string()
+    }
+
+    fn jobs_dir(&self, _home: &Home, _desired: &Desired, _which: &Which<'_>) -> String {
+        "/tmp/.hermes-background".to_string()
+    }
+
+    fn describe(&self, desired: &Desired) -> String {
+        format!(
+            "Pod {}/{}",
+            desired.config.terminal.kubernetes.namespace,
+            self.pod()
+        )
+    }
+
+    async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, ExecError> {
+        use hermes_backends::exec::Executor;
+        Executor::exec(self, req, io)
+            .await
+            .map_err(ExecError::backend)
+    }
+}

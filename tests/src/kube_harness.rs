@@ -1,0 +1,229 @@
+//! A real Kubernetes API server for the tests: the harness of
+//! `tests/kube-harness/` (kube-apiserver and etcd of k8s.io/kubernetes in
+//! one process, real TLS, authentication and RBAC, and a node agent that
+//! runs each bound Pod as a container of the test engine and serves the
+//! kubelet's exec API). `scripts/test` builds it and exports
+//! [`HARNESS_ENV`]; without it a test panics saying so, never skips.
+//!
+//! Each [`Harness`] is a server of its own in a temporary directory,
+//! stopped (its containers and volumes removed) when it is dropped: its
+//! standard input closes, which the harness reads as the end.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+/// The variable naming the harness binary.
+pub const HARNESS_ENV: &str = "HERMES_KUBE_HARNESS";
+
+/// How long a harness may take to be ready (etcd, the API server, RBAC,
+/// the node).
+const READY_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// One running API server.
+#[derive(Debug)]
+pub struct Harness {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// The harness's directory (kubeconfigs, its log).
+    pub dir: tempfile::TempDir,
+    pub server: String,
+    /// A cluster-admin kubeconfig, for what a test sets up or checks.
+    pub admin_kubeconfig: PathBuf,
+    /// The service account hermes runs as: only the verbs the README lists.
+    pub hermes_kubeconfig: PathBuf,
+    /// The namespace that service account may use.
+    pub namespace: String,
+}
+
+#[derive(serde::Deserialize)]
+struct Ready {
+    ready: bool,
+    server: String,
+    admin_kubeconfig: PathBuf,
+    hermes_kubeconfig: PathBuf,
+    namespace: String,
+}
+
+/// The harness binary, from [`HARNESS_ENV`].
+///
+/// # Panics
+///
+/// When the variable is not set or names no file.
+pub fn harness_binary() -> PathBuf {
+    let path = std::env::var_os(HARNESS_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!(
+                "{HARNESS_ENV} is not set: the kubernetes tests need the API server harness; \
+             run scripts/test, which builds it (tests/kube-harness, Go 1.26)"
+            )
+        });
+    assert!(
+        path.is_file(),
+        "{HARNESS_ENV}={} is not a file: run scripts/kube-harness-build",
+        path.display()
+    );
+    path
+}
+
+impl Harness {
+    /// Starts a harness and waits until it is ready.
+    ///
+    /// # Panics
+    ///
+    /// When it cannot start or is not ready within its time; the panic
+    /// holds the end of its log.
+    pub fn start() -> Harness {
+        let dir = tempfile::Builder::new()
+            .prefix("hermes-kube-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("a directory for the harness: {e}"));
+        let log = std::fs::File::create(dir.path().join("harness.log"))
+            .unwrap_or_else(|e| panic!("the harness log: {e}"));
+        let mut child = Command::new(harness_binary())
+            .arg("serve")
+            .arg("--dir")
+            .arg(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("the harness starts: {e}"));
+        let stdin = child.stdin.take();
+        let stdout = child
+            .stdout
+            .take()
+            .unwrap_or_else(|| panic!("the harness's stdout"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(READY_TIMEOUT).unwrap_or_default();
+        let ready: Option<Ready> = serde_json::from_str(line.trim()).ok();
+        let Some(ready) = ready.filter(|r| r.ready) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(dir.path().join("harness.log")).unwrap_or_default();
+            let tail: String = log
+                .lines()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            panic!("the kube harness was not ready (first line {line:?}); its log ends:\n{tail}");
+        };
+        Harness {
+            child,
+            stdin,
+            dir,
+            server: ready.server,
+            admin_kubeconfig: ready.admin_kubeconfig,
+            hermes_kubeconfig: ready.hermes_kubeconfig,
+            namespace: ready.namespace,
+        }
+    }
+
+    /// The config.yaml lines of the kubernetes backend on this server, as
+    /// the `hermes` service account, `extra` appended under `terminal:`.
+    pub fn config(&self, extra: &str) -> String {
+        format!(
+            "terminal:\n  backend: kubernetes\n  kubernetes_kubeconfig: {}\n  kubernetes_namespace: {}\n  kubernetes_image: {}\n  kubernetes_cpu: 0.5\n  kubernetes_memory: 256\n  kubernetes_disk: 64\n{extra}",
+            self.hermes_kubeconfig.display(),
+            self.namespace,
+            crate::test_image()
+        )
+    }
+
+    /// A request as the cluster admin: `method` on `path` with a JSON
+    /// `body` (or none), its answer as JSON.
+    ///
+    /// # Panics
+    ///
+    /// When the server refuses it.
+    pub fn admin(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> serde_json::Value {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("a runtime: {e}"));
+        rt.block_on(async {
+            let kc = kube::config::Kubeconfig::read_from(&self.admin_kubeconfig)
+                .unwrap_or_else(|e| panic!("admin kubeconfig: {e}"));
+            let config = kube::Config::from_custom_kubeconfig(
+                kc,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("admin config: {e}"));
+            let client =
+                kube::Client::try_from(config).unwrap_or_else(|e| panic!("admin client: {e}"));
+            let body = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+            let req = http::Request::builder()
+                .method(method)
+                .uri(path)
+                .header("content-type", "application/json")
+                .body(body)
+                .unwrap_or_else(|e| panic!("a request: {e}"));
+            client
+                .request::<serde_json::Value>(req)
+                .await
+                .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+        })
+    }
+
+    /// `GET path` as the admin.
+    pub fn admin_get(&self, path: &str) -> serde_json::Value {
+        self.admin("GET", path, None)
+    }
+
+    /// The names of the objects at `path` (a list), with their uids.
+    pub fn names(&self, path: &str) -> Vec<(String, String)> {
+        let list = self.admin_get(path);
+        list["items"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .map(|i| {
+                        (
+                            i["metadata"]["name"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string(),
+                            i["metadata"]["uid"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        // Its input closed is its end: it removes what it made.
+        drop(self.stdin.take());
+        for _ in 0..300 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,312 @@
+//! The kubernetes backend against a real kube-apiserver (the harness of
+//! `tests/kube-harness/`: real TLS, a service account's token, RBAC with
+//! only the verbs the README lists; each Pod run as a container of the
+//! test engine). Through the real `hermes` binary: the dry run shows what
+//! a pass makes and makes nothing; a pass writes the claim and the Pod
+//! (server-side apply, field manager `hermes`, the hardening as the Pod's
+//! security context) and a second changes nothing; a changed spec replaces
+//! the Pod keeping its claim and so its files; an object hermes did not
+//! make is never touched; a refusal names the verb and the resource; a
+//! session's end deletes that session's Pods only.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use hermes_tests::cli::TestHome;
+use hermes_tests::kube_harness::Harness;
+
+fn pods_path(h: &Harness) -> String {
+    format!("/api/v1/namespaces/{}/pods", h.namespace)
+}
+
+/// The Pod hermes made, as the admin reads it, once it runs.
+fn running_pod(h: &Harness, name: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let p = h.admin_get(&format!("{}/{name}", pods_path(h)));
+        if p["status"]["phase"] == "Running" {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "Pod {name} never ran: {p}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The Pod's name, as the plan printed it (`no Pod NS/NAME`).
+fn pod_name(plan: &str, ns: &str) -> String {
+    let at = plan
+        .find(&format!("no Pod {ns}/"))
+        .unwrap_or_else(|| panic!("the plan names no Pod to make:\n{plan}"));
+    plan[at + format!("no Pod {ns}/").len()..]
+        .split(|c: char| c == ';' || c.is_whitespace())
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_pass_makes_the_claim_and_the_hardened_pod_and_a_second_pass_changes_nothing() {
+    let h = Harness::start();
+    let home = TestHome::new();
+    home.write_config(h.config(""));
+
+    let dry = home.run(["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "changes are pending: {dry:?}");
+    assert_eq!(
+        dry.planned(),
+        [
+            (
+                "kubernetes default/default".to_string(),
+                "create-claim".to_string()
+            ),
+            (
+                "kubernetes default/default".to_string(),
+                "create".to_string()
+            ),
+        ],
+        "{}",
+        dry.stdout
+    );
+    let name = pod_name(&dry.stdout, &h.namespace);
+    assert!(
+        h.names(&pods_path(&h)).is_empty(),
+        "the dry run made something"
+    );
+
+    let run = home.run(["reconcile"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        run.done().into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+        ["create-claim", "create"],
+        "{}",
+        run.stdout
+    );
+    let pod = running_pod(&h, &name);
+    let labels = &pod["metadata"]["labels"];
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "hermes");
+    assert_eq!(labels["hermes-agent"], "1");
+    assert_eq!(labels["hermes-task-id"], "default");
+    assert!(labels["hermes-spec-hash"].is_string());
+    let managers: Vec<&str> = pod["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["operation"] == "Apply")
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert_eq!(managers, ["hermes"], "{}", pod["metadata"]["managedFields"]);
+    let spec = &pod["spec"];
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    let sc = &spec["containers"][0]["securityContext"];
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(
+        spec["containers"][0]["resources"]["limits"]["memory"],
+        "256Mi"
+    );
+    let claims = h.names(&format!(
+        "/api/v1/namespaces/{}/persistentvolumeclaims",
+        h.namespace
+    ));
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0].0, format!("{name}-data"));
+
+    let again = home.run(["reconcile", "--dry-run"]);
+    assert_eq!(again.code, 0, "{again:?}");
+    assert!(again.planned().is_empty(), "{}", again.stdout);
+}
+
+#[test]
+fn a_changed_spec_replaces_the_pod_and_its_claim_keeps_the_files() {
+    let h = Harness::start();
+    let home = TestHome::new();
+    home.write_config(h.config(""));
+    let wrote = home.run([
+        "exec",
+        "--",
+        "echo kept > /workspace/note && echo home > /root/note",
+    ]);
+    assert_eq!(wrote.code, 0, "{wrote:?}");
+    let before = h.names(&pods_path(&h));
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    home.write_config(
+        h.config("")
+            .replace("kubernetes_memory: 256", "kubernetes_memory: 320"),
+    );
+    let dry = home.run(["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert_eq!(
+        dry.planned(),
+        [(
+            "kubernetes default/default".to_string(),
+            "replace".to_string()
+        )],
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        dry.stdout.contains("claim (its files) is kept"),
+        "{}",
+        dry.stdout
+    );
+    // An exec before the pass runs in the stale Pod, and says so.
+    let stale = home.run(["exec", "--", "true"]);
+    assert_eq!(stale.code, 0, "{stale:?}");
+    assert!(stale.stderr.contains("stale spec"), "{}", stale.stderr);
+
+    let run = home.run(["reconcile"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let after = h.names(&pods_path(&h));
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].0, before[0].0, "the same name");
+    assert_ne!(after[0].1, before[0].1, "a new Pod");
+    let pod = running_pod(&h, &after[0].0);
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"]["limits"]["memory"],
+        "320Mi"
+    );
+    let read = home.run(["exec", "--", "cat /workspace/note /root/note"]);
+    assert_eq!(read.code, 0, "{read:?}");
+    assert_eq!(read.stdout, "kept\nhome\n");
+}
+
+#[test]
+fn a_pod_hermes_did_not_make_is_left_alone_and_the_plan_says_why() {
+    let h = Harness::start();
+    let home = TestHome::new();
+    home.write_config(h.config(""));
+    let dry = home.run(["reconcile", "--dry-run"]);
+    let name = pod_name(&dry.stdout, &h.namespace);
+    let foreign = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"team": "theirs"}},
+        "spec": {"containers": [{
+            "name": "main",
+            "image": hermes_tests::test_image(),
+            "command": ["sleep", "infinity"],
+        }]},
+    });
+    let made = h.admin("POST", &pods_path(&h), Some(foreign));
+    let uid = made["metadata"]["uid"].as_str().unwrap().to_string();
+
+    let run = home.run(["reconcile"]);
+    assert!(
+        run.stdout.contains("that hermes did not make"),
+        "{}",
+        run.stdout
+    );
+    let pods = h.names(&pods_path(&h));
+    assert_eq!(pods, [(name, uid)], "the foreign Pod is untouched");
+}
+
+#[test]
+fn a_refusal_names_the_verb_and_the_resource_and_changes_nothing() {
+    let h = Harness::start();
+    let home = TestHome::new();
+    // The service account may use its own namespace only.
+    home.write_config(h.config("").replace(
+        &format!("kubernetes_namespace: {}", h.namespace),
+        "kubernetes_namespace: default",
+    ));
+    let run = home.run(["reconcile"]);
+    assert_ne!(run.code, 0, "{run:?}");
+    let all = format!("{}{}", run.stdout, run.stderr);
+    // Pods and claims are listed at once: whichever answered first.
+    assert!(
+        ["pods", "persistentvolumeclaims"]
+            .iter()
+            .any(|r| all.contains(&format!("refused to list {r} in namespace default"))),
+        "{all}"
+    );
+    assert!(all.contains("(403 Forbidden)"), "{all}");
+    assert!(run.stdout.contains("blocked"), "{}", run.stdout);
+    assert!(h.names("/api/v1/namespaces/default/pods").is_empty());
+    let status = home.run(["status", "--output", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(doc["backend"], "kubernetes");
+}
+
+#[test]
+fn a_session_s_end_deletes_that_session_s_pods_only() {
+    let h = Harness::start();
+    let home = TestHome::new();
+    home.write_config(h.config(""));
+    for session in ["s1", "s2"] {
+        let run = home.run(["exec", "--session", session, "--", "echo in > /workspace/f"]);
+        assert_eq!(run.code, 0, "{run:?}");
+    }
+    let sessions = |h: &Harness| {
+        h.admin_get(&format!("{}?labelSelector=hermes-session", pods_path(h)))["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .map(|p| {
+                p["metadata"]["labels"]["hermes-session"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut seen = sessions(&h);
+    seen.sort();
+    assert_eq!(seen, ["s1", "s2"]);
+    let end = home.run(["session", "end", "s1"]);
+    assert_eq!(end.code, 0, "{end:?}");
+    assert!(end.stdout.contains("delete"), "{}", end.stdout);
+    assert_eq!(sessions(&h), ["s2"]);
+    // A session's Pod keeps no claim.
+    let claims = h.names(&format!(
+        "/api/v1/namespaces/{}/persistentvolumeclaims",
+        h.namespace
+    ));
+    assert!(claims.is_empty(), "{claims:?}");
+}
+
+/// Whether a process whose command line starts with `prefix ` runs in
+/// the sandbox, asked with one more exec.
+fn runs_in_pod(home: &TestHome, prefix: &str) -> bool {
+    let script = format!(
+        r#"for p in /proc/[0-9]*; do c=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null); case $c in "{prefix} "*) echo found ;; esac; done"#
+    );
+    let run = home.run(["exec", "--", &script]);
+    assert_eq!(run.code, 0, "{run:?}");
+    run.stdout.contains("found")
+}
+
+#[test]
+fn a_killed_exec_ends_its_command_in_the_pod() {
+    let h = Harness::start();
+    let home = TestHome::new();
+    home.write_config(h.config(""));
+    let made = home.run(["exec", "--", "true"]);
+    assert_eq!(made.code, 0, "{made:?}");
+
+    let mut exec = home
+        .command(["exec", "--", "sleep 3123; echo never"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now() + Duration::from_secs(60);
+    while !runs_in_pod(&home, "sleep 3123") {
+        assert!(Instant::now() < started, "the command never started");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // kill -9: no chance to say anything to the API server.
+    exec.kill().unwrap();
+    exec.wait().unwrap();
+    let ended = Instant::now() + Duration::from_secs(30);
+    while runs_in_pod(&home, "sleep 3123") {
+        assert!(
+            Instant::now() < ended,
+            "the command outlived its hermes exec by 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
