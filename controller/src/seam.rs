@@ -14,6 +14,7 @@ use hermes_backends::docker::Engine;
 use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
 use hermes_reconcilers::{HostPlan, Planner};
+use tokio::sync::mpsc;
 
 use crate::apply::Applied;
 use crate::exec_target::{ExecTarget, Values, Which};
@@ -86,6 +87,19 @@ pub trait Backend: Send + Sync {
     /// sandbox to look in.
     fn place(&self, desired: &Desired, which: &Which<'_>) -> String {
         format!("the {} sandbox of task {}", desired.backend(), which.task)
+    }
+
+    /// Which world of the backend's own a controller follows between
+    /// passes (`None`: none; Docker's events are the host's, followed for
+    /// every backend). A controller follows anew when the key changes.
+    fn follow_key(&self, _desired: &Desired) -> Option<String> {
+        None
+    }
+
+    /// Follows that world, sending on `wake` at each change, until it
+    /// cannot go on: why it stopped.
+    async fn follow(&self, _home: &Home, _desired: &Desired, _wake: &mpsc::Sender<()>) -> String {
+        "nothing to follow".to_string()
     }
 
     /// The sandboxes of `hermes sandbox list`.

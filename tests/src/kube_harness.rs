@@ -153,6 +153,18 @@ impl Harness {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> serde_json::Value {
+        self.try_admin(method, path, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// [`Harness::admin`], the server's refusal as an error (its code
+    /// first: `404 …`).
+    pub fn try_admin(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<serde_json::Value, String> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -178,7 +190,10 @@ impl Harness {
             client
                 .request::<serde_json::Value>(req)
                 .await
-                .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+                .map_err(|e| match e {
+                    kube::Error::Api(s) => format!("{} {}", s.code, s.message),
+                    other => other.to_string(),
+                })
         })
     }
 

@@ -20,11 +20,14 @@ fn pods_path(h: &Harness) -> String {
     format!("/api/v1/namespaces/{}/pods", h.namespace)
 }
 
-/// The Pod hermes made, as the admin reads it, once it runs.
+/// The Pod hermes made, as the admin reads it, once it runs (it may not
+/// be there yet).
 fn running_pod(h: &Harness, name: &str) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let p = h.admin_get(&format!("{}/{name}", pods_path(h)));
+        let p = h
+            .try_admin("GET", &format!("{}/{name}", pods_path(h)), None)
+            .unwrap_or_else(|e| serde_json::json!({ "not yet": e }));
         if p["status"]["phase"] == "Running" {
             return p;
         }
@@ -309,4 +312,52 @@ fn a_killed_exec_ends_its_command_in_the_pod() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+#[test]
+fn the_controller_follows_the_cluster_and_makes_a_deleted_pod_again() {
+    let h = Harness::start();
+    let home = TestHome::new();
+    // A timer pass every 10 minutes only: what the test sees is the watch's.
+    home.write_config(format!(
+        "{}reconcile:\n  resync_seconds: 600\n",
+        h.config("")
+    ));
+    let dry = home.run(["reconcile", "--dry-run"]);
+    let name = pod_name(&dry.stdout, &h.namespace);
+    let log = std::fs::File::create(home.path().join("controller.log")).unwrap();
+    let mut controller = home
+        .command(["controller"])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let first = running_pod(&h, &name);
+    let uid = first["metadata"]["uid"].as_str().unwrap().to_string();
+
+    // Deleted at once, from outside (as `kubectl delete --force` does).
+    h.admin(
+        "DELETE",
+        &format!("{}/{name}?gracePeriodSeconds=0", pods_path(&h)),
+        None,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let again = loop {
+        let pods = h.names(&pods_path(&h));
+        if let Some((_, new)) = pods.iter().find(|(n, u)| n == &name && u != &uid) {
+            break new.clone();
+        }
+        let log = std::fs::read_to_string(home.path().join("controller.log")).unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "no new Pod {name} a minute after the delete: {pods:?}\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let pod = running_pod(&h, &name);
+    assert_eq!(pod["metadata"]["uid"], again.as_str());
+    controller.kill().unwrap();
+    controller.wait().unwrap();
+    let log = std::fs::read_to_string(home.path().join("controller.log")).unwrap();
+    assert!(log.contains("backend event"), "{log}");
 }

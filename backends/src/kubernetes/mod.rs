@@ -12,11 +12,13 @@
 //! - `objects.rs`: the Pod and claim of a wanted sandbox.
 //! - `exec.rs`: a command in a Pod through its `exec` subresource
 //!   (WebSocket), with the terminal contract of every backend.
+//! - `watch.rs`: the Pods followed between a controller's passes.
 
 mod apply;
 mod exec;
 pub mod objects;
 mod observe;
+mod watch;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,6 +29,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 pub use apply::{apply, delete_pod, ensure_running};
 pub use exec::PodExec;
 pub use observe::{observe, observe_key};
+pub use watch::follow;
 
 /// The longest one API call (a list, an apply, a delete) may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);

@@ -18,6 +18,7 @@ use hermes_model::observed::Observed;
 use hermes_model::plan::{Describe, Kind, Plan};
 use hermes_model::sandbox::{LABEL_PROFILE, LABEL_SESSION, LABEL_SESSION_TASK, LABEL_TASK};
 use hermes_reconcilers::{HostPlan, Planner};
+use tokio::sync::mpsc;
 
 use crate::apply::{Applied, ApplyError};
 use crate::exec_target::{ExecError, ExecTarget, Target, Values, Which};
@@ -203,6 +204,30 @@ impl Backend for Kubernetes {
         Ok(running.then(|| {
             Box::new(PodExec::new(cluster, &wanted.name, wanted.env.clone())) as ExecTarget
         }))
+    }
+
+    /// The server and namespace the Pods live in.
+    fn follow_key(&self, desired: &Desired) -> Option<String> {
+        let k = &desired.config.terminal.kubernetes;
+        Some(format!(
+            "kubeconfig={:?} context={:?} in_cluster={} namespace={}",
+            k.kubeconfig, k.context, k.in_cluster, k.namespace
+        ))
+    }
+
+    /// A watch of the sandbox Pods (a 410 re-lists, failures back off, a
+    /// refusal ends it).
+    async fn follow(&self, home: &Home, desired: &Desired, wake: &mpsc::Sender<()>) -> String {
+        let cluster = match cluster(home, desired).await {
+            Ok(c) => c,
+            Err(e) => return format!("{e:#}"),
+        };
+        hermes_backends::kubernetes::follow(&cluster, || {
+            // Full: a pass is due anyway.
+            let _ = wake.try_send(());
+        })
+        .await
+        .to_string()
     }
 
     fn place(&self, desired: &Desired, which: &Which<'_>) -> String {

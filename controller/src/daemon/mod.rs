@@ -82,6 +82,8 @@ enum Wake {
     Config,
     Engine,
     Proxy,
+    /// The backend's own world changed (a Kubernetes watch).
+    Backend,
     Timer,
     Stop,
 }
@@ -93,6 +95,7 @@ impl Wake {
             Wake::Config => "config changed",
             Wake::Engine => "container event",
             Wake::Proxy => "proxy health changed",
+            Wake::Backend => "backend event",
             Wake::Timer => "timer",
             Wake::Stop => "stop",
         }
@@ -125,6 +128,7 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
     let (engine_tx, mut engine_rx) = mpsc::channel::<()>(64);
     let engine_down = Arc::new(Notify::new());
     spawn_engine_probe(Arc::clone(&engine_down), engine_tx.clone());
+    let (follow_tx, mut follow_rx) = mpsc::channel::<()>(64);
     let (proxy_tx, mut proxy_rx) = mpsc::channel::<()>(4);
     let seen_proxy = SeenProxy::default();
     spawn_proxy_watch(home.clone(), Arc::clone(&seen_proxy), proxy_tx);
@@ -153,6 +157,8 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
         requeue: false,
         seen_proxy,
         acting: Arc::default(),
+        follow_tx,
+        following: None,
     };
     tracing::info!(
         pid = std::process::id(),
@@ -205,6 +211,11 @@ pub async fn run(home: &Home, profile: &str, options: Options) -> anyhow::Result
                 Wake::Engine
             }
             Some(()) = proxy_rx.recv() => Wake::Proxy,
+            Some(()) = follow_rx.recv() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                while follow_rx.try_recv().is_ok() {}
+                Wake::Backend
+            }
             () = tokio::time::sleep_until(deadline.into()) => Wake::Timer,
             () = stopped.notified() => Wake::Stop,
         };
@@ -311,7 +322,22 @@ struct Controller {
     /// When passes run: the event watch tells hermes's own doings from a
     /// container's fate from outside.
     acting: Arc<Acting>,
+    /// Where the backend's follow ([`crate::seam::Backend::follow`]) wakes
+    /// the loop.
+    follow_tx: mpsc::Sender<()>,
+    /// The backend's follow: its key, its task, and when it stopped.
+    following: Option<Following>,
 }
+
+/// A backend's follow, running or stopped.
+struct Following {
+    key: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// How long a follow that stopped (refused, or the server's address
+/// unreadable) waits before a pass starts it again with the same key.
+const REFOLLOW: Duration = Duration::from_secs(300);
 
 impl Controller {
     fn resync_seconds(&self) -> u64 {
@@ -377,6 +403,7 @@ impl Controller {
             }
         }
         self.status.resync_seconds = Some(pass.desired.config.reconcile.resync_seconds);
+        self.refollow(&pass.desired);
         if let Some(e) = &pass.ended {
             errors.push(e.clone());
             self.finish(started, now, errors, Vec::new());
@@ -448,6 +475,37 @@ impl Controller {
         }
         self.finish(started, now, errors, blocked);
         self.acting.end();
+    }
+
+    /// Follows the configured backend's own world (a Kubernetes watch),
+    /// anew when what it follows changed; one that stopped is started
+    /// again only after [`REFOLLOW`], so a refusal is not asked again at
+    /// every pass.
+    fn refollow(&mut self, desired: &hermes_model::desired::Desired) {
+        let backend = crate::backend::of(desired);
+        let key = backend.follow_key(desired);
+        if let Some(f) = &self.following {
+            let same = key.as_deref() == Some(f.key.as_str());
+            if same && !f.task.is_finished() {
+                return;
+            }
+        }
+        if let Some(f) = self.following.take() {
+            f.task.abort();
+        }
+        let Some(key) = key else {
+            return;
+        };
+        let (home, desired, wake) = (self.home.clone(), desired.clone(), self.follow_tx.clone());
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let why = backend.follow(&home, &desired, &wake).await;
+            tracing::warn!(reason = %why, "stopped following the backend; passes on the timer see its changes");
+            // A stop soon after the start is not retried before REFOLLOW.
+            tokio::time::sleep(REFOLLOW.saturating_sub(started.elapsed())).await;
+        });
+        tracing::debug!(%key, "following the backend");
+        self.following = Some(Following { key, task });
     }
 
     fn finish(&mut self, started: Instant, now: i64, errors: Vec<String>, blocked: Vec<String>) {
