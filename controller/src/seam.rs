@@ -11,8 +11,10 @@
 
 use async_trait::async_trait;
 use hermes_backends::docker::Engine;
+use hermes_model::action::Action;
 use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
+use hermes_model::plan::Op;
 use hermes_reconcilers::{HostPlan, Planner};
 use tokio::sync::mpsc;
 
@@ -87,6 +89,18 @@ pub trait Backend: Send + Sync {
     /// sandbox to look in.
     fn place(&self, desired: &Desired, which: &Which<'_>) -> String {
         format!("the {} sandbox of task {}", desired.backend(), which.task)
+    }
+
+    /// The operations of `hermes down` on the backend's own world (a
+    /// cloud sandbox suspended, an instance stopped, a Pod deleted), from
+    /// what a pass observed; they go with the down plan's first stage.
+    async fn down(
+        &self,
+        _home: &Home,
+        _desired: &Desired,
+        _observed: &Observed,
+    ) -> Vec<Op<Action>> {
+        Vec::new()
     }
 
     /// Which world of the backend's own a controller follows between

@@ -391,21 +391,21 @@ mod tests {
             cloud,
             ..Observed::default()
         };
-        let running = crate::down::plan(
-            &d,
-            &with(seen(Some(("sb-1", CloudSandboxState::Running)), None)),
-            &[],
-        );
+        let down = |o: &Observed| crate::down::plan(o, down(&d, o));
+        let running = down(&with(seen(
+            Some(("sb-1", CloudSandboxState::Running)),
+            None,
+        )));
         assert_eq!(
             running.first.to_string(),
             "~ modal default/default   suspend     hermes down: sandbox sb-1 is suspended, its filesystem kept (`hermes reconcile` brings it back)\n\
              Plan: 0 to create, 1 to change, 0 to remove."
         );
         for state in [CloudSandboxState::Stopped, CloudSandboxState::Dead] {
-            let idle = crate::down::plan(&d, &with(seen(Some(("sb-1", state)), None)), &[]);
+            let idle = down(&with(seen(Some(("sb-1", state)), None)));
             assert!(!idle.is_pending(), "{state:?}");
         }
-        assert!(!crate::down::plan(&d, &with(seen(None, Some("im-1"))), &[]).is_pending());
+        assert!(!down(&with(seen(None, Some("im-1")))).is_pending());
     }
 
     #[test]

@@ -7,26 +7,21 @@
 //! config.yaml, so `hermes reconcile` brings it all back as it was.
 
 use hermes_model::action::{Action, ProxyAction, SandboxAction};
-use std::path::PathBuf;
 
-use hermes_model::desired::Desired;
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Op, Plan, Stage, Staged, Target};
-use hermes_model::sandbox::SandboxKey;
 
 use crate::{HostPlan, StagedPlan, disks, reaping};
 
 /// What the second stage waits for.
 pub const AFTER: &str = "the sandboxes are gone";
 
-/// The plan of `hermes down` for what `observed` holds; `instances`: the
-/// singularity instances hermes made under the home, with their
-/// directories.
-pub fn plan(
-    desired: &Desired,
-    observed: &Observed,
-    instances: &[(SandboxKey, PathBuf)],
-) -> StagedPlan {
+/// The plan of `hermes down` for what `observed` holds; `backend`: the
+/// operations on the backend's own world that its part of `down` planned
+/// (a cloud sandbox suspended, a singularity instance stopped, a Pod
+/// deleted: `crate::cloud::down`, `crate::singularity::down`,
+/// `crate::kubernetes::down`), which go with the first stage.
+pub fn plan(observed: &Observed, backend: Vec<Op<Action>>) -> StagedPlan {
     let mut sandboxes: Vec<Op<Action>> = observed
         .containers
         .iter()
@@ -47,12 +42,7 @@ pub fn plan(
         })
         .collect();
     disks::plan(observed, &mut sandboxes);
-    sandboxes.extend(crate::cloud::down(desired, observed));
-    sandboxes.extend(crate::singularity::down(
-        &desired.profile,
-        observed,
-        instances,
-    ));
+    sandboxes.extend(backend);
     let mut proxy = Vec::new();
     if let Some(net) = observed
         .proxy
@@ -138,16 +128,7 @@ mod tests {
             chain: "HERMES-x".to_string(),
             chain_exists: true,
         });
-        let desired = Desired::build(
-            hermes_model::config::load("terminal:\n  backend: docker\n")
-                .unwrap()
-                .config,
-            "default",
-            std::path::Path::new("/h"),
-            &hermes_model::desired::HostEnv::default(),
-        )
-        .unwrap();
-        let plan = plan(&desired, &observed, &[]);
+        let plan = plan(&observed, Vec::new());
         let text = plan.to_string();
         assert!(
             text.contains("- sandbox default/a   remove      hermes down: hermes-default-a (running), its data kept; waits up to 10s for the 1 process running in it, then stops it"),
@@ -163,6 +144,6 @@ mod tests {
             .collect();
         assert_eq!(second.len(), 2, "{text}");
         // Nothing up: nothing to do.
-        assert!(!super::plan(&desired, &Observed::default(), &[]).is_pending());
+        assert!(!super::plan(&Observed::default(), Vec::new()).is_pending());
     }
 }

@@ -19,7 +19,9 @@ use hermes_model::desired::Desired;
 use hermes_model::kubernetes::{KubeObserved, LABEL_MANAGED_BY, PodWanted, SeenPod, label_value};
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Op, Target};
-use hermes_model::sandbox::{LABEL_PROFILE, LABEL_SESSION, LABEL_SESSION_TASK, SandboxKey};
+use hermes_model::sandbox::{
+    LABEL_PROFILE, LABEL_SESSION, LABEL_SESSION_TASK, LABEL_TASK, SandboxKey,
+};
 
 /// The backend's planner ([`crate::Planner`]).
 pub fn planner(desired: &Desired, observed: &Observed) -> crate::BackendOps {
@@ -211,6 +213,47 @@ pub fn end_session(profile: &str, session: &str, seen: &KubeObserved) -> Vec<Op<
                 "session {session} ended by hand; Pod {} and its emptyDir go",
                 p.name
             ),
+        })
+        .collect()
+}
+
+/// The operations of `hermes down` on kubernetes: every Pod hermes made
+/// for `profile` (its tasks' and its sessions'), deleted by uid; the
+/// claims stay, so `hermes reconcile` brings each task back with its
+/// files.
+pub fn down(profile: &str, observed: &Observed) -> Vec<Op<Action>> {
+    let Some(KubeObserved::Seen { pods, .. }) = &observed.kubernetes else {
+        return Vec::new();
+    };
+    let profile = label_value(profile);
+    pods.iter()
+        .filter(|p| p.made_by_hermes() && !p.deleting)
+        .filter(|p| p.labels.get(LABEL_PROFILE) == Some(&profile))
+        .map(|p| {
+            let session = p.labels.get(LABEL_SESSION).cloned();
+            let task_label = if session.is_some() {
+                LABEL_SESSION_TASK
+            } else {
+                LABEL_TASK
+            };
+            let keeps = if session.is_some() {
+                "its emptyDir goes (a session's)"
+            } else {
+                "its claim (its files) is kept"
+            };
+            Op {
+                changes: Vec::new(),
+                target: Target::Pod {
+                    profile: profile.clone(),
+                    task: p.labels.get(task_label).cloned().unwrap_or_default(),
+                    session,
+                },
+                action: Action::Pod(PodAction::Delete {
+                    name: p.name.clone(),
+                    uid: p.uid.clone(),
+                }),
+                cause: format!("hermes down: Pod {} ({}), {keeps}", p.name, p.phase),
+            }
         })
         .collect()
 }

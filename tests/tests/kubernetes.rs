@@ -361,3 +361,61 @@ fn the_controller_follows_the_cluster_and_makes_a_deleted_pod_again() {
     let log = std::fs::read_to_string(home.path().join("controller.log")).unwrap();
     assert!(log.contains("backend event"), "{log}");
 }
+
+#[test]
+fn down_deletes_the_profile_s_pods_keeps_the_claim_and_reconcile_brings_the_files_back() {
+    let h = Harness::start();
+    let home = TestHome::new();
+    home.write_config(h.config(""));
+    let wrote = home.run(["exec", "--", "echo kept > /workspace/note"]);
+    assert_eq!(wrote.code, 0, "{wrote:?}");
+    let session = home.run(["exec", "--session", "s1", "--", "true"]);
+    assert_eq!(session.code, 0, "{session:?}");
+    assert_eq!(h.names(&pods_path(&h)).len(), 2);
+
+    let dry = home.run(["down", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert_eq!(
+        dry.planned(),
+        [
+            (
+                "kubernetes default/default".to_string(),
+                "delete".to_string()
+            ),
+            (
+                "kubernetes default/default@s1".to_string(),
+                "delete".to_string()
+            ),
+        ],
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        dry.stdout.contains("its claim (its files) is kept"),
+        "{}",
+        dry.stdout
+    );
+    assert_eq!(h.names(&pods_path(&h)).len(), 2, "the dry run deleted");
+
+    let down = home.run(["down", "--yes"]);
+    assert_eq!(down.code, 0, "{down:?}");
+    let live = |h: &Harness| {
+        h.admin_get(&pods_path(h))["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .count()
+    };
+    assert_eq!(live(&h), 0, "{}", down.stdout);
+    let claims = h.names(&format!(
+        "/api/v1/namespaces/{}/persistentvolumeclaims",
+        h.namespace
+    ));
+    assert_eq!(claims.len(), 1, "the claim is kept: {claims:?}");
+
+    let again = home.run(["reconcile"]);
+    assert_eq!(again.code, 0, "{again:?}");
+    let read = home.run(["exec", "--", "cat /workspace/note"]);
+    assert_eq!((read.code, read.stdout.as_str()), (0, "kept\n"), "{read:?}");
+}

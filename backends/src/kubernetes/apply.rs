@@ -27,7 +27,12 @@ pub async fn apply(cluster: &Cluster, action: &PodAction) -> Result<(), KubeErro
             wait_gone(cluster, &wanted.name, uid).await?;
             apply_pod(cluster, wanted).await
         }
-        PodAction::Delete { name, uid } => delete_pod(cluster, name, uid).await,
+        // Gone when done: `hermes down` says nothing runs any more, and a
+        // session's name may be used again at once.
+        PodAction::Delete { name, uid } => {
+            delete_pod(cluster, name, uid).await?;
+            wait_gone(cluster, name, uid).await
+        }
     }
 }
 
@@ -89,7 +94,7 @@ pub async fn delete_pod(cluster: &Cluster, name: &str, uid: &str) -> Result<(), 
 
 /// Waits until the Pod `name` with `uid` is gone (its grace and a little
 /// more), so that the one made next takes the name.
-async fn wait_gone(cluster: &Cluster, name: &str, uid: &str) -> Result<(), KubeError> {
+pub async fn wait_gone(cluster: &Cluster, name: &str, uid: &str) -> Result<(), KubeError> {
     let ns = &cluster.namespace;
     let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
     let limit = Duration::from_secs(u64::try_from(GRACE_SECONDS).unwrap_or(10)) + CALL_TIMEOUT;

@@ -16,6 +16,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+/// The container's PID 1, as Docker's `--init` is a sandbox's: it reaps
+/// the orphans commands leave, and ends at once on SIGTERM (a bare `sleep`
+/// as PID 1 ignores it, so every delete would wait out the whole grace).
+const PID1: &str = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done";
+
 /// Where the proxy's CA is mounted in a wired sandbox (the directory of
 /// [`hermes_model::egress::CA_IN_SANDBOX`]).
 const CA_VOLUME: &str = "hermes-proxy-ca";
@@ -146,7 +151,11 @@ pub fn pod(wanted: &PodWanted) -> Pod {
     let container = Container {
         name: CONTAINER.to_string(),
         image: Some(wanted.image.clone()),
-        command: Some(vec!["sleep".to_string(), "infinity".to_string()]),
+        command: Some(vec![
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            PID1.to_string(),
+        ]),
         working_dir: Some("/workspace".to_string()),
         env: (!wanted.env.is_empty()).then(|| {
             wanted

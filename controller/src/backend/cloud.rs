@@ -879,6 +879,16 @@ impl crate::seam::Backend for Cloud {
         list_cloud(home, desired).await
     }
 
+    /// The task's sandbox suspended, its filesystem kept.
+    async fn down(
+        &self,
+        _home: &crate::home::Home,
+        desired: &Desired,
+        observed: &Observed,
+    ) -> Vec<hermes_model::plan::Op<hermes_model::action::Action>> {
+        hermes_reconcilers::cloud::down(desired, observed)
+    }
+
     /// The shared sandbox suspended, keeping its filesystem.
     async fn end_session(
         &self,

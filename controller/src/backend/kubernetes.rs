@@ -93,7 +93,24 @@ async fn apply(home: &Home, desired: &Desired, plan: &HostPlan, verbose: bool) -
 async fn ready(home: &Home, desired: &Desired, which: &Which<'_>) -> anyhow::Result<PodExec> {
     let wanted = wanted(desired, which);
     let cluster = cluster(home, desired).await?;
-    let seen = hermes_backends::kubernetes::observe_key(&cluster, &wanted).await?;
+    let mut seen = hermes_backends::kubernetes::observe_key(&cluster, &wanted).await?;
+    // One of ours on its way out (a `down`, a session's end, a replace of
+    // another hermes): the command waits for it, then gets a new one.
+    let leaving = match &seen {
+        KubeObserved::Seen { pods, .. } => pods
+            .iter()
+            .find(|p| p.name == wanted.name && p.deleting && p.made_by_hermes())
+            .map(|p| p.uid.clone()),
+        KubeObserved::Unavailable { .. } => None,
+    };
+    if let Some(uid) = leaving {
+        eprintln!(
+            "hermes: Pod {}/{} is being deleted; the command waits for it to go, then runs in a new one",
+            wanted.namespace, wanted.name
+        );
+        hermes_backends::kubernetes::wait_gone(&cluster, &wanted.name, &uid).await?;
+        seen = hermes_backends::kubernetes::observe_key(&cluster, &wanted).await?;
+    }
     let mut ops = Vec::new();
     hermes_reconcilers::kubernetes::plan_one(&wanted, &seen, &mut ops);
     if desired.config.proxy.enabled {
@@ -204,6 +221,16 @@ impl Backend for Kubernetes {
         Ok(running.then(|| {
             Box::new(PodExec::new(cluster, &wanted.name, wanted.env.clone())) as ExecTarget
         }))
+    }
+
+    /// Every Pod of the profile deleted by uid, the claims kept.
+    async fn down(
+        &self,
+        _home: &Home,
+        desired: &Desired,
+        observed: &Observed,
+    ) -> Vec<hermes_model::plan::Op<Action>> {
+        hermes_reconcilers::kubernetes::down(&desired.profile, observed)
     }
 
     /// The server and namespace the Pods live in.

@@ -300,6 +300,17 @@ impl crate::seam::Backend for Singularity {
         list_instances(home, desired).await
     }
 
+    /// The instances hermes made under the home that run, stopped.
+    async fn down(
+        &self,
+        home: &crate::home::Home,
+        desired: &Desired,
+        observed: &hermes_model::observed::Observed,
+    ) -> Vec<hermes_model::plan::Op<hermes_model::action::Action>> {
+        let known = known_keys(home.root());
+        hermes_reconcilers::singularity::down(&desired.profile, observed, &known)
+    }
+
     /// The session's instances ended.
     async fn end_session(
         &self,

@@ -1,9 +1,10 @@
 //! `hermes down [--dry-run] [--yes]`: takes down everything hermes runs
 //! for this home, by a plan printed first ([`hermes_reconcilers::down`]):
 //! every labelled container of the profile with the disk image mounted for
-//! it, the singularity instances stopped (their overlays kept) and, on a
-//! cloud backend, the task's sandbox suspended (its filesystem kept), then, once they are gone, the proxy-only network and
-//! the proxy.
+//! it, and the backend's own part ([`crate::seam::Backend::down`]: the
+//! singularity instances stopped, their overlays kept; a cloud task's
+//! sandbox suspended, its filesystem kept; the Pods deleted, their claims
+//! kept), then, once they are gone, the proxy-only network and the proxy.
 //! Files stay, so `hermes reconcile` brings it all back. On a terminal it
 //! asks first (`--yes` does not); a running controller would bring
 //! everything back at once, so `down` refuses while one runs.
@@ -39,8 +40,9 @@ pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         engine.count_processes(&mut observed.containers, &ids).await;
     }
-    let instances = crate::backend::singularity::known_keys(home.root());
-    let plan = hermes_reconcilers::down::plan(&desired, &observed, &instances);
+    let backend = crate::backend::of(&desired);
+    let own = backend.down(home, &desired, &observed).await;
+    let plan = hermes_reconcilers::down::plan(&observed, own);
     let json = args.output == Output::Json;
     if !json {
         println!("{}", super::plan_text(&plan));
@@ -79,7 +81,6 @@ pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<
     };
     // The host's operations and the backend's (a cloud sandbox's
     // suspend), each by its own applier.
-    let backend = crate::backend::of(&desired);
     let mut applied = crate::pass::apply_plan(
         backend,
         engine.as_ref(),
