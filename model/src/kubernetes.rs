@@ -470,7 +470,7 @@ pub fn is_own_label(key: &str) -> bool {
 }
 
 /// A Pod as a pass sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SeenPod {
     pub name: String,
     pub uid: String,
@@ -483,6 +483,15 @@ pub struct SeenPod {
     pub deleting: bool,
     /// Why its container waits (`ErrImagePull`, …), when it does.
     pub waiting: Option<String>,
+    /// When it started (Unix seconds).
+    pub started_at: Option<i64>,
+    /// When a command last started or ended in it (the activity record),
+    /// when one did.
+    pub last_used: Option<i64>,
+    /// Processes running in it besides its own (an exec, a background
+    /// process): counted only for a Pod the idle reaper looks at; `None`
+    /// when not counted or not known, which counts as busy.
+    pub processes: Option<u32>,
 }
 
 impl SeenPod {
@@ -494,6 +503,21 @@ impl SeenPod {
     pub fn spec_hash(&self) -> Option<&str> {
         self.labels.get(LABEL_SPEC_HASH).map(String::as_str)
     }
+
+    /// Since when nothing was used in it: its last command, or its start
+    /// when that is later; `None` before it started.
+    pub fn unused_since(&self) -> Option<i64> {
+        match (self.last_used, self.started_at) {
+            (Some(a), Some(s)) => Some(a.max(s)),
+            (a, s) => a.or(s),
+        }
+    }
+}
+
+/// The name of a Pod's activity record (`state/activity/`), apart from
+/// the Docker containers'.
+pub fn activity_key(namespace: &str, pod: &str) -> String {
+    format!("k8s.{namespace}.{pod}")
 }
 
 /// A claim as a pass sees it.

@@ -25,7 +25,7 @@ use hermes_model::observed::Observed;
 use hermes_model::plan::{Op, Target};
 
 /// The backend's planner ([`crate::Planner`]): [`plan`]'s operations.
-pub fn planner(desired: &Desired, observed: &Observed) -> crate::BackendOps {
+pub fn planner(desired: &Desired, observed: &Observed, _now: i64) -> crate::BackendOps {
     crate::BackendOps {
         own: plan(desired, observed),
         ..crate::BackendOps::default()

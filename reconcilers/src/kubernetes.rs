@@ -24,9 +24,11 @@ use hermes_model::sandbox::{
 };
 
 /// The backend's planner ([`crate::Planner`]).
-pub fn planner(desired: &Desired, observed: &Observed) -> crate::BackendOps {
+pub fn planner(desired: &Desired, observed: &Observed, now: i64) -> crate::BackendOps {
+    let mut own = plan(desired, observed);
+    own.extend(reap(desired, observed, now));
     crate::BackendOps {
-        own: plan(desired, observed),
+        own,
         ..crate::BackendOps::default()
     }
 }
@@ -217,6 +219,83 @@ pub fn end_session(profile: &str, session: &str, seen: &KubeObserved) -> Vec<Op<
         .collect()
 }
 
+/// Whether the idle reaper would remove `p` at `now` if nothing ran in it:
+/// one of ours, of `desired`'s profile, that no wanted sandbox is (a
+/// session's, another task's, the default task's when it is not kept
+/// warm), running, unused for longer than `terminal.lifetime_seconds`.
+/// The controller counts the processes of these only.
+pub fn idle_candidate(desired: &Desired, p: &SeenPod, now: i64) -> bool {
+    on_demand(desired, p)
+        && p.phase == "Running"
+        && p.unused_since()
+            .is_some_and(|t| now.saturating_sub(t) > lifetime(desired))
+}
+
+fn lifetime(desired: &Desired) -> i64 {
+    i64::try_from(desired.config.terminal.lifetime_seconds).unwrap_or(i64::MAX)
+}
+
+/// One of ours, of this profile, not a wanted sandbox, not on its way out.
+fn on_demand(desired: &Desired, p: &SeenPod) -> bool {
+    p.made_by_hermes()
+        && !p.deleting
+        && p.labels.get(LABEL_PROFILE) == Some(&label_value(&desired.profile))
+        && !desired.pods.iter().any(|w| w.name == p.name)
+}
+
+/// The reapers, as planned operations, over the Pods made on demand
+/// ([`idle_candidate`]'s): one that ended (`Succeeded`, `Failed`) is
+/// deleted; one idle past `terminal.lifetime_seconds` with nothing
+/// running in it (no exec, no background process) is deleted; busy, or
+/// of unknown processes, it is kept. A task's claim stays: its next
+/// command makes its Pod again with its files.
+pub fn reap(desired: &Desired, observed: &Observed, now: i64) -> Vec<Op<Action>> {
+    let Some(KubeObserved::Seen { pods, .. }) = &observed.kubernetes else {
+        return Vec::new();
+    };
+    let limit = lifetime(desired);
+    pods.iter()
+        .filter(|p| on_demand(desired, p))
+        .filter_map(|p| {
+            let session = p.labels.get(LABEL_SESSION).cloned();
+            let keeps = if session.is_some() {
+                "a session's files go with it"
+            } else {
+                "its claim (its files) is kept"
+            };
+            let cause = if matches!(p.phase.as_str(), "Succeeded" | "Failed") {
+                format!("Pod {} ended ({}) and no sandbox wants it; {keeps}", p.name, p.phase)
+            } else if idle_candidate(desired, p, now) && p.processes == Some(0) {
+                let idle = now.saturating_sub(p.unused_since().unwrap_or(now));
+                format!(
+                    "Pod {} idle for {idle}s (terminal.lifetime_seconds: {limit}), nothing runs in it; {keeps}",
+                    p.name
+                )
+            } else {
+                return None;
+            };
+            let task_label = if session.is_some() {
+                LABEL_SESSION_TASK
+            } else {
+                LABEL_TASK
+            };
+            Some(Op {
+                changes: Vec::new(),
+                target: Target::Pod {
+                    profile: label_value(&desired.profile),
+                    task: p.labels.get(task_label).cloned().unwrap_or_default(),
+                    session,
+                },
+                action: Action::Pod(PodAction::Delete {
+                    name: p.name.clone(),
+                    uid: p.uid.clone(),
+                }),
+                cause,
+            })
+        })
+        .collect()
+}
+
 /// The operations of `hermes down` on kubernetes: every Pod hermes made
 /// for `profile` (its tasks' and its sessions'), deleted by uid; the
 /// claims stay, so `hermes reconcile` brings each task back with its
@@ -296,6 +375,7 @@ mod tests {
             ready: phase == "Running",
             deleting: false,
             waiting: None,
+            ..SeenPod::default()
         }
     }
 
@@ -315,6 +395,99 @@ mod tests {
             pods,
             claims,
         }
+    }
+
+    /// A host on kubernetes whose sandboxes are made on demand (no warm
+    /// Pod), idle after 300 s.
+    fn on_demand_host() -> Desired {
+        Desired::build(
+            hermes_model::config::load(
+                "terminal:\n  backend: kubernetes\n  container_persistent: false\n  lifetime_seconds: 300\n",
+            )
+            .unwrap()
+            .config,
+            "default",
+            std::path::Path::new("/h"),
+            &hermes_model::desired::HostEnv::default(),
+        )
+        .unwrap()
+    }
+
+    /// A session's Pod made by hermes, started at 1000 and last used at 1100.
+    fn session_pod(session: &str, phase: &str, processes: Option<u32>) -> SeenPod {
+        let w = PodWanted::new(
+            &settings(),
+            SandboxKey::session("default", "default", session),
+            Some("h1"),
+            None,
+        );
+        SeenPod {
+            started_at: Some(1_000),
+            last_used: Some(1_100),
+            processes,
+            ..pod_of(&w, phase)
+        }
+    }
+
+    fn reaped(d: &Desired, pods: Vec<SeenPod>, now: i64) -> Vec<String> {
+        let observed = Observed {
+            kubernetes: Some(seen(pods, vec![])),
+            ..Observed::default()
+        };
+        reap(d, &observed, now)
+            .iter()
+            .map(|o| format!("{} {} {}", o.target, o.action.verb(), o.cause))
+            .collect()
+    }
+
+    #[test]
+    fn the_reaper_deletes_an_idle_or_ended_pod_and_keeps_a_busy_or_unknown_one() {
+        let d = on_demand_host();
+        assert!(d.pods.is_empty(), "nothing is kept warm");
+        // Idle, nothing inside, past the limit (1100 + 300 < 1401).
+        let idle = reaped(&d, vec![session_pod("s1", "Running", Some(0))], 1_401);
+        assert_eq!(idle.len(), 1, "{idle:?}");
+        assert!(
+            idle[0].starts_with("kubernetes default/default@s1 delete"),
+            "{idle:?}"
+        );
+        assert!(idle[0].contains("idle for 301s"), "{idle:?}");
+        // Not yet past the limit, busy, or not counted: kept.
+        assert!(reaped(&d, vec![session_pod("s1", "Running", Some(0))], 1_400).is_empty());
+        assert!(reaped(&d, vec![session_pod("s1", "Running", Some(2))], 9_999).is_empty());
+        assert!(reaped(&d, vec![session_pod("s1", "Running", None)], 9_999).is_empty());
+        // Ended: deleted whatever its idleness.
+        let ended = reaped(&d, vec![session_pod("s2", "Failed", None)], 1_101);
+        assert!(ended[0].contains("ended (Failed)"), "{ended:?}");
+        // Another profile's, or one hermes did not make: never looked at.
+        let mut other = session_pod("s3", "Failed", None);
+        other.labels.insert(LABEL_PROFILE.into(), "other".into());
+        let mut foreign = session_pod("s4", "Failed", None);
+        foreign.labels.remove(LABEL_MANAGED_BY);
+        assert!(reaped(&d, vec![other, foreign], 9_999).is_empty());
+    }
+
+    #[test]
+    fn the_warm_pod_is_never_reaped() {
+        let d = Desired::build(
+            hermes_model::config::load(
+                "terminal:\n  backend: kubernetes\n  lifetime_seconds: 300\n",
+            )
+            .unwrap()
+            .config,
+            "default",
+            std::path::Path::new("/h"),
+            &hermes_model::desired::HostEnv::default(),
+        )
+        .unwrap();
+        let warm = d.pods[0].clone();
+        let pod = SeenPod {
+            started_at: Some(0),
+            processes: Some(0),
+            ..pod_of(&warm, "Running")
+        };
+        assert!(!idle_candidate(&d, &pod, 99_999));
+        assert!(reaped(&d, vec![pod], 99_999).is_empty());
     }
 
     fn verbs(ops: &[Op<Action>]) -> Vec<&'static str> {

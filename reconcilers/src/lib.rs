@@ -70,13 +70,13 @@ pub struct BackendOps {
     pub sandboxes: Vec<Op<Action>>,
 }
 
-/// A backend's pure planner ([`BackendOps`]); the controller picks it
-/// with the backend.
-pub type Planner = fn(&Desired, &Observed) -> BackendOps;
+/// A backend's pure planner ([`BackendOps`]) of what a pass observed at
+/// `now` (Unix seconds); the controller picks it with the backend.
+pub type Planner = fn(&Desired, &Observed, i64) -> BackendOps;
 
 /// The planner of a backend with nothing of its own to converge (local,
 /// and docker, whose sandboxes are the host's part of every plan).
-pub fn host_only(_desired: &Desired, _observed: &Observed) -> BackendOps {
+pub fn host_only(_desired: &Desired, _observed: &Observed, _now: i64) -> BackendOps {
     BackendOps::default()
 }
 
@@ -265,7 +265,7 @@ pub fn plan_all_with(
     let BackendOps {
         own: mut ops,
         sandboxes: instance_ops,
-    } = planner(desired, observed);
+    } = planner(desired, observed, now);
     // Containers are planned whatever the backend: switching away from
     // docker leaves them to be reported, never silently forgotten.
     ops.extend(proxy::plan(desired, observed));

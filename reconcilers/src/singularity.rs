@@ -23,7 +23,7 @@ use hermes_model::sandbox::{SandboxKey, sanitize};
 use hermes_model::singularity::{SingularityObserved, is_remote_source};
 
 /// The backend's planner ([`crate::Planner`]): [`plan`]'s operations.
-pub fn planner(desired: &Desired, observed: &Observed) -> crate::BackendOps {
+pub fn planner(desired: &Desired, observed: &Observed, _now: i64) -> crate::BackendOps {
     crate::BackendOps {
         sandboxes: plan(desired, observed),
         ..crate::BackendOps::default()

@@ -11,7 +11,7 @@ use hermes_model::plan::{Op, Target};
 use hermes_model::ssh::{SshObserved, remote_workspace};
 
 /// The backend's planner ([`crate::Planner`]): [`plan`]'s operations.
-pub fn planner(desired: &Desired, observed: &Observed) -> crate::BackendOps {
+pub fn planner(desired: &Desired, observed: &Observed, _now: i64) -> crate::BackendOps {
     crate::BackendOps {
         own: plan(desired, observed),
         ..crate::BackendOps::default()

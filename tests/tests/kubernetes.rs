@@ -419,3 +419,58 @@ fn down_deletes_the_profile_s_pods_keeps_the_claim_and_reconcile_brings_the_file
     let read = home.run(["exec", "--", "cat /workspace/note"]);
     assert_eq!((read.code, read.stdout.as_str()), (0, "kept\n"), "{read:?}");
 }
+
+#[test]
+fn an_idle_session_pod_is_reaped_by_a_planned_delete_and_a_busy_one_is_kept() {
+    let h = Harness::start();
+    let home = TestHome::new();
+    home.write_config(h.config("  lifetime_seconds: 2\n"));
+    for (session, cmd) in [
+        ("s1", vec!["true"]),
+        ("s2", vec!["--background", "sleep 300"]),
+    ] {
+        let mut args = vec!["exec", "--session", session];
+        if cmd[0] == "--background" {
+            args.push("--background");
+        }
+        args.push("--");
+        args.push(cmd[cmd.len() - 1]);
+        let run = home.run(&args);
+        assert_eq!(run.code, 0, "{run:?}");
+    }
+    let target = |s: &str| format!("kubernetes default/default@{s}");
+    // Idle only once lifetime_seconds has passed: asked until it has.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let dry = loop {
+        let dry = home.run(["reconcile", "--dry-run"]);
+        if dry
+            .planned()
+            .contains(&(target("s1"), "delete".to_string()))
+        {
+            break dry;
+        }
+        assert!(Instant::now() < deadline, "s1 never reaped: {}", dry.stdout);
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(dry.stdout.contains("idle for"), "{}", dry.stdout);
+    assert!(
+        !dry.planned().iter().any(|(t, _)| t == &target("s2")),
+        "a Pod with a background process is busy: {}",
+        dry.stdout
+    );
+    let run = home.run(["reconcile"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let sessions: Vec<String> = h
+        .admin_get(&format!("{}?labelSelector=hermes-session", pods_path(&h)))["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            p["metadata"]["labels"]["hermes-session"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(sessions, ["s2"], "{}", run.stdout);
+}

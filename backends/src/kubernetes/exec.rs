@@ -142,6 +142,31 @@ impl PodExec {
             })
     }
 
+    /// How many processes run in the Pod besides its PID 1, PID 1's
+    /// `sleep` and this look itself: another exec, or a background process
+    /// one left. `None` when the Pod cannot be asked (or answers nonsense:
+    /// what comes out of a sandbox is not trusted), which the reaper takes
+    /// as busy.
+    pub async fn count_processes(&self) -> Option<u32> {
+        let argv = vec![
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            COUNT_SCRIPT.to_string(),
+        ];
+        let run = async {
+            let mut p = self.start(argv, false).await.ok()?;
+            use tokio::io::AsyncReadExt as _;
+            let out = p.stdout()?;
+            let mut text = Vec::new();
+            out.take(64).read_to_end(&mut text).await.ok()?;
+            if let Some(status) = p.take_status() {
+                status.await;
+            }
+            std::str::from_utf8(&text).ok()?.trim().parse::<u32>().ok()
+        };
+        tokio::time::timeout(KILL_TIMEOUT, run).await.ok().flatten()
+    }
+
     /// The values of one request: the Pod's, then the request's own (those
     /// named like a pinned one are dropped), the marker last.
     fn values(&self, req: &ExecRequest) -> Vec<(String, String)> {
@@ -155,6 +180,23 @@ impl PodExec {
         env
     }
 }
+
+/// Counts the Pod's processes that are neither PID 1, PID 1's `sleep`
+/// (the keeper) nor of this script's own exec (those whose parents lead
+/// to one of the script's ancestors): its one line is the count.
+const COUNT_SCRIPT: &str = r#"ppid() { s=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }; s=${s##*) }; set -- $s; echo "$2"; }
+ours=" "; p=$$
+while [ "$p" -gt 1 ] 2>/dev/null; do ours="$ours$p "; p=$(ppid "$p"); done
+n=0
+for d in /proc/[0-9]*; do
+  pid=${d#/proc/}; [ "$pid" = 1 ] && continue
+  q=$pid; mine=no
+  while [ "$q" -gt 1 ] 2>/dev/null; do case $ours in *" $q "*) mine=yes; break ;; esac; q=$(ppid "$q"); done
+  [ "$mine" = yes ] && continue
+  if [ "$(ppid "$pid")" = 1 ] && [ "$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null)" = "sleep 86400 " ]; then continue; fi
+  [ -r "$d/stat" ] && n=$((n+1))
+done
+echo "$n""#;
 
 /// The exit code a finished exec's status reports.
 fn exit_code(status: Option<Status>) -> Result<i64, String> {

@@ -19,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 /// The container's PID 1, as Docker's `--init` is a sandbox's: it reaps
 /// the orphans commands leave, and ends at once on SIGTERM (a bare `sleep`
 /// as PID 1 ignores it, so every delete would wait out the whole grace).
+/// `exec.rs`'s process count knows its `sleep 86400`.
 const PID1: &str = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done";
 
 /// Where the proxy's CA is mounted in a wired sandbox (the directory of

@@ -107,6 +107,11 @@ pub fn seen_pod(p: &Pod) -> SeenPod {
         ready,
         deleting: p.metadata.deletion_timestamp.is_some(),
         waiting,
+        started_at: status
+            .and_then(|s| s.start_time.as_ref())
+            .map(|t| t.0.as_second()),
+        last_used: None,
+        processes: None,
     }
 }
 

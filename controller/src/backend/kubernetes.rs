@@ -13,13 +13,14 @@ use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
 use hermes_backends::kubernetes::{Cluster, PodExec, Source};
 use hermes_model::action::{Action, Families, PodAction};
 use hermes_model::desired::Desired;
-use hermes_model::kubernetes::{KubeObserved, PodWanted};
+use hermes_model::kubernetes::{KubeObserved, PodWanted, activity_key};
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Describe, Kind, Plan};
 use hermes_model::sandbox::{LABEL_PROFILE, LABEL_SESSION, LABEL_SESSION_TASK, LABEL_TASK};
 use hermes_reconcilers::{HostPlan, Planner};
 use tokio::sync::mpsc;
 
+use crate::activity::Activity;
 use crate::apply::{Applied, ApplyError};
 use crate::exec_target::{ExecError, ExecTarget, Target, Values, Which};
 use crate::home::Home;
@@ -79,7 +80,16 @@ async fn apply(home: &Home, desired: &Desired, plan: &HostPlan, verbose: bool) -
         let result = match &cluster {
             Ok(c) => hermes_backends::kubernetes::apply(c, action)
                 .await
-                .map(|()| true)
+                .map(|()| {
+                    if let PodAction::Delete { name, .. } = action {
+                        // Gone: its record would only pile up.
+                        let key = activity_key(&c.namespace, name);
+                        if let Err(e) = Activity::new(home).forget(&key) {
+                            tracing::warn!(pod = %name, error = %e, "cannot remove the activity record");
+                        }
+                    }
+                    true
+                })
                 .map_err(ApplyError::backend),
             Err(e) => Err(ApplyError::backend(std::io::Error::other(format!("{e:#}")))),
         };
@@ -147,6 +157,63 @@ async fn ready(home: &Home, desired: &Desired, which: &Which<'_>) -> anyhow::Res
     Ok(PodExec::new(cluster, &wanted.name, wanted.env.clone()))
 }
 
+/// A Pod ready for a command, its activity recorded (for the idle reaper)
+/// when a command starts and when it ends.
+struct PodTarget {
+    exec: PodExec,
+    activity: Activity,
+    key: String,
+}
+
+impl PodTarget {
+    fn new(exec: PodExec, home: &Home, namespace: &str) -> PodTarget {
+        let key = activity_key(namespace, exec.pod());
+        PodTarget {
+            exec,
+            activity: Activity::new(home),
+            key,
+        }
+    }
+
+    fn record(&self) {
+        if let Err(e) = self.activity.touch(&self.key) {
+            tracing::warn!(pod = self.exec.pod(), error = %e, "cannot record the sandbox's activity");
+        }
+    }
+}
+
+/// The most Pods one pass asks what runs in them (the reaper's candidates
+/// beyond are looked at by later passes).
+const COUNTED_PER_PASS: usize = 16;
+
+/// Each Pod's last use from the activity records; for those the idle
+/// reaper would remove, what runs in them (one exec each).
+async fn mark_use(
+    home: &Home,
+    desired: &Desired,
+    cluster: &Cluster,
+    pods: &mut [hermes_model::kubernetes::SeenPod],
+) {
+    let records = Activity::new(home).read_all().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot read the activity records");
+        Default::default()
+    });
+    let ns = &desired.config.terminal.kubernetes.namespace;
+    for p in pods.iter_mut() {
+        p.last_used = records.get(&activity_key(ns, &p.name)).copied();
+    }
+    let now = hermes_reconcilers::unix_seconds(std::time::SystemTime::now());
+    let candidates = pods
+        .iter_mut()
+        .filter(|p| hermes_reconcilers::kubernetes::idle_candidate(desired, p, now))
+        .take(COUNTED_PER_PASS);
+    for p in candidates {
+        let exec = PodExec::new(cluster.clone(), &p.name, Vec::new());
+        p.processes = exec.count_processes().await;
+        tracing::debug!(pod = %p.name, processes = ?p.processes, "counted what runs in an idle Pod");
+    }
+}
+
 /// The objects `hermes exec` runs a command of `which` in.
 fn wanted(desired: &Desired, which: &Which<'_>) -> PodWanted {
     desired.pod(desired.exec_sandbox(which.task, which.session).key)
@@ -165,7 +232,13 @@ impl Backend for Kubernetes {
         observed: &mut Observed,
     ) -> Option<String> {
         let seen = match cluster(home, desired).await {
-            Ok(c) => hermes_backends::kubernetes::observe(&c, &desired.pods).await,
+            Ok(c) => {
+                let mut seen = hermes_backends::kubernetes::observe(&c, &desired.pods).await;
+                if let KubeObserved::Seen { pods, .. } = &mut seen {
+                    mark_use(home, desired, &c, pods).await;
+                }
+                seen
+            }
             Err(e) => KubeObserved::Unavailable {
                 reason: format!("{e:#}"),
             },
@@ -194,7 +267,11 @@ impl Backend for Kubernetes {
         desired: &Desired,
         which: &Which<'_>,
     ) -> anyhow::Result<(ExecTarget, Values)> {
-        let pod = ready(home, desired, which).await?;
+        let pod = PodTarget::new(
+            ready(home, desired, which).await?,
+            home,
+            &desired.config.terminal.kubernetes.namespace,
+        );
         // `docker_forward_env`'s values, per command: no Pod holds them.
         let values = Values {
             base: desired.forward_env.clone(),
@@ -219,7 +296,8 @@ impl Backend for Kubernetes {
             KubeObserved::Unavailable { .. } => false,
         };
         Ok(running.then(|| {
-            Box::new(PodExec::new(cluster, &wanted.name, wanted.env.clone())) as ExecTarget
+            let exec = PodExec::new(cluster, &wanted.name, wanted.env.clone());
+            Box::new(PodTarget::new(exec, home, &wanted.namespace)) as ExecTarget
         }))
     }
 
@@ -335,7 +413,7 @@ impl Backend for Kubernetes {
 }
 
 #[async_trait]
-impl Target for PodExec {
+impl Target for PodTarget {
     /// A Pod of its own per task and session: its /tmp.
     fn cwd_state(&self, _home: &Home, _desired: &Desired, _which: &Which<'_>) -> String {
         "/tmp/.hermes-cwd".to_string()
@@ -349,14 +427,15 @@ impl Target for PodExec {
         format!(
             "Pod {}/{}",
             desired.config.terminal.kubernetes.namespace,
-            self.pod()
+            self.exec.pod()
         )
     }
 
     async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, ExecError> {
         use hermes_backends::exec::Executor;
-        Executor::exec(self, req, io)
-            .await
-            .map_err(ExecError::backend)
+        self.record();
+        let outcome = Executor::exec(&self.exec, req, io).await;
+        self.record();
+        outcome.map_err(ExecError::backend)
     }
 }
