@@ -474,3 +474,42 @@ fn an_idle_session_pod_is_reaped_by_a_planned_delete_and_a_busy_one_is_kept() {
         .collect();
     assert_eq!(sessions, ["s2"], "{}", run.stdout);
 }
+
+#[test]
+fn status_sandbox_list_session_list_and_the_plan_validate_against_their_schemas() {
+    use hermes_tests::json_schema::document;
+    let h = Harness::start();
+    let home = TestHome::new();
+    home.write_config(h.config(""));
+    let json = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--output", "json"]);
+        home.run(all)
+    };
+    let dry = document(&json(&["reconcile", "--dry-run"]), "reconcile");
+    assert!(
+        dry.to_string().contains("\"create-claim\""),
+        "the plan's JSON names the claim: {dry}"
+    );
+    document(&json(&["reconcile"]), "reconcile");
+    let made = home.run(["exec", "--session", "s1", "--", "true"]);
+    assert_eq!(made.code, 0, "{made:?}");
+
+    let list = document(&json(&["sandbox", "list"]), "sandbox-list");
+    assert_eq!(list["backend"], "kubernetes");
+    let rows = list["sandboxes"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{list}");
+    let warm = rows.iter().find(|r| r["session"].is_null()).unwrap();
+    assert_eq!(warm["spec_matches"], true, "{list}");
+    assert_eq!(warm["state"], "running", "{list}");
+    let session = rows.iter().find(|r| r["session"] == "s1").unwrap();
+    assert!(
+        session["idle_seconds"].is_i64(),
+        "a command ran in it: {list}"
+    );
+    assert!(session["age_seconds"].as_i64().unwrap() < 600, "{list}");
+
+    let status = document(&json(&["status"]), "status");
+    assert_eq!(status["backend"], "kubernetes");
+    document(&json(&["session", "list"]), "session-list");
+}

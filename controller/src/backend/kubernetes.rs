@@ -343,10 +343,17 @@ impl Backend for Kubernetes {
     async fn list(&self, home: &Home, desired: &Desired) -> anyhow::Result<SandboxList> {
         let cluster = cluster(home, desired).await?;
         let seen = hermes_backends::kubernetes::observe(&cluster, &[]).await;
-        let pods = match seen {
+        let mut pods = match seen {
             KubeObserved::Unavailable { reason } => anyhow::bail!("{reason}"),
             KubeObserved::Seen { pods, .. } => pods,
         };
+        let records = Activity::new(home).read_all().unwrap_or_default();
+        for p in &mut pods {
+            p.last_used = records
+                .get(&activity_key(&cluster.namespace, &p.name))
+                .copied();
+        }
+        let now = hermes_reconcilers::unix_seconds(std::time::SystemTime::now());
         let rows = pods
             .into_iter()
             .map(|p| {
@@ -367,6 +374,7 @@ impl Backend for Kubernetes {
                     Some(false) => "no",
                     None => "-",
                 };
+                let running = p.phase == "Running" && !p.deleting;
                 let state = if p.deleting {
                     "deleting".to_string()
                 } else {
@@ -381,11 +389,17 @@ impl Backend for Kubernetes {
                     managed: true,
                     spec_matches,
                     spec: spec.to_string(),
-                    age_seconds: 0,
-                    idle_seconds: None,
+                    age_seconds: p.started_at.map_or(0, |t| now - t),
+                    // Not looked inside: the time since the last command.
+                    idle_seconds: running.then(|| p.unused_since().map(|t| now - t)).flatten(),
                     processes: None,
-                    age: "-".to_string(),
-                    idle: "-".to_string(),
+                    age: p
+                        .started_at
+                        .map_or("-".to_string(), |t| hermes_reconcilers::age(now - t)),
+                    idle: match running.then(|| p.unused_since()).flatten() {
+                        Some(t) => hermes_reconcilers::age(now - t),
+                        None => "-".to_string(),
+                    },
                 }
             })
             .collect();
