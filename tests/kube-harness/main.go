@@ -35,6 +35,7 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   kube-harness serve --dir DIR [--image-default IMG] [--max-lifetime 2h] [--serve-agent-sandbox-crds] [--no-stdin]
   kube-harness selftest [--image-default IMG] [--keep]
+  kube-harness kubectl ARGS...   (the real kubectl, for the benchmarks)
   kube-harness rbac       print the verbs of the hermes ServiceAccount
   kube-harness cleanup    remove every Docker container, volume and network any harness made
 `)
@@ -55,6 +56,8 @@ func main() {
 		fmt.Print(formatRules(hermesRules))
 	case "cleanup":
 		err = cmdCleanup()
+	case "kubectl":
+		cmdKubectl(os.Args[2:])
 	case "-h", "--help", "help":
 		usage()
 	default:
