@@ -219,6 +219,21 @@ impl Proxy {
         std::fs::read_to_string(self.dir().join("proxy.log")).unwrap_or_default()
     }
 
+    /// The access log once `done` holds of it, or as it is after 10 s: the
+    /// proxy writes a request's line once its answer is on the way (a
+    /// tunnel's once it closed), so a client may be done before the line is
+    /// there.
+    pub fn log_when(&self, done: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if done(&log) || std::time::Instant::now() >= deadline {
+                return log;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// The proxy token of `provider`, from `tokens.json`.
     pub fn token(&self, provider: &str) -> String {
         let text = std::fs::read_to_string(self.dir().join("tokens.json"))

@@ -268,7 +268,8 @@ PY
         out.section("ws"),
         "HTTP/1.1 200 OK\nHTTP/1.1 101 Switching Protocols\nECHO hello through hermes\nECHO second frame"
     );
-    assert!(proxy.log().contains(r#""status":101"#), "{}", proxy.log());
+    let log = proxy.log_when(|l| l.contains(r#""status":101"#));
+    assert!(log.contains(r#""status":101"#), "{log}");
 }
 
 /// curl on the host through the proxy on 127.0.0.1; the status code.
