@@ -89,9 +89,10 @@ const EXEC_EVENTS_WINDOW_SECONDS: i64 = 7 * 86_400;
 /// exec` leaves no record of hermes's): the later of the two times counts.
 /// An engine that cannot replay its events leaves the records as they are.
 async fn merge_exec_activity(engine: &Engine, profile: &str, observed: &mut Observed) {
-    let now = hermes_reconcilers::unix_seconds(std::time::SystemTime::now());
+    let at = std::time::SystemTime::now();
+    let now = hermes_reconcilers::unix_seconds(at);
     match engine
-        .exec_activity(profile, now - EXEC_EVENTS_WINDOW_SECONDS, now + 1)
+        .exec_activity(profile, now - EXEC_EVENTS_WINDOW_SECONDS, at)
         .await
     {
         Ok(seen) => {

@@ -67,9 +67,9 @@ impl Engine {
         let since = now.saturating_sub(EVENTS_WINDOW_SECONDS);
         let options = EventsOptionsBuilder::default()
             .since(&since.to_string())
-            // The engine counts whole seconds: this second's events too
-            // (the stream then waits out the rest of it).
-            .until(&(now + 1).to_string())
+            // Now to the nanosecond: a whole second ahead would make the
+            // engine wait out the rest of this one.
+            .until(&super::events::engine_time(std::time::SystemTime::now()))
             .filters(&filters)
             .build();
         let mut stream = Box::pin(self.docker.events(Some(options)).take(EVENT_LIMIT * 10));

@@ -118,12 +118,12 @@ impl Engine {
         &self,
         profile: &str,
         since: i64,
-        until: i64,
+        until: std::time::SystemTime,
     ) -> Result<BTreeMap<String, i64>, DockerError> {
         let filters = filters(profile, &[EXEC_EVENTS]);
         let options = EventsOptionsBuilder::default()
             .since(&since.to_string())
-            .until(&until.to_string())
+            .until(&engine_time(until))
             .filters(&filters)
             .build();
         // With `until`, the engine ends the stream once it has replayed.
@@ -141,4 +141,13 @@ impl Engine {
         }
         Ok(last)
     }
+}
+
+/// `at` as the engine's events API takes it: seconds and nanoseconds. A
+/// whole second after now would include this second's events too, but the
+/// engine then holds the stream open until that second is over: up to a
+/// second added to every pass.
+pub fn engine_time(at: std::time::SystemTime) -> String {
+    let d = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    format!("{}.{:09}", d.as_secs(), d.subsec_nanos())
 }
