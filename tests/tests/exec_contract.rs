@@ -452,7 +452,10 @@ fn contract(b: &Backend) {
     assert!(run.code == 141 && quiet(&run), "{name}: {run:?}");
     // Where the output streams as it comes, the command is ended with it:
     // an endless writer does not run on to its timeout.
-    if matches!(name, "local" | "docker" | "ssh" | "singularity") {
+    if matches!(
+        name,
+        "local" | "docker" | "ssh" | "singularity" | "kubernetes"
+    ) {
         let writer = format!("yes closed-{long}");
         let started = Instant::now();
         let run = b.exec_closed_stdout(&["--timeout", "60", "--", &writer]);
