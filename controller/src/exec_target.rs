@@ -126,6 +126,13 @@ impl Values {
     }
 }
 
+/// Where a sandbox of its own per task and session (a Docker container, a
+/// Pod) keeps the carried directory: its /tmp.
+pub const OWN_CWD_STATE: &str = "/tmp/.hermes-cwd";
+
+/// Where such a sandbox keeps its background processes.
+pub const OWN_JOBS_DIR: &str = "/tmp/.hermes-background";
+
 /// Prints an operation on stderr as the plan prints it.
 pub fn say(op: &Op<Action>) {
     eprintln!(

@@ -143,11 +143,11 @@ struct DockerTarget {
 impl Target for DockerTarget {
     /// A container of its own per task and session: its /tmp.
     fn cwd_state(&self, _home: &Home, _desired: &Desired, _which: &Which<'_>) -> String {
-        "/tmp/.hermes-cwd".to_string()
+        crate::exec_target::OWN_CWD_STATE.to_string()
     }
 
     fn jobs_dir(&self, _home: &Home, _desired: &Desired, _which: &Which<'_>) -> String {
-        "/tmp/.hermes-background".to_string()
+        crate::exec_target::OWN_JOBS_DIR.to_string()
     }
 
     fn describe(&self, _desired: &Desired) -> String {

@@ -194,14 +194,7 @@ async fn mark_use(
     cluster: &Cluster,
     pods: &mut [hermes_model::kubernetes::SeenPod],
 ) {
-    let records = Activity::new(home).read_all().unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "cannot read the activity records");
-        Default::default()
-    });
-    let ns = &desired.config.terminal.kubernetes.namespace;
-    for p in pods.iter_mut() {
-        p.last_used = records.get(&activity_key(ns, &p.name)).copied();
-    }
+    last_uses(home, &desired.config.terminal.kubernetes.namespace, pods);
     let now = hermes_reconcilers::unix_seconds(std::time::SystemTime::now());
     let candidates = pods
         .iter_mut()
@@ -211,6 +204,17 @@ async fn mark_use(
         let exec = PodExec::new(cluster.clone(), &p.name, Vec::new());
         p.processes = exec.count_processes().await;
         tracing::debug!(pod = %p.name, processes = ?p.processes, "counted what runs in an idle Pod");
+    }
+}
+
+/// Each Pod's last command, from the activity records.
+fn last_uses(home: &Home, namespace: &str, pods: &mut [hermes_model::kubernetes::SeenPod]) {
+    let records = Activity::new(home).read_all().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot read the activity records");
+        Default::default()
+    });
+    for p in pods {
+        p.last_used = records.get(&activity_key(namespace, &p.name)).copied();
     }
 }
 
@@ -347,12 +351,7 @@ impl Backend for Kubernetes {
             KubeObserved::Unavailable { reason } => anyhow::bail!("{reason}"),
             KubeObserved::Seen { pods, .. } => pods,
         };
-        let records = Activity::new(home).read_all().unwrap_or_default();
-        for p in &mut pods {
-            p.last_used = records
-                .get(&activity_key(&cluster.namespace, &p.name))
-                .copied();
-        }
+        last_uses(home, &cluster.namespace, &mut pods);
         let now = hermes_reconcilers::unix_seconds(std::time::SystemTime::now());
         let rows = pods
             .into_iter()
@@ -430,11 +429,11 @@ impl Backend for Kubernetes {
 impl Target for PodTarget {
     /// A Pod of its own per task and session: its /tmp.
     fn cwd_state(&self, _home: &Home, _desired: &Desired, _which: &Which<'_>) -> String {
-        "/tmp/.hermes-cwd".to_string()
+        crate::exec_target::OWN_CWD_STATE.to_string()
     }
 
     fn jobs_dir(&self, _home: &Home, _desired: &Desired, _which: &Which<'_>) -> String {
-        "/tmp/.hermes-background".to_string()
+        crate::exec_target::OWN_JOBS_DIR.to_string()
     }
 
     fn describe(&self, desired: &Desired) -> String {
