@@ -150,6 +150,16 @@ pub enum PodAction {
     /// Delete a Pod hermes made (`uid`): a session's end (its `emptyDir`
     /// goes with it).
     Delete { name: String, uid: String },
+    /// The idle reaper's delete of a Pod hermes made (`uid`), carried out
+    /// only if the Pod is still idle when it is applied: nothing used it
+    /// for `lifetime` seconds and nothing runs in it, and the object is
+    /// the very one then looked at (its resource version), so a command
+    /// that started since the plan keeps its Pod.
+    DeleteIdle {
+        name: String,
+        uid: String,
+        lifetime: i64,
+    },
 }
 
 /// An operation on a cloud service's sandbox.
@@ -293,7 +303,7 @@ impl Describe for PodAction {
         match self {
             PodAction::CreateClaim(_) | PodAction::Create(_) => Kind::Create,
             PodAction::Replace { .. } => Kind::Change,
-            PodAction::Delete { .. } => Kind::Remove,
+            PodAction::Delete { .. } | PodAction::DeleteIdle { .. } => Kind::Remove,
         }
     }
 
@@ -302,7 +312,7 @@ impl Describe for PodAction {
             PodAction::CreateClaim(_) => "create-claim",
             PodAction::Create(_) => "create",
             PodAction::Replace { .. } => "replace",
-            PodAction::Delete { .. } => "delete",
+            PodAction::Delete { .. } | PodAction::DeleteIdle { .. } => "delete",
         }
     }
 

@@ -40,6 +40,11 @@ pub const SCRATCH: &[(&str, &str, &str)] = &[
 ];
 /// The grace a replaced or removed Pod gets to end its commands.
 pub const GRACE_SECONDS: i64 = 10;
+/// The annotation every command sets on its Pod as it starts and as it
+/// ends (Unix seconds): the Pod's last use as every host sees it, and, as
+/// each write changes the Pod's resource version, what makes an idle
+/// reaper's delete looked at before the command fail its precondition.
+pub const ANNOTATION_LAST_USED: &str = "hermes-last-used";
 
 /// One toleration of `terminal.kubernetes_tolerations`, written as
 /// `key[=value][:Effect]` (kubectl's taint syntax): no value tolerates the
@@ -485,8 +490,9 @@ pub struct SeenPod {
     pub waiting: Option<String>,
     /// When it started (Unix seconds).
     pub started_at: Option<i64>,
-    /// When a command last started or ended in it (the activity record),
-    /// when one did.
+    /// When a command last started or ended in it (the later of its
+    /// [`ANNOTATION_LAST_USED`] and this host's activity record), when
+    /// one did.
     pub last_used: Option<i64>,
     /// Processes running in it besides its own (an exec, a background
     /// process): counted only for a Pod the idle reaper looks at; `None`

@@ -263,13 +263,28 @@ pub fn reap(desired: &Desired, observed: &Observed, now: i64) -> Vec<Op<Action>>
             } else {
                 "its claim (its files) is kept"
             };
-            let cause = if matches!(p.phase.as_str(), "Succeeded" | "Failed") {
-                format!("Pod {} ended ({}) and no sandbox wants it; {keeps}", p.name, p.phase)
+            let (action, cause) = if matches!(p.phase.as_str(), "Succeeded" | "Failed") {
+                (
+                    PodAction::Delete {
+                        name: p.name.clone(),
+                        uid: p.uid.clone(),
+                    },
+                    format!("Pod {} ended ({}) and no sandbox wants it; {keeps}", p.name, p.phase),
+                )
             } else if idle_candidate(desired, p, now) && p.processes == Some(0) {
                 let idle = now.saturating_sub(p.unused_since().unwrap_or(now));
-                format!(
-                    "Pod {} idle for {idle}s (terminal.lifetime_seconds: {limit}), nothing runs in it; {keeps}",
-                    p.name
+                (
+                    // Looked at again when applied: a command started
+                    // since keeps it.
+                    PodAction::DeleteIdle {
+                        name: p.name.clone(),
+                        uid: p.uid.clone(),
+                        lifetime: limit,
+                    },
+                    format!(
+                        "Pod {} idle for {idle}s (terminal.lifetime_seconds: {limit}), nothing runs in it; {keeps}",
+                        p.name
+                    ),
                 )
             } else {
                 return None;
@@ -286,10 +301,7 @@ pub fn reap(desired: &Desired, observed: &Observed, now: i64) -> Vec<Op<Action>>
                     task: p.labels.get(task_label).cloned().unwrap_or_default(),
                     session,
                 },
-                action: Action::Pod(PodAction::Delete {
-                    name: p.name.clone(),
-                    uid: p.uid.clone(),
-                }),
+                action: Action::Pod(action),
                 cause,
             })
         })
@@ -452,6 +464,15 @@ mod tests {
             "{idle:?}"
         );
         assert!(idle[0].contains("idle for 301s"), "{idle:?}");
+        // Looked at again when applied, with the limit it was planned by.
+        let observed = Observed {
+            kubernetes: Some(seen(vec![session_pod("s1", "Running", Some(0))], vec![])),
+            ..Observed::default()
+        };
+        assert!(matches!(
+            &reap(&d, &observed, 1_401)[0].action,
+            Action::Pod(PodAction::DeleteIdle { lifetime: 300, .. })
+        ));
         // Not yet past the limit, busy, or not counted: kept.
         assert!(reaped(&d, vec![session_pod("s1", "Running", Some(0))], 1_400).is_empty());
         assert!(reaped(&d, vec![session_pod("s1", "Running", Some(2))], 9_999).is_empty());
@@ -459,6 +480,14 @@ mod tests {
         // Ended: deleted whatever its idleness.
         let ended = reaped(&d, vec![session_pod("s2", "Failed", None)], 1_101);
         assert!(ended[0].contains("ended (Failed)"), "{ended:?}");
+        let observed = Observed {
+            kubernetes: Some(seen(vec![session_pod("s2", "Failed", None)], vec![])),
+            ..Observed::default()
+        };
+        assert!(matches!(
+            &reap(&d, &observed, 1_101)[0].action,
+            Action::Pod(PodAction::Delete { .. })
+        ));
         // Another profile's, or one hermes did not make: never looked at.
         let mut other = session_pod("s3", "Failed", None);
         other.labels.insert(LABEL_PROFILE.into(), "other".into());

@@ -212,7 +212,9 @@ pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
             },
             Action::Pod(a) => match a {
                 PodAction::Create(_) | PodAction::Replace { .. } => true,
-                PodAction::CreateClaim(_) | PodAction::Delete { .. } => false,
+                PodAction::CreateClaim(_)
+                | PodAction::Delete { .. }
+                | PodAction::DeleteIdle { .. } => false,
             },
             Action::Proxy(_)
             | Action::Ssh(_)

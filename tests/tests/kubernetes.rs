@@ -475,6 +475,129 @@ fn an_idle_session_pod_is_reaped_by_a_planned_delete_and_a_busy_one_is_kept() {
     assert_eq!(sessions, ["s2"], "{}", run.stdout);
 }
 
+/// `hermes --home H ARGS…` on a terminal (a pty made by util-linux's
+/// `script`), its output read as it comes: the child, its stdin, and what
+/// it printed so far.
+fn on_a_terminal(
+    home: &TestHome,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::sync::Arc<std::sync::Mutex<String>>,
+) {
+    use std::io::Read;
+    let cmd = home.command(args);
+    let quote = |s: &std::ffi::OsStr| format!("'{}'", s.to_string_lossy().replace('\'', "'\\''"));
+    let line = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(quote)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut script = std::process::Command::new("script");
+    script.args(["-qec", &line, "/dev/null"]);
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => script.env(k, v),
+            None => script.env_remove(k),
+        };
+    }
+    let mut child = script
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("script (util-linux) runs");
+    let stdin = child.stdin.take().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = shown.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    (child, stdin, shown)
+}
+
+/// The uid of the Pod of session `session`, if one is there and not on
+/// its way out.
+fn session_pod_uid(h: &Harness, session: &str) -> Option<String> {
+    h.admin_get(&format!(
+        "{}?labelSelector=hermes-session%3D{session}",
+        pods_path(h)
+    ))["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| p["metadata"]["uid"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn a_command_started_after_the_plan_keeps_its_pod_from_the_idle_reaper() {
+    use std::io::Write;
+    let h = Harness::start();
+    let home = TestHome::new();
+    home.write_config(h.config("  lifetime_seconds: 2\n"));
+    let run = home.run(["exec", "--session", "s1", "--", "true"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let uid = session_pod_uid(&h, "s1").expect("the session's Pod is there");
+    let target = "kubernetes default/default@s1".to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !home
+        .run(["reconcile", "--dry-run"])
+        .planned()
+        .contains(&(target.clone(), "delete".to_string()))
+    {
+        assert!(Instant::now() < deadline, "s1 never planned for reaping");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The plan is made and shown; it waits for a yes. A command of the
+    // session starts and ends in between.
+    let (mut child, mut stdin, shown) = on_a_terminal(&home, &["reconcile"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !shown.lock().unwrap().contains("[y/N]") {
+        assert!(
+            Instant::now() < deadline,
+            "no question: {}",
+            shown.lock().unwrap()
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "{}",
+            shown.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        shown.lock().unwrap().contains("idle for"),
+        "{}",
+        shown.lock().unwrap()
+    );
+    let used = home.run(["exec", "--session", "s1", "--", "echo used > /workspace/f"]);
+    assert_eq!(used.code, 0, "{used:?}");
+    stdin.write_all(b"y\n").unwrap();
+    drop(stdin);
+    let status = child.wait().unwrap();
+    let text = shown.lock().unwrap().clone();
+    assert_eq!(status.code(), Some(0), "{text}");
+    assert!(text.contains("kept, not reaped"), "{text}");
+    assert_eq!(
+        session_pod_uid(&h, "s1").as_deref(),
+        Some(uid.as_str()),
+        "{text}"
+    );
+    let read = home.run(["exec", "--session", "s1", "--", "cat /workspace/f"]);
+    assert_eq!((read.code, read.stdout.as_str()), (0, "used\n"), "{read:?}");
+}
+
 #[test]
 fn status_sandbox_list_session_list_and_the_plan_validate_against_their_schemas() {
     use hermes_tests::json_schema::document;

@@ -7,12 +7,12 @@
 use std::time::{Duration, Instant};
 
 use hermes_model::action::PodAction;
-use hermes_model::kubernetes::{FIELD_MANAGER, GRACE_SECONDS, PodWanted};
+use hermes_model::kubernetes::{ANNOTATION_LAST_USED, FIELD_MANAGER, GRACE_SECONDS, PodWanted};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
 use super::observe::seen_pod;
-use super::{CALL_TIMEOUT, Cluster, KubeError, START_TIMEOUT, call, objects};
+use super::{CALL_TIMEOUT, Cluster, KubeError, PodExec, START_TIMEOUT, call, objects};
 
 /// How often a wait for a Pod looks again.
 const POLL: Duration = Duration::from_millis(200);
@@ -33,7 +33,143 @@ pub async fn apply(cluster: &Cluster, action: &PodAction) -> Result<(), KubeErro
             delete_pod(cluster, name, uid).await?;
             wait_gone(cluster, name, uid).await
         }
+        PodAction::DeleteIdle {
+            name,
+            uid,
+            lifetime,
+        } => delete_if_idle(cluster, name, uid, *lifetime, None)
+            .await
+            .map(drop),
     }
+}
+
+/// Now, in Unix seconds.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// What became of an idle reaper's delete ([`delete_if_idle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reaped {
+    /// Deleted, and gone.
+    Deleted,
+    /// Gone already, or made again since (another uid): nothing done.
+    Gone,
+    /// Not idle any more: why it was kept.
+    Kept(String),
+}
+
+/// The idle reaper's delete, decided again at the moment it is carried
+/// out: the Pod read anew, its last use (its [`ANNOTATION_LAST_USED`], or
+/// `recorded`, this host's record, when later) and what runs in it looked
+/// at, and the delete sent with that read's uid *and* resource version
+/// as its precondition. A command marks the Pod (a write, so a new
+/// resource version) before it starts, so one that started after that
+/// read makes the delete fail with a conflict: the Pod is kept.
+pub async fn delete_if_idle(
+    cluster: &Cluster,
+    name: &str,
+    uid: &str,
+    lifetime: i64,
+    recorded: Option<i64>,
+) -> Result<Reaped, KubeError> {
+    let ns = &cluster.namespace;
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    let Some(p) = call("get", format!("pod {ns}/{name}"), api.get_opt(name)).await? else {
+        return Ok(Reaped::Gone);
+    };
+    let mut seen = seen_pod(&p);
+    if seen.uid != uid || seen.deleting {
+        return Ok(Reaped::Gone);
+    }
+    seen.last_used = seen.last_used.max(recorded);
+    let now = unix_now();
+    if let Some(t) = seen.unused_since() {
+        let idle = now.saturating_sub(t);
+        if idle <= lifetime {
+            return Ok(Reaped::Kept(format!(
+                "used {idle} s ago, since the plan looked (terminal.lifetime_seconds: {lifetime})"
+            )));
+        }
+    }
+    match PodExec::new(cluster.clone(), name, Vec::new())
+        .count_processes()
+        .await
+    {
+        Some(0) => {}
+        Some(n) => {
+            return Ok(Reaped::Kept(format!(
+                "{n} process(es) run in it now, since the plan looked"
+            )));
+        }
+        None => {
+            return Ok(Reaped::Kept(
+                "what runs in it cannot be told now".to_string(),
+            ));
+        }
+    }
+    let dp = DeleteParams {
+        grace_period_seconds: u32::try_from(GRACE_SECONDS).ok(),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: p.metadata.resource_version.clone(),
+        }),
+        ..DeleteParams::default()
+    };
+    match call("delete", format!("pod {ns}/{name}"), api.delete(name, &dp)).await {
+        Ok(_) => {}
+        Err(e) if e.code() == Some(404) => return Ok(Reaped::Gone),
+        Err(e) if e.code() == Some(409) => {
+            return Ok(Reaped::Kept(
+                "it changed since it was looked at (a command marked it in use)".to_string(),
+            ));
+        }
+        Err(e) => return Err(e),
+    }
+    wait_gone(cluster, name, uid).await?;
+    Ok(Reaped::Deleted)
+}
+
+/// Marks the Pod `name` in use now ([`ANNOTATION_LAST_USED`]), as a
+/// command starts and ends in it: an error when it is gone or on its way
+/// out (its delete already sent), so that no command starts in a Pod
+/// that is going.
+pub async fn mark_used(cluster: &Cluster, name: &str) -> Result<(), KubeError> {
+    let ns = &cluster.namespace;
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    let now = unix_now().to_string();
+    let patch = serde_json::json!({
+        "metadata": { "annotations": { ANNOTATION_LAST_USED: now } }
+    });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    let p = match call(
+        "patch",
+        format!("pod {ns}/{name}"),
+        api.patch(name, &params, &Patch::Merge(&patch)),
+    )
+    .await
+    {
+        Ok(p) => p,
+        Err(e) if e.code() == Some(404) => {
+            return Err(KubeError::Pod {
+                pod: format!("{ns}/{name}"),
+                message: "is gone; run the command again to get a new one".to_string(),
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    if p.metadata.deletion_timestamp.is_some() {
+        return Err(KubeError::Pod {
+            pod: format!("{ns}/{name}"),
+            message: "is being deleted; run the command again to get a new one".to_string(),
+        });
+    }
+    Ok(())
 }
 
 fn params() -> PatchParams {

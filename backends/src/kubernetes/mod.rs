@@ -26,7 +26,7 @@ use std::time::Duration;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-pub use apply::{apply, delete_pod, ensure_running, wait_gone};
+pub use apply::{Reaped, apply, delete_if_idle, delete_pod, ensure_running, mark_used, wait_gone};
 pub use exec::PodExec;
 pub use observe::{observe, observe_key};
 pub use watch::follow;

@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use hermes_model::kubernetes::{
-    ALL_SELECTOR, CONTAINER, KubeObserved, PodWanted, SandboxKind, SeenClaim, SeenPod,
+    ALL_SELECTOR, ANNOTATION_LAST_USED, CONTAINER, KubeObserved, PodWanted, SandboxKind, SeenClaim,
+    SeenPod,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams};
@@ -110,7 +111,14 @@ pub fn seen_pod(p: &Pod) -> SeenPod {
         started_at: status
             .and_then(|s| s.start_time.as_ref())
             .map(|t| t.0.as_second()),
-        last_used: None,
+        // Written by hermes's own commands (a sandbox holds no token that
+        // could write it); nonsense reads as no use.
+        last_used: p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_LAST_USED))
+            .and_then(|v| v.parse::<i64>().ok()),
         processes: None,
     }
 }

@@ -1,16 +1,20 @@
 //! Following the sandbox Pods between passes: one watch by hermes's label
 //! selector (kube-runtime's watcher, which lists, watches from the list's
 //! resource version and, on `410 Gone` or a broken stream, lists again),
-//! each change reported to the caller; failures back off exponentially,
+//! each change a planner would see reported to the caller (a command's
+//! last-used mark is not one); failures back off exponentially,
 //! except a refusal (401, 403, 404), which ends the watch: it is never
 //! retried, and the caller's next pass says why.
 
+use std::collections::HashMap;
+
 use futures_util::StreamExt;
-use hermes_model::kubernetes::ALL_SELECTOR;
+use hermes_model::kubernetes::{ALL_SELECTOR, SeenPod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::observe::seen_pod;
 use super::{Cluster, KubeError};
 
 /// Follows the namespace's sandbox Pods, calling `changed` on every change
@@ -21,12 +25,32 @@ pub async fn follow(cluster: &Cluster, mut changed: impl FnMut() + Send) -> Kube
     let resource = format!("pods in namespace {}", cluster.namespace);
     let config = watcher::Config::default().labels(ALL_SELECTOR);
     let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
+    // What a planner sees of each Pod, by name: a write that leaves it as
+    // it was (a command's last-used mark) wakes nothing.
+    let mut known: HashMap<String, SeenPod> = HashMap::new();
+    let mut listing: HashMap<String, SeenPod> = HashMap::new();
     while let Some(item) = stream.next().await {
         match item {
-            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+            Ok(watcher::Event::Apply(p)) => {
+                let seen = planned_view(&p);
+                if known.get(&seen.name) != Some(&seen) {
+                    known.insert(seen.name.clone(), seen);
+                    changed();
+                }
+            }
+            Ok(watcher::Event::Delete(p)) => {
+                known.remove(&p.metadata.name.clone().unwrap_or_default());
                 changed();
             }
-            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+            Ok(watcher::Event::Init) => listing.clear(),
+            Ok(watcher::Event::InitApply(p)) => {
+                let seen = planned_view(&p);
+                listing.insert(seen.name.clone(), seen);
+            }
+            Ok(watcher::Event::InitDone) => {
+                known = std::mem::take(&mut listing);
+                changed();
+            }
             Err(e) => {
                 if let Some(refusal) = refusal(&e, &resource) {
                     return refusal;
@@ -41,6 +65,15 @@ pub async fn follow(cluster: &Cluster, mut changed: impl FnMut() + Send) -> Kube
         verb: "watch",
         resource,
         message: "the watch ended".to_string(),
+    }
+}
+
+/// The Pod as a pass plans from it, less its last use (which the idle
+/// reaper reads anew at each pass and at its delete).
+fn planned_view(p: &Pod) -> SeenPod {
+    SeenPod {
+        last_used: None,
+        ..seen_pod(p)
     }
 }
 

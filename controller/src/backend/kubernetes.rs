@@ -78,18 +78,8 @@ async fn apply(home: &Home, desired: &Desired, plan: &HostPlan, verbose: bool) -
     for (op, action) in ops {
         let started = Instant::now();
         let result = match &cluster {
-            Ok(c) => hermes_backends::kubernetes::apply(c, action)
+            Ok(c) => apply_one(home, c, action)
                 .await
-                .map(|()| {
-                    if let PodAction::Delete { name, .. } = action {
-                        // Gone: its record would only pile up.
-                        let key = activity_key(&c.namespace, name);
-                        if let Err(e) = Activity::new(home).forget(&key) {
-                            tracing::warn!(pod = %name, error = %e, "cannot remove the activity record");
-                        }
-                    }
-                    true
-                })
                 .map_err(ApplyError::backend),
             Err(e) => Err(ApplyError::backend(std::io::Error::other(format!("{e:#}")))),
         };
@@ -98,9 +88,66 @@ async fn apply(home: &Home, desired: &Desired, plan: &HostPlan, verbose: bool) -
     applied
 }
 
+/// Carries out one operation: whether it changed anything. The idle
+/// reaper's delete is decided again now, with this host's record of the
+/// Pod's last use too; a Pod kept is said on stderr (or in the log).
+async fn apply_one(
+    home: &Home,
+    cluster: &Cluster,
+    action: &PodAction,
+) -> Result<bool, hermes_backends::kubernetes::KubeError> {
+    use hermes_backends::kubernetes::Reaped;
+    let gone = match action {
+        PodAction::Delete { name, .. } => {
+            hermes_backends::kubernetes::apply(cluster, action).await?;
+            name
+        }
+        PodAction::DeleteIdle {
+            name,
+            uid,
+            lifetime,
+        } => {
+            let key = activity_key(&cluster.namespace, name);
+            let recorded = Activity::new(home)
+                .read_all()
+                .ok()
+                .and_then(|r| r.get(&key).copied());
+            match hermes_backends::kubernetes::delete_if_idle(
+                cluster, name, uid, *lifetime, recorded,
+            )
+            .await?
+            {
+                Reaped::Deleted => name,
+                Reaped::Gone => return Ok(false),
+                Reaped::Kept(why) => {
+                    crate::notices::progress(format_args!(
+                        "Pod {}/{name} kept, not reaped: {why}",
+                        cluster.namespace
+                    ));
+                    return Ok(false);
+                }
+            }
+        }
+        _ => {
+            hermes_backends::kubernetes::apply(cluster, action).await?;
+            return Ok(true);
+        }
+    };
+    // Gone: its record would only pile up.
+    let key = activity_key(&cluster.namespace, gone);
+    if let Err(e) = Activity::new(home).forget(&key) {
+        tracing::warn!(pod = %gone, error = %e, "cannot remove the activity record");
+    }
+    Ok(true)
+}
+
 /// The sandbox of `which`: its Pod made (its claim first) when the
 /// planner says so, then waited for until it runs.
-async fn ready(home: &Home, desired: &Desired, which: &Which<'_>) -> anyhow::Result<PodExec> {
+async fn ready(
+    home: &Home,
+    desired: &Desired,
+    which: &Which<'_>,
+) -> anyhow::Result<(PodExec, Cluster)> {
     let wanted = wanted(desired, which);
     let cluster = cluster(home, desired).await?;
     let mut seen = hermes_backends::kubernetes::observe_key(&cluster, &wanted).await?;
@@ -154,22 +201,29 @@ async fn ready(home: &Home, desired: &Desired, which: &Which<'_>) -> anyhow::Res
         }
     }
     hermes_backends::kubernetes::ensure_running(&cluster, &wanted).await?;
-    Ok(PodExec::new(cluster, &wanted.name, wanted.env.clone()))
+    Ok((
+        PodExec::new(cluster.clone(), &wanted.name, wanted.env.clone()),
+        cluster,
+    ))
 }
 
-/// A Pod ready for a command, its activity recorded (for the idle reaper)
-/// when a command starts and when it ends.
+/// A Pod ready for a command, its use recorded (for the idle reaper) when
+/// a command starts and when it ends: on the Pod itself (its
+/// last-used annotation, which every host reads and which an idle reap
+/// planned before it cannot get past) and in this host's activity record.
 struct PodTarget {
     exec: PodExec,
+    cluster: Cluster,
     activity: Activity,
     key: String,
 }
 
 impl PodTarget {
-    fn new(exec: PodExec, home: &Home, namespace: &str) -> PodTarget {
-        let key = activity_key(namespace, exec.pod());
+    fn new(exec: PodExec, cluster: Cluster, home: &Home) -> PodTarget {
+        let key = activity_key(&cluster.namespace, exec.pod());
         PodTarget {
             exec,
+            cluster,
             activity: Activity::new(home),
             key,
         }
@@ -207,14 +261,16 @@ async fn mark_use(
     }
 }
 
-/// Each Pod's last command, from the activity records.
+/// Each Pod's last command: the later of its annotation and this host's
+/// activity record.
 fn last_uses(home: &Home, namespace: &str, pods: &mut [hermes_model::kubernetes::SeenPod]) {
     let records = Activity::new(home).read_all().unwrap_or_else(|e| {
         tracing::warn!(error = %e, "cannot read the activity records");
         Default::default()
     });
     for p in pods {
-        p.last_used = records.get(&activity_key(namespace, &p.name)).copied();
+        let recorded = records.get(&activity_key(namespace, &p.name)).copied();
+        p.last_used = p.last_used.max(recorded);
     }
 }
 
@@ -271,11 +327,8 @@ impl Backend for Kubernetes {
         desired: &Desired,
         which: &Which<'_>,
     ) -> anyhow::Result<(ExecTarget, Values)> {
-        let pod = PodTarget::new(
-            ready(home, desired, which).await?,
-            home,
-            &desired.config.terminal.kubernetes.namespace,
-        );
+        let (exec, cluster) = ready(home, desired, which).await?;
+        let pod = PodTarget::new(exec, cluster, home);
         // `docker_forward_env`'s values, per command: no Pod holds them.
         let values = Values {
             base: desired.forward_env.clone(),
@@ -300,8 +353,8 @@ impl Backend for Kubernetes {
             KubeObserved::Unavailable { .. } => false,
         };
         Ok(running.then(|| {
-            let exec = PodExec::new(cluster, &wanted.name, wanted.env.clone());
-            Box::new(PodTarget::new(exec, home, &wanted.namespace)) as ExecTarget
+            let exec = PodExec::new(cluster.clone(), &wanted.name, wanted.env.clone());
+            Box::new(PodTarget::new(exec, cluster, home)) as ExecTarget
         }))
     }
 
@@ -446,9 +499,18 @@ impl Target for PodTarget {
 
     async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, ExecError> {
         use hermes_backends::exec::Executor;
+        // In use before it starts: a reap planned earlier fails its
+        // precondition; a Pod already on its way out runs nothing.
+        hermes_backends::kubernetes::mark_used(&self.cluster, self.exec.pod())
+            .await
+            .map_err(ExecError::backend)?;
         self.record();
         let outcome = Executor::exec(&self.exec, req, io).await;
         self.record();
+        if let Err(e) = hermes_backends::kubernetes::mark_used(&self.cluster, self.exec.pod()).await
+        {
+            tracing::debug!(pod = self.exec.pod(), error = %e, "cannot mark the Pod's last use after the command");
+        }
         outcome.map_err(ExecError::backend)
     }
 }
