@@ -7,6 +7,9 @@
 //	kube-harness rbac
 //	kube-harness cleanup
 //
+// `serve` also runs a front (faults.go): a proxy before the API server that
+// fails chosen requests on cue, for the tests of a client's retries.
+//
 // `serve` prints one JSON line on stdout when the cluster is ready, logs to
 // stderr and DIR/*.log, and stops (removing its containers, volumes and
 // network) when stdin closes, on SIGTERM/SIGINT, or after --max-lifetime.
@@ -95,6 +98,8 @@ type readyInfo struct {
 	Server           string `json:"server"`
 	AdminKubeconfig  string `json:"admin_kubeconfig"`
 	HermesKubeconfig string `json:"hermes_kubeconfig"`
+	FrontKubeconfig  string `json:"front_kubeconfig"`
+	FrontControl     string `json:"front_control"`
 	Namespace        string `json:"namespace"`
 	Node             string `json:"node"`
 	ServiceAccount   string `json:"service_account"`
@@ -269,6 +274,16 @@ func serve(parent context.Context, o serveOptions, ready func(readyInfo)) (retEr
 		return err
 	}
 
+	fr, err := startFront(cp.pki, cp.server, logf)
+	if err != nil {
+		return fmt.Errorf("front: %w", err)
+	}
+	defer fr.stop()
+	frontPath := filepath.Join(dir, "front.kubeconfig")
+	if err := writeHermesKubeconfig(startCtx, cp.admin, frontPath, fr.URL, cp.pki.caPEM); err != nil {
+		return err
+	}
+
 	kl, kubeletPort, err := listenKubelet(cp.kubeletCert, cp.kubeletKey, cp.pki.caPEM)
 	if err != nil {
 		return fmt.Errorf("kubelet endpoint: %w", err)
@@ -293,6 +308,8 @@ func serve(parent context.Context, o serveOptions, ready func(readyInfo)) (retEr
 		Server:           cp.server,
 		AdminKubeconfig:  adminPath,
 		HermesKubeconfig: hermesPath,
+		FrontKubeconfig:  frontPath,
+		FrontControl:     fr.Control,
 		Namespace:        testNamespace,
 		Node:             nodeName,
 		ServiceAccount:   serviceAccountName,

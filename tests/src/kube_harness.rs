@@ -35,6 +35,21 @@ pub struct Harness {
     pub hermes_kubeconfig: PathBuf,
     /// The namespace that service account may use.
     pub namespace: String,
+    /// That service account through the harness's front, which fails the
+    /// requests a test chooses ([`Harness::fail_next`]).
+    pub front_kubeconfig: PathBuf,
+    front_control: String,
+}
+
+/// One request the front saw, and the status it got.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct SeenRequest {
+    /// When it came (Unix milliseconds).
+    pub at_ms: i64,
+    pub method: String,
+    /// Its path and query.
+    pub path: String,
+    pub status: u16,
 }
 
 #[derive(serde::Deserialize)]
@@ -44,6 +59,8 @@ struct Ready {
     admin_kubeconfig: PathBuf,
     hermes_kubeconfig: PathBuf,
     namespace: String,
+    front_kubeconfig: PathBuf,
+    front_control: String,
 }
 
 /// The harness binary, from [`HARNESS_ENV`].
@@ -127,7 +144,83 @@ impl Harness {
             admin_kubeconfig: ready.admin_kubeconfig,
             hermes_kubeconfig: ready.hermes_kubeconfig,
             namespace: ready.namespace,
+            front_kubeconfig: ready.front_kubeconfig,
+            front_control: ready.front_control,
         }
+    }
+
+    /// Makes the front answer the next `count` requests of `method` whose
+    /// path starts with `path_prefix` with `status` (and `Retry-After:
+    /// retry_after` when given), before they reach the server.
+    ///
+    /// # Panics
+    ///
+    /// When the front does not take it.
+    pub fn fail_next(
+        &self,
+        method: &str,
+        path_prefix: &str,
+        count: u32,
+        status: u16,
+        retry_after: Option<&str>,
+    ) {
+        let body = serde_json::json!({
+            "method": method,
+            "path_prefix": path_prefix,
+            "count": count,
+            "status": status,
+            "retry_after": retry_after.unwrap_or(""),
+        });
+        let (code, text) = self.control("POST", "/faults", &body.to_string());
+        assert_eq!(code, 204, "the front refused the fault: {text}");
+    }
+
+    /// Every request the front saw, oldest first.
+    pub fn front_requests(&self) -> Vec<SeenRequest> {
+        let (code, text) = self.control("GET", "/requests", "");
+        assert_eq!(code, 200, "the front's record: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("the front's record: {e}: {text}"))
+    }
+
+    /// One plain HTTP/1.0 request to the front's loopback control port:
+    /// (status, body).
+    fn control(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let addr = self
+            .front_control
+            .strip_prefix("http://")
+            .unwrap_or(&self.front_control);
+        let mut conn = std::net::TcpStream::connect(addr)
+            .unwrap_or_else(|e| panic!("the front's control at {addr}: {e}"));
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap_or_else(|e| panic!("a read timeout: {e}"));
+        write!(
+            conn,
+            "{method} {path} HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap_or_else(|e| panic!("to the front's control: {e}"));
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer)
+            .unwrap_or_else(|e| panic!("from the front's control: {e}"));
+        let code = answer
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let text = answer
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (code, text)
+    }
+
+    /// [`Harness::config`] through the front.
+    pub fn front_config(&self, extra: &str) -> String {
+        self.config(extra).replace(
+            &self.hermes_kubeconfig.display().to_string(),
+            &self.front_kubeconfig.display().to_string(),
+        )
     }
 
     /// The config.yaml lines of the kubernetes backend on this server, as

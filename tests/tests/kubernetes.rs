@@ -7,7 +7,10 @@
 //! security context) and a second changes nothing; a changed spec replaces
 //! the Pod keeping its claim and so its files; an object hermes did not
 //! make is never touched; a refusal names the verb and the resource; a
-//! session's end deletes that session's Pods only.
+//! session's end deletes that session's Pods only; 429 and 503 are asked
+//! again after their Retry-After and a 403 never (through the harness's
+//! front); a command started after a plan keeps its Pod from the idle
+//! reaper.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -231,6 +234,96 @@ fn a_refusal_names_the_verb_and_the_resource_and_changes_nothing() {
     let status = home.run(["status", "--output", "json"]);
     let doc: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
     assert_eq!(doc["backend"], "kubernetes");
+}
+
+/// The front's record of the requests whose path starts with `prefix`
+/// (its query aside), from the `from`th on.
+fn seen_at(h: &Harness, from: usize, method: &str, prefix: &str) -> Vec<(i64, u16)> {
+    h.front_requests()
+        .into_iter()
+        .skip(from)
+        .filter(|r| r.method == method && r.path.split('?').next() == Some(prefix))
+        .map(|r| (r.at_ms, r.status))
+        .collect()
+}
+
+#[test]
+fn a_429_or_503_is_asked_again_after_its_retry_after_and_a_403_never_is() {
+    let h = Harness::start();
+    let home = TestHome::new();
+    home.write_config(h.front_config(""));
+    let pods = pods_path(&h);
+    let claims = format!("/api/v1/namespaces/{}/persistentvolumeclaims", h.namespace);
+
+    // The list of Pods pushed back twice: asked again after the second
+    // the server named, each time, and the plan made as if nothing was.
+    h.fail_next("GET", &pods, 2, 429, Some("1"));
+    let dry = home.run(["reconcile", "--dry-run"]);
+    assert_eq!(dry.code, 2, "{dry:?}");
+    assert!(dry.stdout.contains("no Pod"), "{}", dry.stdout);
+    let lists = seen_at(&h, 0, "GET", &pods);
+    let statuses: Vec<u16> = lists.iter().map(|(_, s)| *s).collect();
+    assert_eq!(&statuses[..3], [429, 429, 200], "{lists:?}");
+    for pair in lists[..3].windows(2) {
+        assert!(
+            pair[1].0 - pair[0].0 >= 950,
+            "asked again before Retry-After: 1 had passed: {lists:?}"
+        );
+    }
+
+    // A write pushed back (503): the same apply sent again, and done.
+    let before = h.front_requests().len();
+    h.fail_next("PATCH", &claims, 1, 503, Some("1"));
+    let run = home.run(["reconcile"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let patches = seen_at(
+        &h,
+        before,
+        "PATCH",
+        &format!("{claims}/{}", claim_of_plan(&dry.stdout)),
+    );
+    let statuses: Vec<u16> = patches.iter().map(|(_, s)| *s).collect();
+    assert_eq!(statuses, [503, 201], "{patches:?}");
+    assert!(patches[1].0 - patches[0].0 >= 950, "{patches:?}");
+    assert_eq!(h.names(&claims).len(), 1);
+
+    // A refusal is asked once: an error naming the verb and resource.
+    let before = h.front_requests().len();
+    h.fail_next("GET", &pods, 1, 403, None);
+    let refused = home.run(["reconcile", "--dry-run"]);
+    assert_ne!(refused.code, 0, "{refused:?}");
+    let all = format!("{}{}", refused.stdout, refused.stderr);
+    assert!(
+        all.contains(&format!(
+            "refused to list pods in namespace {}",
+            h.namespace
+        )),
+        "{all}"
+    );
+    assert!(all.contains("403"), "{all}");
+    assert_eq!(
+        seen_at(&h, before, "GET", &pods)
+            .iter()
+            .map(|(_, s)| *s)
+            .collect::<Vec<_>>(),
+        [403],
+        "a refusal is never asked again"
+    );
+}
+
+/// The claim's name, as the plan printed it (`no claim NS/NAME:`).
+fn claim_of_plan(plan: &str) -> String {
+    let at = plan
+        .find("no claim ")
+        .unwrap_or_else(|| panic!("the plan names no claim to make:\n{plan}"));
+    plan[at + "no claim ".len()..]
+        .split(':')
+        .next()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 #[test]
