@@ -1,7 +1,8 @@
 // The CustomResourceDefinitions of kubernetes-sigs/agent-sandbox (release
-// v0.4.6: agents.x-k8s.io/v1alpha1 Sandbox; extensions.agents.x-k8s.io/v1alpha1
-// SandboxTemplate, SandboxClaim, SandboxWarmPool), installed with
-// --serve-agent-sandbox-crds. No controller reconciles them.
+// v1.0.1, copied verbatim from its k8s/crds/: agents.x-k8s.io/v1beta1
+// Sandbox; extensions.agents.x-k8s.io/v1beta1 SandboxTemplate, SandboxClaim,
+// SandboxWarmPool), installed with --serve-agent-sandbox-crds (stored
+// only) or --agent-sandbox (with its controller: agentsandbox.go).
 package main
 
 import (

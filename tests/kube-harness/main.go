@@ -2,7 +2,7 @@
 // node in one process, for tests.
 //
 //	kube-harness serve --dir DIR [--image-default IMG] [--max-lifetime 2h]
-//	                   [--serve-agent-sandbox-crds] [--no-stdin]
+//	                   [--serve-agent-sandbox-crds] [--agent-sandbox] [--no-stdin]
 //	kube-harness selftest [--image-default IMG] [--keep]
 //	kube-harness rbac
 //	kube-harness cleanup
@@ -36,7 +36,7 @@ import (
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
-  kube-harness serve --dir DIR [--image-default IMG] [--max-lifetime 2h] [--serve-agent-sandbox-crds] [--no-stdin]
+  kube-harness serve --dir DIR [--image-default IMG] [--max-lifetime 2h] [--serve-agent-sandbox-crds] [--agent-sandbox] [--no-stdin]
   kube-harness selftest [--image-default IMG] [--keep]
   kube-harness kubectl ARGS...   (the real kubectl, for the benchmarks)
   kube-harness rbac       print the verbs of the hermes ServiceAccount
@@ -86,6 +86,8 @@ type serveOptions struct {
 	image        string
 	maxLifetime  time.Duration
 	sandboxCRDs  bool
+	agentSandbox bool
+	controller   string
 	watchStdin   bool
 	stderr       io.Writer
 	klogToFile   bool
@@ -110,6 +112,7 @@ type readyInfo struct {
 	Instance         string `json:"instance"`
 	KubeletPort      int    `json:"kubelet_port"`
 	SandboxCRDs      bool   `json:"agent_sandbox_crds"`
+	AgentSandbox     bool   `json:"agent_sandbox_controller"`
 	PID              int    `json:"pid"`
 }
 
@@ -120,6 +123,8 @@ func cmdServe(args []string) error {
 	fs.StringVar(&o.image, "image-default", defaultImage(), "image the ready line names for tests (never pulled)")
 	fs.DurationVar(&o.maxLifetime, "max-lifetime", 2*time.Hour, "stop after this long whatever happens")
 	fs.BoolVar(&o.sandboxCRDs, "serve-agent-sandbox-crds", false, "install the agent-sandbox CRDs (agents.x-k8s.io)")
+	fs.BoolVar(&o.agentSandbox, "agent-sandbox", false, "install the agent-sandbox CRDs and run its controller and a garbage collector")
+	fs.StringVar(&o.controller, "agent-sandbox-controller", "", "the agent-sandbox controller binary (default: agent-sandbox-controller beside this one)")
 	noStdin := fs.Bool("no-stdin", false, "do not stop when stdin closes")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -253,6 +258,13 @@ func serve(parent context.Context, o serveOptions, ready func(readyInfo)) (retEr
 		cancel(fmt.Errorf("kube-apiserver stopped: %v", err))
 	}()
 
+	var controller string
+	if o.agentSandbox {
+		o.sandboxCRDs = true
+		if controller, err = controllerBinary(o.controller); err != nil {
+			return err
+		}
+	}
 	if o.sandboxCRDs {
 		if err := installSandboxCRDs(startCtx, cp.adminConfig); err != nil {
 			return err
@@ -268,6 +280,21 @@ func serve(parent context.Context, o serveOptions, ready func(readyInfo)) (retEr
 	adminPath := filepath.Join(dir, "admin.kubeconfig")
 	if err := writeKubeconfig(adminPath, cp.server, cp.pki.caPEM, "admin", adminAuth(cp), "default"); err != nil {
 		return err
+	}
+	if o.agentSandbox {
+		if err := runGarbageCollector(ctx, cp.adminConfig, logf); err != nil {
+			return err
+		}
+		as, err := startAgentSandbox(controller, dir, adminPath, logf)
+		if err != nil {
+			return err
+		}
+		defer as.stop()
+		go func() {
+			err := <-as.done
+			as.done <- err // for stop()
+			cancel(fmt.Errorf("the agent-sandbox controller stopped: %v", err))
+		}()
 	}
 	hermesPath := filepath.Join(dir, "hermes.kubeconfig")
 	if err := writeHermesKubeconfig(startCtx, cp.admin, hermesPath, cp.server, cp.pki.caPEM); err != nil {
@@ -320,6 +347,7 @@ func serve(parent context.Context, o serveOptions, ready func(readyInfo)) (retEr
 		Instance:         instance,
 		KubeletPort:      kubeletPort,
 		SandboxCRDs:      o.sandboxCRDs,
+		AgentSandbox:     o.agentSandbox,
 		PID:              os.Getpid(),
 	})
 	logf("ready: %s (node %s, kubelet endpoint 127.0.0.1:%d)", cp.server, nodeName, kubeletPort)

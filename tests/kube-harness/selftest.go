@@ -72,7 +72,7 @@ func cmdSelftest(args []string) error {
 	go func() {
 		served <- serve(serveCtx, serveOptions{
 			dir: dir, image: *image, maxLifetime: 20 * time.Minute, stderr: os.Stderr,
-			klogToFile: true, readyTimeout: 5 * time.Minute, sandboxCRDs: true,
+			klogToFile: true, readyTimeout: 5 * time.Minute, agentSandbox: true,
 		}, func(r readyInfo) { readyCh <- r })
 	}()
 	var ready readyInfo
@@ -393,7 +393,7 @@ func (t *selftest) run(ctx context.Context) {
 	t.check("restartPolicy Always: a crashing container is restarted", t.restartedPod(ctx))
 	t.check("configMap volume and secretKeyRef env", t.configPod(ctx))
 
-	t.check("agent-sandbox CRDs: the ServiceAccount creates and deletes a v1alpha1 Sandbox", t.sandbox(ctx))
+	t.check("agent-sandbox: the ServiceAccount's v1beta1 Sandbox gets a running Pod from the controller, which goes with it", t.sandbox(ctx))
 
 	err = errors.Join(pods.Delete(ctx, "selftest", metav1.DeleteOptions{}), pods.Delete(ctx, missing.Name, metav1.DeleteOptions{}))
 	if err == nil {
@@ -411,33 +411,48 @@ func (t *selftest) run(ctx context.Context) {
 	t.check("Pods and PVC deleted (claim's finalizer released)", err)
 }
 
-// sandbox creates, reads and deletes an agents.x-k8s.io/v1alpha1 Sandbox.
+// sandbox creates an agents.x-k8s.io/v1beta1 Sandbox as the ServiceAccount,
+// waits for the controller's Pod to run, deletes the Sandbox and waits for
+// the garbage collector to take the Pod.
 func (t *selftest) sandbox(ctx context.Context) error {
 	dyn, err := dynamic.NewForConfig(t.cfg)
 	if err != nil {
 		return err
 	}
-	gvr := schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1alpha1", Resource: "sandboxes"}
+	gvr := schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
 	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "agents.x-k8s.io/v1alpha1",
+		"apiVersion": "agents.x-k8s.io/v1beta1",
 		"kind":       "Sandbox",
-		"metadata":   map[string]any{"name": "selftest"},
+		"metadata":   map[string]any{"name": "selftest-sandbox"},
 		"spec": map[string]any{"podTemplate": map[string]any{"spec": map[string]any{
-			"containers": []any{map[string]any{"name": "main", "image": t.image}},
+			"containers": []any{map[string]any{"name": "main", "image": t.image, "command": []any{"sleep", "3600"}}},
 		}}},
 	}}
 	res := dyn.Resource(gvr).Namespace(testNamespace)
 	if _, err := res.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	got, err := res.Get(ctx, "selftest", metav1.GetOptions{})
+	pods := t.client.CoreV1().Pods(testNamespace)
+	err = poll(ctx, 120*time.Second, "the Sandbox's Pod running", func() (bool, error) {
+		p, err := pods.Get(ctx, "selftest-sandbox", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	})
 	if err != nil {
 		return err
 	}
-	if img, _, _ := unstructured.NestedSlice(got.Object, "spec", "podTemplate", "spec", "containers"); len(img) != 1 {
-		return fmt.Errorf("stored sandbox lost its containers: %v", got.Object["spec"])
+	if err := res.Delete(ctx, "selftest-sandbox", metav1.DeleteOptions{}); err != nil {
+		return err
 	}
-	return res.Delete(ctx, "selftest", metav1.DeleteOptions{})
+	return poll(ctx, 120*time.Second, "the Sandbox's Pod gone with it", func() (bool, error) {
+		_, err := pods.Get(ctx, "selftest-sandbox", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
 }
 
 func (t *selftest) plainPod(name string, command []string) *corev1.Pod {
