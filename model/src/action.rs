@@ -11,7 +11,7 @@
 //! ([`Action::Keep`]). Each applier takes its own family and matches it
 //! whole: a new operation cannot be forgotten by one of them.
 
-use crate::kubernetes::PodWanted;
+use crate::kubernetes::{PodWanted, SandboxKind};
 use crate::observed::MountedDisk;
 use crate::plan::{Describe, Kind, Op};
 use crate::sandbox::SandboxSpec;
@@ -147,9 +147,14 @@ pub enum PodAction {
     /// Delete the Pod (`uid`) and make it again with the current spec: its
     /// claim, and so its files, kept.
     Replace { wanted: Box<PodWanted>, uid: String },
-    /// Delete a Pod hermes made (`uid`): a session's end (its `emptyDir`
-    /// goes with it).
-    Delete { name: String, uid: String },
+    /// Delete a Pod hermes made (`uid`), or the `Sandbox` that holds it
+    /// (`kind`; its Pod goes with it): a session's end (its `emptyDir`
+    /// goes with it), `hermes down`, an ended Pod.
+    Delete {
+        name: String,
+        uid: String,
+        kind: SandboxKind,
+    },
     /// The idle reaper's delete of a Pod hermes made (`uid`), carried out
     /// only if the Pod is still idle when it is applied: nothing used it
     /// for `lifetime` seconds and nothing runs in it, and the object is
@@ -159,7 +164,20 @@ pub enum PodAction {
         name: String,
         uid: String,
         lifetime: i64,
+        kind: SandboxKind,
     },
+    /// The idle reaper's suspension of a `Sandbox` hermes made (`uid`):
+    /// `operatingMode: Suspended`, so its controller deletes the Pod and
+    /// keeps the claims; decided again when applied, as
+    /// [`PodAction::DeleteIdle`] is.
+    Suspend {
+        name: String,
+        uid: String,
+        lifetime: i64,
+    },
+    /// Bring a suspended `Sandbox` back (`operatingMode: Running`): its
+    /// controller makes its Pod again, on its claims.
+    Resume(Box<PodWanted>),
 }
 
 /// An operation on a cloud service's sandbox.
@@ -302,8 +320,10 @@ impl Describe for PodAction {
     fn kind(&self) -> Kind {
         match self {
             PodAction::CreateClaim(_) | PodAction::Create(_) => Kind::Create,
-            PodAction::Replace { .. } => Kind::Change,
-            PodAction::Delete { .. } | PodAction::DeleteIdle { .. } => Kind::Remove,
+            PodAction::Replace { .. } | PodAction::Resume(_) => Kind::Change,
+            PodAction::Delete { .. } | PodAction::DeleteIdle { .. } | PodAction::Suspend { .. } => {
+                Kind::Remove
+            }
         }
     }
 
@@ -313,13 +333,15 @@ impl Describe for PodAction {
             PodAction::Create(_) => "create",
             PodAction::Replace { .. } => "replace",
             PodAction::Delete { .. } | PodAction::DeleteIdle { .. } => "delete",
+            PodAction::Suspend { .. } => "suspend",
+            PodAction::Resume(_) => "resume",
         }
     }
 
     /// A Pod's claim is made before the Pod that mounts it.
     fn step(&self) -> u8 {
         match self {
-            PodAction::Create(_) => 1,
+            PodAction::Create(_) | PodAction::Resume(_) => 1,
             _ => 0,
         }
     }

@@ -138,10 +138,18 @@ impl SandboxKind {
     }
 }
 
+/// agent-sandbox's API group, and the version of it hermes writes.
+pub const SANDBOX_GROUP: &str = "agents.x-k8s.io";
+pub const SANDBOX_VERSION: &str = "v1beta1";
+
 /// The objects hermes wants for one sandbox key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodWanted {
     pub key: SandboxKey,
+    /// What holds it: a Pod of hermes's own, or agent-sandbox's `Sandbox`
+    /// (whose controller makes the Pod, of the same name); set by the
+    /// planner from what the cluster serves ([`PodWanted::holding`]).
+    pub kind: SandboxKind,
     pub namespace: String,
     /// The Pod's name ([`object_name`]).
     pub name: String,
@@ -217,6 +225,7 @@ impl PodWanted {
         let egress_label = egress.map_or("off".to_string(), |e| e.fingerprint.clone());
         labels.insert(LABEL_EGRESS.to_string(), label_value(&egress_label));
         let mut wanted = PodWanted {
+            kind: SandboxKind::Pod,
             claim: key.session.is_none().then(|| format!("{name}-data")),
             namespace: settings.namespace.clone(),
             name,
@@ -288,6 +297,15 @@ impl PodWanted {
         f.field("ca", self.ca_config_map.as_deref().unwrap_or(""));
         f.field("egress", &self.egress);
         f.finish()
+    }
+
+    /// The same objects held by `kind`. The spec hash is the Pod's either
+    /// way: what runs is the same.
+    pub fn holding(&self, kind: SandboxKind) -> PodWanted {
+        PodWanted {
+            kind,
+            ..self.clone()
+        }
     }
 
     /// The size its claim asks for: `kubernetes_disk`, or 1 GiB when that
@@ -498,6 +516,9 @@ pub struct SeenPod {
     /// process): counted only for a Pod the idle reaper looks at; `None`
     /// when not counted or not known, which counts as busy.
     pub processes: Option<u32>,
+    /// Made by agent-sandbox's controller for a `Sandbox` (its
+    /// controller reference), not by hermes directly.
+    pub of_sandbox: bool,
 }
 
 impl SeenPod {
@@ -517,6 +538,27 @@ impl SeenPod {
             (Some(a), Some(s)) => Some(a.max(s)),
             (a, s) => a.or(s),
         }
+    }
+}
+
+/// An agent-sandbox `Sandbox` as a pass sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SeenSandbox {
+    pub name: String,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    /// Its `operatingMode` is `Suspended`.
+    pub suspended: bool,
+    pub deleting: bool,
+}
+
+impl SeenSandbox {
+    pub fn made_by_hermes(&self) -> bool {
+        self.labels.get(LABEL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY)
+    }
+
+    pub fn spec_hash(&self) -> Option<&str> {
+        self.labels.get(LABEL_SPEC_HASH).map(String::as_str)
     }
 }
 
@@ -555,6 +597,9 @@ pub enum KubeObserved {
         /// Pod hermes labelled.
         pods: Vec<SeenPod>,
         claims: Vec<SeenClaim>,
+        /// agent-sandbox's `Sandbox` objects hermes labelled (and any
+        /// named like a wanted one), when that is the kind.
+        sandboxes: Vec<SeenSandbox>,
     },
 }
 

@@ -16,7 +16,9 @@
 
 use hermes_model::action::{Action, PodAction};
 use hermes_model::desired::Desired;
-use hermes_model::kubernetes::{KubeObserved, LABEL_MANAGED_BY, PodWanted, SeenPod, label_value};
+use hermes_model::kubernetes::{
+    KubeObserved, LABEL_MANAGED_BY, PodWanted, SandboxKind, SeenPod, SeenSandbox, label_value,
+};
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Op, Target};
 use hermes_model::sandbox::{
@@ -76,51 +78,26 @@ pub fn plan_one(wanted: &PodWanted, seen: &KubeObserved, ops: &mut Vec<Op<Action
             ops.push(op(Action::Blocked, reason.clone()));
             return;
         }
-        KubeObserved::Seen { pods, claims, .. } => (pods, claims),
+        KubeObserved::Seen {
+            pods,
+            claims,
+            sandboxes,
+            kind,
+        } => {
+            if *kind == SandboxKind::AgentSandbox {
+                let wanted = wanted.holding(*kind);
+                if plan_claim(&wanted, claims, &op, ops).is_some() {
+                    sandbox_one(&wanted, pods, sandboxes, &op, ops);
+                }
+                return;
+            }
+            (pods, claims)
+        }
+    };
+    let Some(claim_made_now) = plan_claim(wanted, claims, &op, ops) else {
+        return;
     };
     let ns = &wanted.namespace;
-    let mut claim_made_now = false;
-    if let Some(claim) = &wanted.claim {
-        match claims.iter().find(|c| &c.name == claim) {
-            None => {
-                claim_made_now = true;
-                ops.push(op(
-                    Action::Pod(PodAction::CreateClaim(Box::new(wanted.clone()))),
-                    format!(
-                        "no claim {ns}/{claim}: it keeps /workspace and /root ({} MiB{})",
-                        wanted.claim_size_mb(),
-                        wanted
-                            .storage_class
-                            .as_deref()
-                            .map(|c| format!(", storage class {c}"))
-                            .unwrap_or_default()
-                    ),
-                ));
-            }
-            Some(c) if !c.made_by_hermes() => {
-                ops.push(op(
-                    Action::Blocked,
-                    format!(
-                        "a claim {ns}/{claim} that hermes did not make (no {LABEL_MANAGED_BY}=hermes) has the sandbox's name; it is left alone"
-                    ),
-                ));
-                return;
-            }
-            Some(c) if c.deleting => {
-                ops.push(op(
-                    Action::Keep {
-                        id: claim.clone(),
-                        verb: "wait",
-                    },
-                    format!(
-                        "claim {ns}/{claim} is being deleted; a later pass makes it and its Pod again"
-                    ),
-                ));
-                return;
-            }
-            Some(_) => {}
-        }
-    }
     let claim_note = if claim_made_now {
         "; its claim is made first"
     } else {
@@ -131,10 +108,10 @@ pub fn plan_one(wanted: &PodWanted, seen: &KubeObserved, ops: &mut Vec<Op<Action
             Action::Pod(PodAction::Create(Box::new(wanted.clone()))),
             format!("no Pod {ns}/{}{claim_note}", wanted.name),
         )),
-        Some(p) if !p.made_by_hermes() => ops.push(op(
+        Some(p) if !p.made_by_hermes() || p.of_sandbox => ops.push(op(
             Action::Blocked,
             format!(
-                "a Pod {ns}/{} that hermes did not make (no {LABEL_MANAGED_BY}=hermes) has the sandbox's name; it is left alone",
+                "a Pod {ns}/{} that hermes did not make (no {LABEL_MANAGED_BY}=hermes, or a Sandbox's) has the sandbox's name; it is left alone",
                 p.name
             ),
         )),
@@ -162,6 +139,150 @@ pub fn plan_one(wanted: &PodWanted, seen: &KubeObserved, ops: &mut Vec<Op<Action
     }
 }
 
+/// The claim of a persistent sandbox: made when missing (`Some(true)`),
+/// there (`Some(false)`), or in the way (`None`: the sandbox is blocked or
+/// waits, and nothing else is planned for it).
+fn plan_claim(
+    wanted: &PodWanted,
+    claims: &[hermes_model::kubernetes::SeenClaim],
+    op: &impl Fn(Action, String) -> Op<Action>,
+    ops: &mut Vec<Op<Action>>,
+) -> Option<bool> {
+    let ns = &wanted.namespace;
+    let mut claim_made_now = false;
+    if let Some(claim) = &wanted.claim {
+        match claims.iter().find(|c| &c.name == claim) {
+            None => {
+                claim_made_now = true;
+                ops.push(op(
+                    Action::Pod(PodAction::CreateClaim(Box::new(wanted.clone()))),
+                    format!(
+                        "no claim {ns}/{claim}: it keeps /workspace and /root ({} MiB{})",
+                        wanted.claim_size_mb(),
+                        wanted
+                            .storage_class
+                            .as_deref()
+                            .map(|c| format!(", storage class {c}"))
+                            .unwrap_or_default()
+                    ),
+                ));
+            }
+            Some(c) if !c.made_by_hermes() => {
+                ops.push(op(
+                    Action::Blocked,
+                    format!(
+                        "a claim {ns}/{claim} that hermes did not make (no {LABEL_MANAGED_BY}=hermes) has the sandbox's name; it is left alone"
+                    ),
+                ));
+                return None;
+            }
+            Some(c) if c.deleting => {
+                ops.push(op(
+                    Action::Keep {
+                        id: claim.clone(),
+                        verb: "wait",
+                    },
+                    format!(
+                        "claim {ns}/{claim} is being deleted; a later pass makes it and its Pod again"
+                    ),
+                ));
+                return None;
+            }
+            Some(_) => {}
+        }
+    }
+    Some(claim_made_now)
+}
+
+/// The operations that bring one sandbox held by agent-sandbox's
+/// `Sandbox` where `wanted` says: the Sandbox made (a Pod hermes made
+/// itself under that name, from before the cluster served the kind,
+/// deleted first, its claim kept), replaced when its spec changed,
+/// resumed when suspended. Its Pod is the controller's.
+fn sandbox_one(
+    wanted: &PodWanted,
+    pods: &[SeenPod],
+    sandboxes: &[SeenSandbox],
+    op: &impl Fn(Action, String) -> Op<Action>,
+    ops: &mut Vec<Op<Action>>,
+) {
+    let (ns, name) = (&wanted.namespace, &wanted.name);
+    let kind = SandboxKind::AgentSandbox.as_str();
+    match sandboxes.iter().find(|s| &s.name == name) {
+        None => {
+            match pods.iter().find(|p| &p.name == name) {
+                Some(p) if !p.made_by_hermes() || p.of_sandbox => {
+                    ops.push(op(
+                        Action::Blocked,
+                        format!("a Pod {ns}/{name} that hermes did not make has the sandbox's name; it is left alone"),
+                    ));
+                    return;
+                }
+                Some(p) if !p.deleting => ops.push(op(
+                    Action::Pod(PodAction::Delete {
+                        name: name.clone(),
+                        uid: p.uid.clone(),
+                        kind: SandboxKind::Pod,
+                    }),
+                    format!(
+                        "the cluster serves {kind} now: the Pod hermes made itself goes first (its claim is kept) and a Sandbox takes its place"
+                    ),
+                )),
+                _ => {}
+            }
+            ops.push(op(
+                Action::Pod(PodAction::Create(Box::new(wanted.clone()))),
+                format!(
+                    "no Sandbox {ns}/{name}: the cluster serves {kind}, so a Sandbox holds it (its controller makes the Pod)"
+                ),
+            ));
+        }
+        Some(sb) if !sb.made_by_hermes() => ops.push(op(
+            Action::Blocked,
+            format!(
+                "a Sandbox {ns}/{name} that hermes did not make (no {LABEL_MANAGED_BY}=hermes) has the sandbox's name; it is left alone"
+            ),
+        )),
+        Some(sb) if sb.deleting => ops.push(op(
+            Action::Keep {
+                id: name.clone(),
+                verb: "wait",
+            },
+            format!("Sandbox {ns}/{name} is being deleted; a later pass makes it again"),
+        )),
+        Some(sb) => {
+            let keeps = if wanted.claim.is_some() {
+                "its claim (its files) is kept"
+            } else {
+                "a session's files go with it"
+            };
+            match sb.spec_hash() {
+                Some(h) if h == wanted.hash => {
+                    if sb.suspended {
+                        ops.push(op(
+                            Action::Pod(PodAction::Resume(Box::new(wanted.clone()))),
+                            format!(
+                                "Sandbox {ns}/{name} is suspended; resumed, its controller makes its Pod again ({keeps})"
+                            ),
+                        ));
+                    }
+                }
+                found => ops.push(op(
+                    Action::Pod(PodAction::Replace {
+                        wanted: Box::new(wanted.clone()),
+                        uid: sb.uid.clone(),
+                    }),
+                    format!(
+                        "spec changed: {} -> {}; the Sandbox is made again, {keeps}",
+                        found.unwrap_or("unknown"),
+                        wanted.hash
+                    ),
+                )),
+            }
+        }
+    }
+}
+
 /// Why a Pod hermes made must be replaced, if it must.
 fn replace_cause(wanted: &PodWanted, p: &SeenPod) -> Option<String> {
     let keeps = if wanted.claim.is_some() {
@@ -182,38 +303,98 @@ fn replace_cause(wanted: &PodWanted, p: &SeenPod) -> Option<String> {
     }
 }
 
-/// The operations of `hermes session end ID` on kubernetes: every Pod
-/// hermes made for `profile`'s session `session`, whatever its task,
-/// deleted by uid. Other profiles' and sessions' are not looked at.
-pub fn end_session(profile: &str, session: &str, seen: &KubeObserved) -> Vec<Op<Action>> {
-    let KubeObserved::Seen { pods, .. } = seen else {
+/// What holds a sandbox hermes made: a Pod of its own, or agent-sandbox's
+/// `Sandbox` (with the Pod its controller made, while there is one).
+struct Holder<'a> {
+    name: &'a str,
+    uid: &'a str,
+    kind: SandboxKind,
+    labels: &'a std::collections::BTreeMap<String, String>,
+    pod: Option<&'a SeenPod>,
+}
+
+impl Holder<'_> {
+    fn noun(&self) -> &'static str {
+        match self.kind {
+            SandboxKind::Pod => "Pod",
+            SandboxKind::AgentSandbox => "Sandbox",
+        }
+    }
+
+    fn delete(&self) -> PodAction {
+        PodAction::Delete {
+            name: self.name.to_string(),
+            uid: self.uid.to_string(),
+            kind: self.kind,
+        }
+    }
+
+    /// Its target: a session's, or a task's.
+    fn target(&self, profile: &str) -> Target {
+        let session = self.labels.get(LABEL_SESSION).cloned();
+        let task_label = if session.is_some() {
+            LABEL_SESSION_TASK
+        } else {
+            LABEL_TASK
+        };
+        Target::Pod {
+            profile: profile.to_string(),
+            task: self.labels.get(task_label).cloned().unwrap_or_default(),
+            session,
+        }
+    }
+}
+
+/// Every sandbox hermes made in what a pass saw, not on its way out.
+fn holders(seen: &KubeObserved) -> Vec<Holder<'_>> {
+    let KubeObserved::Seen {
+        pods, sandboxes, ..
+    } = seen
+    else {
         return Vec::new();
     };
+    let held = sandboxes
+        .iter()
+        .filter(|s| s.made_by_hermes() && !s.deleting)
+        .map(|s| Holder {
+            name: &s.name,
+            uid: &s.uid,
+            kind: SandboxKind::AgentSandbox,
+            labels: &s.labels,
+            pod: pods.iter().find(|p| p.name == s.name && p.of_sandbox),
+        });
+    let own = pods
+        .iter()
+        .filter(|p| p.made_by_hermes() && !p.deleting && !p.of_sandbox)
+        .map(|p| Holder {
+            name: &p.name,
+            uid: &p.uid,
+            kind: SandboxKind::Pod,
+            labels: &p.labels,
+            pod: Some(p),
+        });
+    held.chain(own).collect()
+}
+
+/// The operations of `hermes session end ID` on kubernetes: every Pod (or
+/// Sandbox) hermes made for `profile`'s session `session`, whatever its
+/// task, deleted by uid. Other profiles' and sessions' are not looked at.
+pub fn end_session(profile: &str, session: &str, seen: &KubeObserved) -> Vec<Op<Action>> {
     let (profile, session) = (label_value(profile), label_value(session));
-    pods.iter()
-        .filter(|p| p.made_by_hermes() && !p.deleting)
-        .filter(|p| {
-            p.labels.get(LABEL_PROFILE) == Some(&profile)
-                && p.labels.get(LABEL_SESSION) == Some(&session)
+    holders(seen)
+        .into_iter()
+        .filter(|h| {
+            h.labels.get(LABEL_PROFILE) == Some(&profile)
+                && h.labels.get(LABEL_SESSION) == Some(&session)
         })
-        .map(|p| Op {
+        .map(|h| Op {
             changes: Vec::new(),
-            target: Target::Pod {
-                profile: profile.clone(),
-                task: p
-                    .labels
-                    .get(LABEL_SESSION_TASK)
-                    .cloned()
-                    .unwrap_or_default(),
-                session: Some(session.clone()),
-            },
-            action: Action::Pod(PodAction::Delete {
-                name: p.name.clone(),
-                uid: p.uid.clone(),
-            }),
+            target: h.target(&profile),
+            action: Action::Pod(h.delete()),
             cause: format!(
-                "session {session} ended by hand; Pod {} and its emptyDir go",
-                p.name
+                "session {session} ended by hand; {} {} and its emptyDir go",
+                h.noun(),
+                h.name
             ),
         })
         .collect()
@@ -243,64 +424,77 @@ fn on_demand(desired: &Desired, p: &SeenPod) -> bool {
         && !desired.pods.iter().any(|w| w.name == p.name)
 }
 
-/// The reapers, as planned operations, over the Pods made on demand
-/// ([`idle_candidate`]'s): one that ended (`Succeeded`, `Failed`) is
+/// The reapers, as planned operations, over the sandboxes made on demand
+/// ([`idle_candidate`]'s): one whose Pod ended (`Succeeded`, `Failed`) is
 /// deleted; one idle past `terminal.lifetime_seconds` with nothing
-/// running in it (no exec, no background process) is deleted; busy, or
-/// of unknown processes, it is kept. A task's claim stays: its next
-/// command makes its Pod again with its files.
+/// running in it (no exec, no background process) is deleted, or, held by
+/// a `Sandbox` with a claim, suspended (its controller deletes the Pod
+/// and keeps the claim); busy, or of unknown processes, it is kept. A
+/// task's claim stays: its next command brings its Pod back with its
+/// files.
 pub fn reap(desired: &Desired, observed: &Observed, now: i64) -> Vec<Op<Action>> {
-    let Some(KubeObserved::Seen { pods, .. }) = &observed.kubernetes else {
+    let Some(seen) = &observed.kubernetes else {
         return Vec::new();
     };
     let limit = lifetime(desired);
-    pods.iter()
-        .filter(|p| on_demand(desired, p))
-        .filter_map(|p| {
-            let session = p.labels.get(LABEL_SESSION).cloned();
-            let keeps = if session.is_some() {
+    let profile = label_value(&desired.profile);
+    holders(seen)
+        .into_iter()
+        .filter(|h| {
+            h.labels.get(LABEL_PROFILE) == Some(&profile)
+                && !desired.pods.iter().any(|w| w.name == h.name)
+        })
+        .filter_map(|h| {
+            let p = h.pod?;
+            let session = h.labels.contains_key(LABEL_SESSION);
+            let keeps = if session {
                 "a session's files go with it"
             } else {
                 "its claim (its files) is kept"
             };
             let (action, cause) = if matches!(p.phase.as_str(), "Succeeded" | "Failed") {
                 (
-                    PodAction::Delete {
-                        name: p.name.clone(),
-                        uid: p.uid.clone(),
-                    },
-                    format!("Pod {} ended ({}) and no sandbox wants it; {keeps}", p.name, p.phase),
+                    h.delete(),
+                    format!(
+                        "Pod {} ended ({}) and no sandbox wants it; {keeps}",
+                        p.name, p.phase
+                    ),
                 )
             } else if idle_candidate(desired, p, now) && p.processes == Some(0) {
                 let idle = now.saturating_sub(p.unused_since().unwrap_or(now));
-                (
-                    // Looked at again when applied: a command started
-                    // since keeps it.
-                    PodAction::DeleteIdle {
-                        name: p.name.clone(),
-                        uid: p.uid.clone(),
-                        lifetime: limit,
-                    },
-                    format!(
-                        "Pod {} idle for {idle}s (terminal.lifetime_seconds: {limit}), nothing runs in it; {keeps}",
-                        p.name
-                    ),
-                )
+                let idle_cause = format!(
+                    "{} {} idle for {idle}s (terminal.lifetime_seconds: {limit}), nothing runs in it",
+                    h.noun(),
+                    h.name
+                );
+                // Looked at again when applied: a command started since
+                // keeps it.
+                if h.kind == SandboxKind::AgentSandbox && !session {
+                    (
+                        PodAction::Suspend {
+                            name: h.name.to_string(),
+                            uid: h.uid.to_string(),
+                            lifetime: limit,
+                        },
+                        format!("{idle_cause}; suspended, {keeps}"),
+                    )
+                } else {
+                    (
+                        PodAction::DeleteIdle {
+                            name: h.name.to_string(),
+                            uid: h.uid.to_string(),
+                            lifetime: limit,
+                            kind: h.kind,
+                        },
+                        format!("{idle_cause}; {keeps}"),
+                    )
+                }
             } else {
                 return None;
             };
-            let task_label = if session.is_some() {
-                LABEL_SESSION_TASK
-            } else {
-                LABEL_TASK
-            };
             Some(Op {
                 changes: Vec::new(),
-                target: Target::Pod {
-                    profile: label_value(&desired.profile),
-                    task: p.labels.get(task_label).cloned().unwrap_or_default(),
-                    session,
-                },
+                target: h.target(&profile),
                 action: Action::Pod(action),
                 cause,
             })
@@ -308,42 +502,32 @@ pub fn reap(desired: &Desired, observed: &Observed, now: i64) -> Vec<Op<Action>>
         .collect()
 }
 
-/// The operations of `hermes down` on kubernetes: every Pod hermes made
-/// for `profile` (its tasks' and its sessions'), deleted by uid; the
-/// claims stay, so `hermes reconcile` brings each task back with its
-/// files.
+/// The operations of `hermes down` on kubernetes: every Pod (or Sandbox)
+/// hermes made for `profile` (its tasks' and its sessions'), deleted by
+/// uid; the claims stay, so `hermes reconcile` brings each task back with
+/// its files.
 pub fn down(profile: &str, observed: &Observed) -> Vec<Op<Action>> {
-    let Some(KubeObserved::Seen { pods, .. }) = &observed.kubernetes else {
+    let Some(seen) = &observed.kubernetes else {
         return Vec::new();
     };
     let profile = label_value(profile);
-    pods.iter()
-        .filter(|p| p.made_by_hermes() && !p.deleting)
-        .filter(|p| p.labels.get(LABEL_PROFILE) == Some(&profile))
-        .map(|p| {
-            let session = p.labels.get(LABEL_SESSION).cloned();
-            let task_label = if session.is_some() {
-                LABEL_SESSION_TASK
-            } else {
-                LABEL_TASK
-            };
-            let keeps = if session.is_some() {
+    holders(seen)
+        .into_iter()
+        .filter(|h| h.labels.get(LABEL_PROFILE) == Some(&profile))
+        .map(|h| {
+            let keeps = if h.labels.contains_key(LABEL_SESSION) {
                 "its emptyDir goes (a session's)"
             } else {
                 "its claim (its files) is kept"
             };
+            let state = h
+                .pod
+                .map_or_else(|| "suspended".to_string(), |p| p.phase.clone());
             Op {
                 changes: Vec::new(),
-                target: Target::Pod {
-                    profile: profile.clone(),
-                    task: p.labels.get(task_label).cloned().unwrap_or_default(),
-                    session,
-                },
-                action: Action::Pod(PodAction::Delete {
-                    name: p.name.clone(),
-                    uid: p.uid.clone(),
-                }),
-                cause: format!("hermes down: Pod {} ({}), {keeps}", p.name, p.phase),
+                target: h.target(&profile),
+                action: Action::Pod(h.delete()),
+                cause: format!("hermes down: {} {} ({state}), {keeps}", h.noun(), h.name),
             }
         })
         .collect()
@@ -406,7 +590,167 @@ mod tests {
             kind: SandboxKind::Pod,
             pods,
             claims,
+            sandboxes: vec![],
         }
+    }
+
+    fn sandbox_of(w: &PodWanted, suspended: bool) -> SeenSandbox {
+        SeenSandbox {
+            name: w.name.clone(),
+            uid: "sb-1".into(),
+            labels: w.labels.clone(),
+            suspended,
+            deleting: false,
+        }
+    }
+
+    fn served(
+        pods: Vec<SeenPod>,
+        claims: Vec<SeenClaim>,
+        sandboxes: Vec<SeenSandbox>,
+    ) -> KubeObserved {
+        KubeObserved::Seen {
+            kind: SandboxKind::AgentSandbox,
+            pods,
+            claims,
+            sandboxes,
+        }
+    }
+
+    fn planned(w: &PodWanted, seen: &KubeObserved) -> Vec<(&'static str, String)> {
+        let mut ops = Vec::new();
+        plan_one(w, seen, &mut ops);
+        ops.iter()
+            .map(|o| (o.action.verb(), o.cause.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn where_agent_sandbox_is_served_a_sandbox_holds_it_and_says_so() {
+        let w = wanted();
+        // Nothing there: the claim, then the Sandbox, the kind named.
+        let ops = planned(&w, &served(vec![], vec![], vec![]));
+        assert_eq!(
+            ops.iter().map(|o| o.0).collect::<Vec<_>>(),
+            ["create-claim", "create"]
+        );
+        assert!(ops[1].1.contains("Sandbox (agents.x-k8s.io)"), "{ops:?}");
+        let mut all = Vec::new();
+        plan_one(&w, &served(vec![], vec![], vec![]), &mut all);
+        assert!(
+            matches!(&all[1].action, Action::Pod(PodAction::Create(x)) if x.kind == SandboxKind::AgentSandbox)
+        );
+        // A Pod hermes made itself before: it goes first, its claim kept.
+        let ops = planned(
+            &w,
+            &served(vec![pod_of(&w, "Running")], vec![claim_of(&w)], vec![]),
+        );
+        assert_eq!(
+            ops.iter().map(|o| o.0).collect::<Vec<_>>(),
+            ["delete", "create"],
+            "{ops:?}"
+        );
+        assert!(ops[0].1.contains("its claim is kept"), "{ops:?}");
+        // As wanted: nothing; its controller's Pod is not looked at.
+        let mut controllers = pod_of(&w, "Running");
+        controllers.of_sandbox = true;
+        let as_wanted = served(
+            vec![controllers.clone()],
+            vec![claim_of(&w)],
+            vec![sandbox_of(&w, false)],
+        );
+        assert!(planned(&w, &as_wanted).is_empty());
+        // Suspended: resumed.
+        let ops = planned(
+            &w,
+            &served(vec![], vec![claim_of(&w)], vec![sandbox_of(&w, true)]),
+        );
+        assert_eq!(
+            ops.iter().map(|o| o.0).collect::<Vec<_>>(),
+            ["resume"],
+            "{ops:?}"
+        );
+        // Another spec: replaced, the claim kept.
+        let mut old = sandbox_of(&w, false);
+        old.labels
+            .insert(hermes_model::sandbox::LABEL_SPEC_HASH.into(), "old".into());
+        let ops = planned(
+            &w,
+            &served(vec![controllers], vec![claim_of(&w)], vec![old]),
+        );
+        assert_eq!(
+            ops.iter().map(|o| o.0).collect::<Vec<_>>(),
+            ["replace"],
+            "{ops:?}"
+        );
+        assert!(ops[0].1.contains("claim (its files) is kept"), "{ops:?}");
+        // Someone else's Sandbox of that name: never touched.
+        let mut foreign = sandbox_of(&w, false);
+        foreign.labels.remove(LABEL_MANAGED_BY);
+        let ops = planned(&w, &served(vec![], vec![claim_of(&w)], vec![foreign]));
+        assert_eq!(
+            ops.iter().map(|o| o.0).collect::<Vec<_>>(),
+            ["blocked"],
+            "{ops:?}"
+        );
+    }
+
+    #[test]
+    fn an_idle_sandbox_is_suspended_a_session_s_deleted_and_down_deletes_sandboxes() {
+        let d = on_demand_host();
+        let task_w = d.pod(SandboxKey::persistent("default", "t1"));
+        let mut task_pod = pod_of(&task_w, "Running");
+        task_pod.of_sandbox = true;
+        task_pod.started_at = Some(1_000);
+        task_pod.processes = Some(0);
+        let mut session_pod = session_pod("s1", "Running", Some(0));
+        session_pod.of_sandbox = true;
+        let session_sb = SeenSandbox {
+            name: session_pod.name.clone(),
+            uid: "sb-s1".into(),
+            labels: session_pod.labels.clone(),
+            suspended: false,
+            deleting: false,
+        };
+        let observed = Observed {
+            kubernetes: Some(served(
+                vec![task_pod, session_pod],
+                vec![],
+                vec![sandbox_of(&task_w, false), session_sb],
+            )),
+            ..Observed::default()
+        };
+        let ops = reap(&d, &observed, 9_999);
+        let actions: Vec<&Action> = ops.iter().map(|o| &o.action).collect();
+        assert!(
+            actions
+                .iter()
+                .any(|a| matches!(a, Action::Pod(PodAction::Suspend { uid, .. }) if uid == "sb-1")),
+            "{ops:?}"
+        );
+        assert!(
+            actions.iter().any(|a| matches!(a, Action::Pod(PodAction::DeleteIdle { uid, kind: SandboxKind::AgentSandbox, .. }) if uid == "sb-s1")),
+            "{ops:?}"
+        );
+        // A suspended one holds no Pod: nothing to reap; down deletes
+        // every Sandbox of the profile, suspended or not.
+        let observed = Observed {
+            kubernetes: Some(served(vec![], vec![], vec![sandbox_of(&task_w, true)])),
+            ..Observed::default()
+        };
+        assert!(reap(&d, &observed, 9_999).is_empty());
+        let ops = down("default", &observed);
+        assert!(
+            matches!(
+                &ops[0].action,
+                Action::Pod(PodAction::Delete {
+                    kind: SandboxKind::AgentSandbox,
+                    ..
+                })
+            ),
+            "{ops:?}"
+        );
+        assert!(ops[0].cause.contains("suspended"), "{ops:?}");
     }
 
     /// A host on kubernetes whose sandboxes are made on demand (no warm

@@ -211,10 +211,11 @@ pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
                 InstanceAction::End { .. } | InstanceAction::Stop { .. } => false,
             },
             Action::Pod(a) => match a {
-                PodAction::Create(_) | PodAction::Replace { .. } => true,
+                PodAction::Create(_) | PodAction::Replace { .. } | PodAction::Resume(_) => true,
                 PodAction::CreateClaim(_)
                 | PodAction::Delete { .. }
-                | PodAction::DeleteIdle { .. } => false,
+                | PodAction::DeleteIdle { .. }
+                | PodAction::Suspend { .. } => false,
             },
             Action::Proxy(_)
             | Action::Ssh(_)

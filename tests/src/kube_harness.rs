@@ -93,6 +93,16 @@ impl Harness {
     /// When it cannot start or is not ready within its time; the panic
     /// holds the end of its log.
     pub fn start() -> Harness {
+        Harness::start_with(&[])
+    }
+
+    /// A harness that also runs agent-sandbox's controller and the garbage
+    /// collector (`serve --agent-sandbox`).
+    pub fn with_agent_sandbox() -> Harness {
+        Harness::start_with(&["--agent-sandbox"])
+    }
+
+    fn start_with(flags: &[&str]) -> Harness {
         let dir = tempfile::Builder::new()
             .prefix("hermes-kube-")
             .tempdir()
@@ -103,6 +113,7 @@ impl Harness {
             .arg("serve")
             .arg("--dir")
             .arg(dir.path())
+            .args(flags)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(log)

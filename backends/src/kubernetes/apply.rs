@@ -7,12 +7,14 @@
 use std::time::{Duration, Instant};
 
 use hermes_model::action::PodAction;
-use hermes_model::kubernetes::{ANNOTATION_LAST_USED, FIELD_MANAGER, GRACE_SECONDS, PodWanted};
+use hermes_model::kubernetes::{
+    ANNOTATION_LAST_USED, FIELD_MANAGER, GRACE_SECONDS, PodWanted, SandboxKind,
+};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
 use super::observe::seen_pod;
-use super::{CALL_TIMEOUT, Cluster, KubeError, PodExec, START_TIMEOUT, call, objects};
+use super::{CALL_TIMEOUT, Cluster, KubeError, PodExec, START_TIMEOUT, call, objects, sandbox};
 
 /// How often a wait for a Pod looks again.
 const POLL: Duration = Duration::from_millis(200);
@@ -21,25 +23,62 @@ const POLL: Duration = Duration::from_millis(200);
 pub async fn apply(cluster: &Cluster, action: &PodAction) -> Result<(), KubeError> {
     match action {
         PodAction::CreateClaim(wanted) => apply_claim(cluster, wanted).await,
-        PodAction::Create(wanted) => apply_pod(cluster, wanted).await,
+        PodAction::Create(wanted) => match wanted.kind {
+            SandboxKind::Pod => apply_pod(cluster, wanted).await,
+            SandboxKind::AgentSandbox => sandbox::apply(cluster, wanted).await,
+        },
         PodAction::Replace { wanted, uid } => {
-            delete_pod(cluster, &wanted.name, uid).await?;
-            wait_gone(cluster, &wanted.name, uid).await?;
-            apply_pod(cluster, wanted).await
+            remove(cluster, &wanted.name, uid, wanted.kind).await?;
+            match wanted.kind {
+                SandboxKind::Pod => apply_pod(cluster, wanted).await,
+                SandboxKind::AgentSandbox => sandbox::apply(cluster, wanted).await,
+            }
         }
         // Gone when done: `hermes down` says nothing runs any more, and a
         // session's name may be used again at once.
-        PodAction::Delete { name, uid } => {
-            delete_pod(cluster, name, uid).await?;
-            wait_gone(cluster, name, uid).await
-        }
+        PodAction::Delete { name, uid, kind } => remove(cluster, name, uid, *kind).await,
         PodAction::DeleteIdle {
             name,
             uid,
             lifetime,
-        } => delete_if_idle(cluster, name, uid, *lifetime, None)
+            kind,
+        } => delete_if_idle(cluster, name, uid, *lifetime, *kind, None)
             .await
             .map(drop),
+        PodAction::Suspend {
+            name,
+            uid,
+            lifetime,
+        } => suspend_if_idle(cluster, name, uid, *lifetime, None)
+            .await
+            .map(drop),
+        PodAction::Resume(wanted) => {
+            let uid = sandbox::get(cluster, &wanted.name)
+                .await?
+                .map(|s| s.uid)
+                .unwrap_or_default();
+            sandbox::set_mode(cluster, &wanted.name, &uid, "Running").await
+        }
+    }
+}
+
+/// Deletes the Pod, or the Sandbox, `name` of `uid` and waits until it is
+/// gone (a Sandbox with its Pod).
+async fn remove(
+    cluster: &Cluster,
+    name: &str,
+    uid: &str,
+    kind: SandboxKind,
+) -> Result<(), KubeError> {
+    match kind {
+        SandboxKind::Pod => {
+            delete_pod(cluster, name, uid).await?;
+            wait_gone(cluster, name, uid).await
+        }
+        SandboxKind::AgentSandbox => {
+            sandbox::delete(cluster, name, uid).await?;
+            sandbox::wait_gone(cluster, name, uid).await
+        }
     }
 }
 
@@ -68,48 +107,28 @@ pub enum Reaped {
 /// as its precondition. A command marks the Pod (a write, so a new
 /// resource version) before it starts, so one that started after that
 /// read makes the delete fail with a conflict: the Pod is kept.
+///
+/// A `Sandbox` (`kind`) is looked at through its Pod the same way and
+/// deleted by its own uid: a command marks the Pod, not the Sandbox, so
+/// there the guard is the look itself, a moment before the delete.
 pub async fn delete_if_idle(
     cluster: &Cluster,
     name: &str,
     uid: &str,
     lifetime: i64,
+    kind: SandboxKind,
     recorded: Option<i64>,
 ) -> Result<Reaped, KubeError> {
+    let p = match still_idle(cluster, name, uid, lifetime, kind, recorded).await? {
+        Ok(p) => p,
+        Err(other) => return Ok(other),
+    };
+    if kind == SandboxKind::AgentSandbox {
+        remove(cluster, name, uid, kind).await?;
+        return Ok(Reaped::Deleted);
+    }
     let ns = &cluster.namespace;
     let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
-    let Some(p) = call("get", format!("pod {ns}/{name}"), api.get_opt(name)).await? else {
-        return Ok(Reaped::Gone);
-    };
-    let mut seen = seen_pod(&p);
-    if seen.uid != uid || seen.deleting {
-        return Ok(Reaped::Gone);
-    }
-    seen.last_used = seen.last_used.max(recorded);
-    let now = unix_now();
-    if let Some(t) = seen.unused_since() {
-        let idle = now.saturating_sub(t);
-        if idle <= lifetime {
-            return Ok(Reaped::Kept(format!(
-                "used {idle} s ago, since the plan looked (terminal.lifetime_seconds: {lifetime})"
-            )));
-        }
-    }
-    match PodExec::new(cluster.clone(), name, Vec::new())
-        .count_processes()
-        .await
-    {
-        Some(0) => {}
-        Some(n) => {
-            return Ok(Reaped::Kept(format!(
-                "{n} process(es) run in it now, since the plan looked"
-            )));
-        }
-        None => {
-            return Ok(Reaped::Kept(
-                "what runs in it cannot be told now".to_string(),
-            ));
-        }
-    }
     let dp = DeleteParams {
         grace_period_seconds: u32::try_from(GRACE_SECONDS).ok(),
         preconditions: Some(Preconditions {
@@ -130,6 +149,81 @@ pub async fn delete_if_idle(
     }
     wait_gone(cluster, name, uid).await?;
     Ok(Reaped::Deleted)
+}
+
+/// The idle reaper's suspension of a Sandbox, decided again as
+/// [`delete_if_idle`] decides a Sandbox's delete.
+pub async fn suspend_if_idle(
+    cluster: &Cluster,
+    name: &str,
+    uid: &str,
+    lifetime: i64,
+    recorded: Option<i64>,
+) -> Result<Reaped, KubeError> {
+    match still_idle(
+        cluster,
+        name,
+        uid,
+        lifetime,
+        SandboxKind::AgentSandbox,
+        recorded,
+    )
+    .await?
+    {
+        Ok(_) => {
+            sandbox::set_mode(cluster, name, uid, "Suspended").await?;
+            Ok(Reaped::Deleted)
+        }
+        Err(other) => Ok(other),
+    }
+}
+
+/// The Pod `name` read anew, if the sandbox (`uid`: the Pod's, or its
+/// Sandbox's) is still there and still idle: nothing used it for
+/// `lifetime` seconds (its annotation, or `recorded` when later) and
+/// nothing runs in it. Else what to say instead.
+async fn still_idle(
+    cluster: &Cluster,
+    name: &str,
+    uid: &str,
+    lifetime: i64,
+    kind: SandboxKind,
+    recorded: Option<i64>,
+) -> Result<Result<Pod, Reaped>, KubeError> {
+    let ns = &cluster.namespace;
+    if kind == SandboxKind::AgentSandbox {
+        match sandbox::get(cluster, name).await? {
+            Some(s) if s.uid == uid && !s.deleting => {}
+            _ => return Ok(Err(Reaped::Gone)),
+        }
+    }
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    let Some(p) = call("get", format!("pod {ns}/{name}"), api.get_opt(name)).await? else {
+        return Ok(Err(Reaped::Gone));
+    };
+    let mut seen = seen_pod(&p);
+    if (kind == SandboxKind::Pod && seen.uid != uid) || seen.deleting {
+        return Ok(Err(Reaped::Gone));
+    }
+    seen.last_used = seen.last_used.max(recorded);
+    let now = unix_now();
+    if let Some(t) = seen.unused_since() {
+        let idle = now.saturating_sub(t);
+        if idle <= lifetime {
+            return Ok(Err(Reaped::Kept(format!(
+                "used {idle} s ago, since the plan looked (terminal.lifetime_seconds: {lifetime})"
+            ))));
+        }
+    }
+    let kept = match PodExec::new(cluster.clone(), name, Vec::new())
+        .count_processes()
+        .await
+    {
+        Some(0) => return Ok(Ok(p)),
+        Some(n) => format!("{n} process(es) run in it now, since the plan looked"),
+        None => "what runs in it cannot be told now".to_string(),
+    };
+    Ok(Err(Reaped::Kept(kept)))
 }
 
 /// Marks the Pod `name` in use now ([`ANNOTATION_LAST_USED`]), as a
@@ -256,7 +350,7 @@ pub async fn wait_gone(cluster: &Cluster, name: &str, uid: &str) -> Result<(), K
 }
 
 /// Waits until the Pod of `wanted` runs and is ready, within
-/// [`START_TIMEOUT`]; a container that cannot start (its image missing,
+/// [`START_TIMEOUT`] (a Sandbox's Pod until its controller made it); a container that cannot start (its image missing,
 /// say) or a Pod that ended is an error at once.
 pub async fn ensure_running(cluster: &Cluster, wanted: &PodWanted) -> Result<(), KubeError> {
     let ns = &cluster.namespace;
@@ -266,9 +360,21 @@ pub async fn ensure_running(cluster: &Cluster, wanted: &PodWanted) -> Result<(),
     loop {
         let got = call("get", format!("pod {pod}"), api.get_opt(&wanted.name)).await?;
         let Some(p) = got else {
+            // A Sandbox's Pod is its controller's to make.
+            if wanted.kind == SandboxKind::AgentSandbox && start.elapsed() <= START_TIMEOUT {
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
             return Err(KubeError::Pod {
                 pod,
-                message: "is gone".to_string(),
+                message: if wanted.kind == SandboxKind::AgentSandbox {
+                    format!(
+                        "not made by agent-sandbox's controller within {} s (is the controller running?)",
+                        START_TIMEOUT.as_secs()
+                    )
+                } else {
+                    "is gone".to_string()
+                },
             });
         };
         let seen = seen_pod(&p);

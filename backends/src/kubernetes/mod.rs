@@ -12,12 +12,14 @@
 //! - `objects.rs`: the Pod and claim of a wanted sandbox.
 //! - `exec.rs`: a command in a Pod through its `exec` subresource
 //!   (WebSocket), with the terminal contract of every backend.
+//! - `sandbox.rs`: agent-sandbox's `Sandbox`, where the cluster serves it.
 //! - `watch.rs`: the Pods followed between a controller's passes.
 
 mod apply;
 mod exec;
 pub mod objects;
 mod observe;
+pub mod sandbox;
 mod watch;
 
 use std::path::PathBuf;
@@ -26,7 +28,10 @@ use std::time::Duration;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-pub use apply::{Reaped, apply, delete_if_idle, delete_pod, ensure_running, mark_used, wait_gone};
+pub use apply::{
+    Reaped, apply, delete_if_idle, delete_pod, ensure_running, mark_used, suspend_if_idle,
+    wait_gone,
+};
 pub use exec::PodExec;
 pub use observe::{observe, observe_key};
 pub use watch::follow;

@@ -1,13 +1,15 @@
 //! What a pass sees in the namespace: the Pods and claims hermes labelled
-//! (one list each, by label selector), and any object holding a wanted
+//! (one list each, by label selector), which kind holds a sandbox (API
+//! discovery: agent-sandbox's `Sandbox` where served, with those of its
+//! objects hermes labelled), and any object holding a wanted
 //! sandbox's name without hermes's labels (a get by name), so that the
 //! planner can leave it alone by name. Only reads.
 
 use std::collections::BTreeMap;
 
 use hermes_model::kubernetes::{
-    ALL_SELECTOR, ANNOTATION_LAST_USED, CONTAINER, KubeObserved, PodWanted, SandboxKind, SeenClaim,
-    SeenPod,
+    ALL_SELECTOR, ANNOTATION_LAST_USED, CONTAINER, KubeObserved, PodWanted, SANDBOX_GROUP,
+    SandboxKind, SeenClaim, SeenPod,
 };
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams};
@@ -51,9 +53,21 @@ async fn look(
             claims.list(&lp)
         ),
     )?;
+    let kind = if super::sandbox::served(cluster).await? {
+        SandboxKind::AgentSandbox
+    } else {
+        SandboxKind::Pod
+    };
+    let mut sandboxes = match kind {
+        SandboxKind::AgentSandbox => super::sandbox::list(cluster, selector).await?,
+        SandboxKind::Pod => Vec::new(),
+    };
     let mut seen_pods: Vec<SeenPod> = pod_list.items.iter().map(seen_pod).collect();
     let mut seen_claims: Vec<SeenClaim> = claim_list.items.iter().map(seen_claim).collect();
     for w in wanted {
+        if kind == SandboxKind::AgentSandbox && !sandboxes.iter().any(|s| s.name == w.name) {
+            sandboxes.extend(super::sandbox::get(cluster, &w.name).await?);
+        }
         if !seen_pods.iter().any(|p| p.name == w.name) {
             let got = call("get", format!("pod {ns}/{}", w.name), pods.get_opt(&w.name)).await?;
             seen_pods.extend(got.as_ref().map(seen_pod));
@@ -71,9 +85,10 @@ async fn look(
         }
     }
     Ok(KubeObserved::Seen {
-        kind: SandboxKind::Pod,
+        kind,
         pods: seen_pods,
         claims: seen_claims,
+        sandboxes,
     })
 }
 
@@ -120,6 +135,13 @@ pub fn seen_pod(p: &Pod) -> SeenPod {
             .and_then(|a| a.get(ANNOTATION_LAST_USED))
             .and_then(|v| v.parse::<i64>().ok()),
         processes: None,
+        of_sandbox: p.metadata.owner_references.as_ref().is_some_and(|refs| {
+            refs.iter().any(|r| {
+                r.controller == Some(true)
+                    && r.kind == "Sandbox"
+                    && r.api_version.starts_with(&format!("{SANDBOX_GROUP}/"))
+            })
+        }),
     }
 }
 

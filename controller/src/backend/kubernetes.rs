@@ -102,21 +102,33 @@ async fn apply_one(
             hermes_backends::kubernetes::apply(cluster, action).await?;
             name
         }
-        PodAction::DeleteIdle {
-            name,
-            uid,
-            lifetime,
-        } => {
+        PodAction::DeleteIdle { name, .. } | PodAction::Suspend { name, .. } => {
             let key = activity_key(&cluster.namespace, name);
             let recorded = Activity::new(home)
                 .read_all()
                 .ok()
                 .and_then(|r| r.get(&key).copied());
-            match hermes_backends::kubernetes::delete_if_idle(
-                cluster, name, uid, *lifetime, recorded,
-            )
-            .await?
-            {
+            let reaped = match action {
+                PodAction::DeleteIdle {
+                    uid,
+                    lifetime,
+                    kind,
+                    ..
+                } => {
+                    hermes_backends::kubernetes::delete_if_idle(
+                        cluster, name, uid, *lifetime, *kind, recorded,
+                    )
+                    .await?
+                }
+                PodAction::Suspend { uid, lifetime, .. } => {
+                    hermes_backends::kubernetes::suspend_if_idle(
+                        cluster, name, uid, *lifetime, recorded,
+                    )
+                    .await?
+                }
+                _ => Reaped::Gone,
+            };
+            match reaped {
                 Reaped::Deleted => name,
                 Reaped::Gone => return Ok(false),
                 Reaped::Kept(why) => {
@@ -168,6 +180,12 @@ async fn ready(
         hermes_backends::kubernetes::wait_gone(&cluster, &wanted.name, &uid).await?;
         seen = hermes_backends::kubernetes::observe_key(&cluster, &wanted).await?;
     }
+    // Held by what the cluster serves: the Pod to wait for is a Sandbox's
+    // where agent-sandbox is there.
+    let wanted = match &seen {
+        KubeObserved::Seen { kind, .. } => wanted.holding(*kind),
+        KubeObserved::Unavailable { .. } => wanted,
+    };
     let mut ops = Vec::new();
     hermes_reconcilers::kubernetes::plan_one(&wanted, &seen, &mut ops);
     if desired.config.proxy.enabled {
@@ -181,7 +199,9 @@ async fn ready(
             anyhow::bail!("{}: {}", op.target, op.cause);
         }
         match &op.action {
-            Action::Pod(action @ (PodAction::CreateClaim(_) | PodAction::Create(_))) => {
+            Action::Pod(
+                action @ (PodAction::CreateClaim(_) | PodAction::Create(_) | PodAction::Resume(_)),
+            ) => {
                 crate::exec_target::say(op);
                 hermes_backends::kubernetes::apply(&cluster, action).await?;
             }
@@ -197,6 +217,11 @@ async fn ready(
                 op.target, op.cause
             ),
             Action::Keep { .. } => anyhow::bail!("{}: {}", op.target, op.cause),
+            Action::Pod(PodAction::Delete { .. }) => anyhow::bail!(
+                "{}: {}; `hermes reconcile` carries that out first",
+                op.target,
+                op.cause
+            ),
             _ => {}
         }
     }
