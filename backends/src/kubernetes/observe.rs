@@ -45,15 +45,17 @@ async fn look(
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client.clone(), ns);
     let lp = ListParams::default().labels(selector);
-    let (pod_list, claim_list) = tokio::try_join!(
+    // The kind asked at once with the lists: one round trip, not two.
+    let (pod_list, claim_list, served) = tokio::try_join!(
         call("list", format!("pods in namespace {ns}"), pods.list(&lp)),
         call(
             "list",
             format!("persistentvolumeclaims in namespace {ns}"),
             claims.list(&lp)
         ),
+        super::sandbox::served(cluster),
     )?;
-    let kind = if super::sandbox::served(cluster).await? {
+    let kind = if served {
         SandboxKind::AgentSandbox
     } else {
         SandboxKind::Pod
