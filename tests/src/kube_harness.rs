@@ -306,6 +306,35 @@ impl Harness {
         self.admin("GET", path, None)
     }
 
+    /// What the admin reads at `path` once `cond` holds of it (asked every
+    /// 300 ms, for two minutes at most; a refusal reads as
+    /// `{"error": …}`).
+    ///
+    /// # Panics
+    ///
+    /// When it never holds, saying `what` and the last answer.
+    pub fn wait_for(
+        &self,
+        path: &str,
+        what: &str,
+        cond: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let got = self
+                .try_admin("GET", path, None)
+                .unwrap_or_else(|e| serde_json::json!({ "error": e }));
+            if cond(&got) {
+                return got;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what} never came: {got}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
     /// The names of the objects at `path` (a list), with their uids.
     pub fn names(&self, path: &str) -> Vec<(String, String)> {
         let list = self.admin_get(path);

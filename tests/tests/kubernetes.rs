@@ -26,17 +26,11 @@ fn pods_path(h: &Harness) -> String {
 /// The Pod hermes made, as the admin reads it, once it runs (it may not
 /// be there yet).
 fn running_pod(h: &Harness, name: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let p = h
-            .try_admin("GET", &format!("{}/{name}", pods_path(h)), None)
-            .unwrap_or_else(|e| serde_json::json!({ "not yet": e }));
-        if p["status"]["phase"] == "Running" {
-            return p;
-        }
-        assert!(Instant::now() < deadline, "Pod {name} never ran: {p}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    h.wait_for(
+        &format!("{}/{name}", pods_path(h)),
+        &format!("Pod {name} running"),
+        |p| p["status"]["phase"] == "Running",
+    )
 }
 
 /// The Pod's name, as the plan printed it (`no Pod NS/NAME`).

@@ -28,26 +28,6 @@ fn pods_path(h: &Harness) -> String {
     format!("/api/v1/namespaces/{}/pods", h.namespace)
 }
 
-/// Waits (bounded) until `cond` holds of what the admin reads at `path`.
-fn wait_for(
-    h: &Harness,
-    path: &str,
-    what: &str,
-    cond: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let got = h
-            .try_admin("GET", path, None)
-            .unwrap_or_else(|e| serde_json::json!({ "error": e }));
-        if cond(&got) {
-            return got;
-        }
-        assert!(Instant::now() < deadline, "{what} never came: {got}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
 /// The Sandboxes' names and uids, of those not on their way out.
 fn sandboxes(h: &Harness) -> Vec<(String, String)> {
     h.admin_get(&sandboxes_path(h))["items"]
@@ -105,8 +85,7 @@ fn a_sandbox_holds_the_sandbox_its_controller_runs_it_and_its_claim_keeps_the_fi
         "{sb}"
     );
     // The controller's Pod, under the Sandbox's name, owned by it.
-    let pod = wait_for(
-        &h,
+    let pod = h.wait_for(
         &format!("{}/{name}", pods_path(&h)),
         "its Pod running",
         |p| p["status"]["phase"] == "Running",
@@ -164,8 +143,7 @@ fn an_idle_sandbox_is_suspended_resumed_by_its_next_command_and_sessions_and_dow
         .expect("t1's Sandbox is kept");
     let sb = h.admin_get(&format!("{}/{}", sandboxes_path(&h), t1.0));
     assert_eq!(sb["spec"]["operatingMode"], "Suspended", "{sb}");
-    wait_for(
-        &h,
+    h.wait_for(
         &format!("{}?labelSelector=hermes-task-id%3Dt1", pods_path(&h)),
         "t1's Pod gone",
         |l| l["items"].as_array().is_some_and(Vec::is_empty),
@@ -187,8 +165,7 @@ fn an_idle_sandbox_is_suspended_resumed_by_its_next_command_and_sessions_and_dow
         "{:?}",
         sandboxes(&h)
     );
-    wait_for(
-        &h,
+    h.wait_for(
         &format!("{}?labelSelector=hermes-session%3Ds2", pods_path(&h)),
         "s2's Pod gone",
         |l| l["items"].as_array().is_some_and(Vec::is_empty),
