@@ -175,9 +175,9 @@ pub enum PodAction {
         uid: String,
         lifetime: i64,
     },
-    /// Bring a suspended `Sandbox` back (`operatingMode: Running`): its
-    /// controller makes its Pod again, on its claims.
-    Resume(Box<PodWanted>),
+    /// Bring the suspended `Sandbox` of `uid` back (`operatingMode:
+    /// Running`): its controller makes its Pod again, on its claims.
+    Resume { wanted: Box<PodWanted>, uid: String },
 }
 
 /// An operation on a cloud service's sandbox.
@@ -320,7 +320,7 @@ impl Describe for PodAction {
     fn kind(&self) -> Kind {
         match self {
             PodAction::CreateClaim(_) | PodAction::Create(_) => Kind::Create,
-            PodAction::Replace { .. } | PodAction::Resume(_) => Kind::Change,
+            PodAction::Replace { .. } | PodAction::Resume { .. } => Kind::Change,
             PodAction::Delete { .. } | PodAction::DeleteIdle { .. } | PodAction::Suspend { .. } => {
                 Kind::Remove
             }
@@ -334,14 +334,14 @@ impl Describe for PodAction {
             PodAction::Replace { .. } => "replace",
             PodAction::Delete { .. } | PodAction::DeleteIdle { .. } => "delete",
             PodAction::Suspend { .. } => "suspend",
-            PodAction::Resume(_) => "resume",
+            PodAction::Resume { .. } => "resume",
         }
     }
 
     /// A Pod's claim is made before the Pod that mounts it.
     fn step(&self) -> u8 {
         match self {
-            PodAction::Create(_) | PodAction::Resume(_) => 1,
+            PodAction::Create(_) | PodAction::Resume { .. } => 1,
             _ => 0,
         }
     }

@@ -47,3 +47,10 @@ pub mod singularity;
 pub mod ssh;
 pub mod value;
 pub mod yaml;
+
+/// Seconds since the Unix epoch of `t`; times before it read as 0. Pure:
+/// the caller says when.
+pub fn unix_seconds(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}

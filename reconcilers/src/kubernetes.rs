@@ -260,7 +260,10 @@ fn sandbox_one(
                 Some(h) if h == wanted.hash => {
                     if sb.suspended {
                         ops.push(op(
-                            Action::Pod(PodAction::Resume(Box::new(wanted.clone()))),
+                            Action::Pod(PodAction::Resume {
+                                wanted: Box::new(wanted.clone()),
+                                uid: sb.uid.clone(),
+                            }),
                             format!(
                                 "Sandbox {ns}/{name} is suspended; resumed, its controller makes its Pod again ({keeps})"
                             ),

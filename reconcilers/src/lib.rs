@@ -43,7 +43,7 @@ pub mod ssh;
 #[cfg(test)]
 mod golden_tests;
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use hermes_model::action::{Action, SandboxAction};
 #[cfg(test)]
@@ -370,11 +370,7 @@ pub fn blocked(plan: &HostPlan) -> Vec<String> {
         .collect()
 }
 
-/// Seconds since the Unix epoch; times before it read as 0.
-pub fn unix_seconds(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
+pub use hermes_model::unix_seconds;
 
 /// `45s`, `14m`, `1m1s`, `3h20m`, `2d`: a short age for causes, in two
 /// units at most, so that a value just past a limit never reads as equal

@@ -211,7 +211,7 @@ pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
                 InstanceAction::End { .. } | InstanceAction::Stop { .. } => false,
             },
             Action::Pod(a) => match a {
-                PodAction::Create(_) | PodAction::Replace { .. } | PodAction::Resume(_) => true,
+                PodAction::Create(_) | PodAction::Replace { .. } | PodAction::Resume { .. } => true,
                 PodAction::CreateClaim(_)
                 | PodAction::Delete { .. }
                 | PodAction::DeleteIdle { .. }

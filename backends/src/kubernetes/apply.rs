@@ -52,12 +52,8 @@ pub async fn apply(cluster: &Cluster, action: &PodAction) -> Result<(), KubeErro
         } => suspend_if_idle(cluster, name, uid, *lifetime, None)
             .await
             .map(drop),
-        PodAction::Resume(wanted) => {
-            let uid = sandbox::get(cluster, &wanted.name)
-                .await?
-                .map(|s| s.uid)
-                .unwrap_or_default();
-            sandbox::set_mode(cluster, &wanted.name, &uid, "Running").await
+        PodAction::Resume { wanted, uid } => {
+            sandbox::set_mode(cluster, &wanted.name, uid, "Running").await
         }
     }
 }
@@ -82,18 +78,12 @@ async fn remove(
     }
 }
 
-/// Now, in Unix seconds.
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
-/// What became of an idle reaper's delete ([`delete_if_idle`]).
+/// What became of an idle reaper's delete or suspension
+/// ([`delete_if_idle`], [`suspend_if_idle`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reaped {
-    /// Deleted, and gone.
-    Deleted,
+    /// Carried out: deleted (and gone), or suspended.
+    Done,
     /// Gone already, or made again since (another uid): nothing done.
     Gone,
     /// Not idle any more: why it was kept.
@@ -125,20 +115,10 @@ pub async fn delete_if_idle(
     };
     if kind == SandboxKind::AgentSandbox {
         remove(cluster, name, uid, kind).await?;
-        return Ok(Reaped::Deleted);
+        return Ok(Reaped::Done);
     }
-    let ns = &cluster.namespace;
-    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
-    let dp = DeleteParams {
-        grace_period_seconds: u32::try_from(GRACE_SECONDS).ok(),
-        preconditions: Some(Preconditions {
-            uid: Some(uid.to_string()),
-            resource_version: p.metadata.resource_version.clone(),
-        }),
-        ..DeleteParams::default()
-    };
-    match call("delete", format!("pod {ns}/{name}"), api.delete(name, &dp)).await {
-        Ok(_) => {}
+    match send_delete(cluster, name, uid, p.metadata.resource_version.clone()).await {
+        Ok(()) => {}
         Err(e) if e.code() == Some(404) => return Ok(Reaped::Gone),
         Err(e) if e.code() == Some(409) => {
             return Ok(Reaped::Kept(
@@ -148,7 +128,7 @@ pub async fn delete_if_idle(
         Err(e) => return Err(e),
     }
     wait_gone(cluster, name, uid).await?;
-    Ok(Reaped::Deleted)
+    Ok(Reaped::Done)
 }
 
 /// The idle reaper's suspension of a Sandbox, decided again as
@@ -172,7 +152,7 @@ pub async fn suspend_if_idle(
     {
         Ok(_) => {
             sandbox::set_mode(cluster, name, uid, "Suspended").await?;
-            Ok(Reaped::Deleted)
+            Ok(Reaped::Done)
         }
         Err(other) => Ok(other),
     }
@@ -206,7 +186,7 @@ async fn still_idle(
         return Ok(Err(Reaped::Gone));
     }
     seen.last_used = seen.last_used.max(recorded);
-    let now = unix_now();
+    let now = hermes_model::unix_seconds(std::time::SystemTime::now());
     if let Some(t) = seen.unused_since() {
         let idle = now.saturating_sub(t);
         if idle <= lifetime {
@@ -233,7 +213,7 @@ async fn still_idle(
 pub async fn mark_used(cluster: &Cluster, name: &str) -> Result<(), KubeError> {
     let ns = &cluster.namespace;
     let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
-    let now = unix_now().to_string();
+    let now = hermes_model::unix_seconds(std::time::SystemTime::now()).to_string();
     let patch = serde_json::json!({
         "metadata": { "annotations": { ANNOTATION_LAST_USED: now } }
     });
@@ -305,21 +285,34 @@ async fn apply_pod(cluster: &Cluster, wanted: &PodWanted) -> Result<(), KubeErro
 /// Deletes the Pod `name` if it is still the one with `uid`; one already
 /// gone is no error.
 pub async fn delete_pod(cluster: &Cluster, name: &str, uid: &str) -> Result<(), KubeError> {
+    match send_delete(cluster, name, uid, None).await {
+        Err(e) if e.code() == Some(404) => Ok(()),
+        other => other,
+    }
+}
+
+/// Deletes the Pod `name` with its grace, on the precondition that it is
+/// the one of `uid` (and, given, of `resource_version`): a 404 or 409 is
+/// the caller's to read.
+async fn send_delete(
+    cluster: &Cluster,
+    name: &str,
+    uid: &str,
+    resource_version: Option<String>,
+) -> Result<(), KubeError> {
     let ns = &cluster.namespace;
     let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
     let dp = DeleteParams {
         grace_period_seconds: u32::try_from(GRACE_SECONDS).ok(),
         preconditions: Some(Preconditions {
             uid: Some(uid.to_string()),
-            resource_version: None,
+            resource_version,
         }),
         ..DeleteParams::default()
     };
-    match call("delete", format!("pod {ns}/{name}"), api.delete(name, &dp)).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.code() == Some(404) => Ok(()),
-        Err(e) => Err(e),
-    }
+    call("delete", format!("pod {ns}/{name}"), api.delete(name, &dp))
+        .await
+        .map(drop)
 }
 
 /// Waits until the Pod `name` with `uid` is gone (its grace and a little

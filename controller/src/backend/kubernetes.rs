@@ -129,7 +129,7 @@ async fn apply_one(
                 _ => Reaped::Gone,
             };
             match reaped {
-                Reaped::Deleted => name,
+                Reaped::Done => name,
                 Reaped::Gone => return Ok(false),
                 Reaped::Kept(why) => {
                     crate::notices::progress(format_args!(
@@ -200,7 +200,9 @@ async fn ready(
         }
         match &op.action {
             Action::Pod(
-                action @ (PodAction::CreateClaim(_) | PodAction::Create(_) | PodAction::Resume(_)),
+                action @ (PodAction::CreateClaim(_)
+                | PodAction::Create(_)
+                | PodAction::Resume { .. }),
             ) => {
                 crate::exec_target::say(op);
                 hermes_backends::kubernetes::apply(&cluster, action).await?;
