@@ -97,57 +97,67 @@ async fn apply_one(
     action: &PodAction,
 ) -> Result<bool, hermes_backends::kubernetes::KubeError> {
     use hermes_backends::kubernetes::Reaped;
-    let gone = match action {
+    let activity = Activity::new(home);
+    let recorded = |name: &str| {
+        let key = activity_key(&cluster.namespace, name);
+        activity.read_all().ok().and_then(|r| r.get(&key).copied())
+    };
+    let (gone, reaped) = match action {
         PodAction::Delete { name, .. } => {
             hermes_backends::kubernetes::apply(cluster, action).await?;
-            name
+            (name, Reaped::Done)
         }
-        PodAction::DeleteIdle { name, .. } | PodAction::Suspend { name, .. } => {
-            let key = activity_key(&cluster.namespace, name);
-            let recorded = Activity::new(home)
-                .read_all()
-                .ok()
-                .and_then(|r| r.get(&key).copied());
-            let reaped = match action {
-                PodAction::DeleteIdle {
-                    uid,
-                    lifetime,
-                    kind,
-                    ..
-                } => {
-                    hermes_backends::kubernetes::delete_if_idle(
-                        cluster, name, uid, *lifetime, *kind, recorded,
-                    )
-                    .await?
-                }
-                PodAction::Suspend { uid, lifetime, .. } => {
-                    hermes_backends::kubernetes::suspend_if_idle(
-                        cluster, name, uid, *lifetime, recorded,
-                    )
-                    .await?
-                }
-                _ => Reaped::Gone,
-            };
-            match reaped {
-                Reaped::Done => name,
-                Reaped::Gone => return Ok(false),
-                Reaped::Kept(why) => {
-                    crate::notices::progress(format_args!(
-                        "Pod {}/{name} kept, not reaped: {why}",
-                        cluster.namespace
-                    ));
-                    return Ok(false);
-                }
-            }
-        }
+        PodAction::DeleteIdle {
+            name,
+            uid,
+            lifetime,
+            kind,
+        } => (
+            name,
+            hermes_backends::kubernetes::delete_if_idle(
+                cluster,
+                name,
+                uid,
+                *lifetime,
+                *kind,
+                recorded(name),
+            )
+            .await?,
+        ),
+        PodAction::Suspend {
+            name,
+            uid,
+            lifetime,
+        } => (
+            name,
+            hermes_backends::kubernetes::suspend_if_idle(
+                cluster,
+                name,
+                uid,
+                *lifetime,
+                recorded(name),
+            )
+            .await?,
+        ),
         _ => {
             hermes_backends::kubernetes::apply(cluster, action).await?;
             return Ok(true);
         }
     };
+    match reaped {
+        Reaped::Done => {}
+        Reaped::Gone => return Ok(false),
+        Reaped::Kept(why) => {
+            crate::notices::progress(format_args!(
+                "Pod {}/{gone} kept, not reaped: {why}",
+                cluster.namespace
+            ));
+            return Ok(false);
+        }
+    }
     // Gone: its record would only pile up.
     let key = activity_key(&cluster.namespace, gone);
-    if let Err(e) = Activity::new(home).forget(&key) {
+    if let Err(e) = activity.forget(&key) {
         tracing::warn!(pod = %gone, error = %e, "cannot remove the activity record");
     }
     Ok(true)
