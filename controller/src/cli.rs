@@ -248,7 +248,13 @@ pub enum EgressCommand {
         output: Output,
     },
     /// Run the proxy in the foreground (what `start` runs).
-    Serve,
+    Serve {
+        /// Serve from the proxy files and keys in DIR instead (the Secret
+        /// the kubernetes backend's proxy Pod mounts; its command), on
+        /// every address, writing nothing.
+        #[arg(long, value_name = "DIR")]
+        in_cluster: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]

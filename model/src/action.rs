@@ -11,6 +11,7 @@
 //! ([`Action::Keep`]). Each applier takes its own family and matches it
 //! whole: a new operation cannot be forgotten by one of them.
 
+use crate::kubernetes::proxy::{ProxyObject, ProxyWanted};
 use crate::kubernetes::{PodWanted, SandboxKind};
 use crate::observed::MountedDisk;
 use crate::plan::{Describe, Kind, Op};
@@ -178,6 +179,21 @@ pub enum PodAction {
     /// Bring the suspended `Sandbox` of `uid` back (`operatingMode:
     /// Running`): its controller makes its Pod again, on its claims.
     Resume { wanted: Box<PodWanted>, uid: String },
+    /// Write one object of the home's egress proxy in the cluster as
+    /// `wanted` says (server-side apply), `existing` the uid of the one
+    /// there now. The Pod is replaced instead (the old one deleted by that
+    /// uid first) and waited for until it is Ready.
+    ApplyProxy {
+        object: ProxyObject,
+        wanted: Box<ProxyWanted>,
+        existing: Option<String>,
+    },
+    /// Delete one object of the home's proxy (`uid`): the proxy is off.
+    DeleteProxy {
+        object: ProxyObject,
+        name: String,
+        uid: String,
+    },
 }
 
 /// An operation on a cloud service's sandbox.
@@ -319,11 +335,18 @@ impl Describe for InstanceAction {
 impl Describe for PodAction {
     fn kind(&self) -> Kind {
         match self {
-            PodAction::CreateClaim(_) | PodAction::Create(_) => Kind::Create,
-            PodAction::Replace { .. } | PodAction::Resume { .. } => Kind::Change,
-            PodAction::Delete { .. } | PodAction::DeleteIdle { .. } | PodAction::Suspend { .. } => {
-                Kind::Remove
-            }
+            PodAction::CreateClaim(_)
+            | PodAction::Create(_)
+            | PodAction::ApplyProxy { existing: None, .. } => Kind::Create,
+            PodAction::Replace { .. }
+            | PodAction::Resume { .. }
+            | PodAction::ApplyProxy {
+                existing: Some(_), ..
+            } => Kind::Change,
+            PodAction::Delete { .. }
+            | PodAction::DeleteIdle { .. }
+            | PodAction::Suspend { .. }
+            | PodAction::DeleteProxy { .. } => Kind::Remove,
         }
     }
 
@@ -332,16 +355,31 @@ impl Describe for PodAction {
             PodAction::CreateClaim(_) => "create-claim",
             PodAction::Create(_) => "create",
             PodAction::Replace { .. } => "replace",
-            PodAction::Delete { .. } | PodAction::DeleteIdle { .. } => "delete",
+            PodAction::Delete { .. }
+            | PodAction::DeleteIdle { .. }
+            | PodAction::DeleteProxy { .. } => "delete",
             PodAction::Suspend { .. } => "suspend",
             PodAction::Resume { .. } => "resume",
+            PodAction::ApplyProxy { existing: None, .. } => "create",
+            PodAction::ApplyProxy {
+                object: ProxyObject::Pod,
+                existing: Some(_),
+                ..
+            } => "replace",
+            PodAction::ApplyProxy { .. } => "update",
         }
     }
 
-    /// A Pod's claim is made before the Pod that mounts it.
+    /// A Pod's claim is made before the Pod that mounts it; the proxy's
+    /// Pod after what it mounts and is reached through.
     fn step(&self) -> u8 {
         match self {
-            PodAction::Create(_) | PodAction::Resume { .. } => 1,
+            PodAction::Create(_)
+            | PodAction::Resume { .. }
+            | PodAction::ApplyProxy {
+                object: ProxyObject::Pod,
+                ..
+            } => 1,
             _ => 0,
         }
     }

@@ -310,14 +310,43 @@ impl Desired {
         InstanceSpec::new(&self.config, key, &self.home, &self.forward_env, wiring)
     }
 
-    /// The Kubernetes sandbox of a key of the active profile.
+    /// The Kubernetes sandbox of a key of the active profile, wired to
+    /// the home's proxy in the cluster when it is on.
     pub fn pod(&self, key: SandboxKey) -> crate::kubernetes::PodWanted {
+        let egress = match (&self.egress, self.kube_proxy()) {
+            (Egress::On { wiring, .. }, Some(proxy)) => Some(proxy.sandbox_egress(&wiring.tokens)),
+            _ => None,
+        };
         crate::kubernetes::PodWanted::new(
             &self.config.terminal.kubernetes,
             key,
             self.home_id.as_deref(),
-            None,
+            egress.as_ref(),
         )
+    }
+
+    /// The home's egress proxy in the cluster: on the kubernetes backend
+    /// with `proxy.enabled`, once the proxy is set up (its files read) and
+    /// the home's id is known; `None` otherwise.
+    pub fn kube_proxy(&self) -> Option<crate::kubernetes::proxy::ProxyWanted> {
+        if self.backend() != Backend::Kubernetes || !self.config.proxy.enabled {
+            return None;
+        }
+        let (Egress::On { wiring, settings }, Some(home)) = (&self.egress, &self.home_id) else {
+            return None;
+        };
+        let digest = crate::kubernetes::proxy::secret_digest(
+            settings,
+            &wiring.ca_sha256,
+            self.egress_keys.as_ref(),
+        );
+        Some(crate::kubernetes::proxy::ProxyWanted::new(
+            &self.config.terminal.kubernetes,
+            home,
+            wiring.tunnel_port,
+            digest,
+            wiring.ca_sha256.clone(),
+        ))
     }
 
     /// The instance `hermes exec` runs in, chosen as [`Desired::exec_sandbox`]
@@ -344,6 +373,8 @@ impl Desired {
         self.sandboxes = keys.into_iter().map(|k| self.sandbox(k)).collect();
         let keys: Vec<SandboxKey> = self.instances.iter().map(|s| s.key.clone()).collect();
         self.instances = keys.into_iter().map(|k| self.instance(k)).collect();
+        let keys: Vec<SandboxKey> = self.pods.iter().map(|s| s.key.clone()).collect();
+        self.pods = keys.into_iter().map(|k| self.pod(k)).collect();
     }
 
     /// Whether Docker sandboxes (and singularity instances, which run on

@@ -163,29 +163,33 @@ impl EgressWiring {
 
     /// The proxy variables and the CA trust.
     fn fixed_env(&self) -> Vec<(String, String)> {
-        let https = format!("http://{PROXY_HOST_NAME}:{}", self.tunnel_port);
-        let http = format!(
-            "http://{PROXY_HOST_NAME}:{}",
-            self.tunnel_port.saturating_add(1)
-        );
-        [
-            ("HTTPS_PROXY", https.as_str()),
-            ("https_proxy", https.as_str()),
-            ("HTTP_PROXY", http.as_str()),
-            ("http_proxy", http.as_str()),
-            ("NO_PROXY", "127.0.0.1,localhost,::1"),
-            ("no_proxy", "127.0.0.1,localhost,::1"),
-            ("SSL_CERT_FILE", CA_IN_SANDBOX),
-            ("REQUESTS_CA_BUNDLE", CA_IN_SANDBOX),
-            ("CURL_CA_BUNDLE", CA_IN_SANDBOX),
-            ("NODE_EXTRA_CA_CERTS", CA_IN_SANDBOX),
-            ("NODE_USE_ENV_PROXY", "1"),
-            ("HERMES_EGRESS_PROXY", "1"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+        proxy_env(PROXY_HOST_NAME, self.tunnel_port)
     }
+}
+
+/// The proxy variables of a sandbox that reaches the proxy at `host`
+/// (CONNECT on `tunnel_port`, plain HTTP on the next), and the CA trust
+/// at [`CA_IN_SANDBOX`].
+pub fn proxy_env(host: &str, tunnel_port: u16) -> Vec<(String, String)> {
+    let https = format!("http://{host}:{tunnel_port}");
+    let http = format!("http://{host}:{}", tunnel_port.saturating_add(1));
+    [
+        ("HTTPS_PROXY", https.as_str()),
+        ("https_proxy", https.as_str()),
+        ("HTTP_PROXY", http.as_str()),
+        ("http_proxy", http.as_str()),
+        ("NO_PROXY", "127.0.0.1,localhost,::1"),
+        ("no_proxy", "127.0.0.1,localhost,::1"),
+        ("SSL_CERT_FILE", CA_IN_SANDBOX),
+        ("REQUESTS_CA_BUNDLE", CA_IN_SANDBOX),
+        ("CURL_CA_BUNDLE", CA_IN_SANDBOX),
+        ("NODE_EXTRA_CA_CERTS", CA_IN_SANDBOX),
+        ("NODE_USE_ENV_PROXY", "1"),
+        ("HERMES_EGRESS_PROXY", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }
 
 impl SandboxSpec {

@@ -14,6 +14,8 @@
 //! token mounted. Objects hermes writes carry [`LABEL_MANAGED_BY`]; an
 //! object without it is never changed or deleted.
 
+pub mod proxy;
+
 use std::collections::BTreeMap;
 
 use crate::fingerprint::Fingerprint;
@@ -119,6 +121,10 @@ pub struct KubeSettings {
     pub tolerations: Vec<Toleration>,
     /// Extra labels on every object (never one of hermes's own).
     pub labels: BTreeMap<String, String>,
+    /// The egress proxy Pod's image (`hermes` on its `PATH`); `None`:
+    /// not set, which blocks the proxy (and so, with `proxy.enabled`,
+    /// every sandbox).
+    pub proxy_image: Option<String>,
 }
 
 /// Which kind holds a sandbox: a Pod hermes manages, or agent-sandbox's
@@ -600,6 +606,9 @@ pub enum KubeObserved {
         /// agent-sandbox's `Sandbox` objects hermes labelled (and any
         /// named like a wanted one), when that is the kind.
         sandboxes: Vec<SeenSandbox>,
+        /// The home's egress proxy objects, when the proxy is wanted or
+        /// any was found.
+        proxy: proxy::SeenProxy,
     },
 }
 

@@ -329,6 +329,8 @@ pub const KEYS: &[KeySpec] = &[
     ),
     // Null: terminal.docker_image.
     key("terminal.kubernetes_image", Ty::OptStr, Default::Null),
+    // Null: the egress proxy (proxy.enabled) cannot run in the cluster.
+    key("terminal.kubernetes_proxy_image", Ty::OptStr, Default::Null),
     key("terminal.kubernetes_cpu", Ty::LimitNumber, Default::Int(1)),
     key(
         "terminal.kubernetes_memory",

@@ -14,6 +14,8 @@
 //! (the verb and resource of a refusal included). A session's end deletes
 //! its Pods by uid.
 
+pub mod proxy;
+
 use hermes_model::action::{Action, PodAction};
 use hermes_model::desired::Desired;
 use hermes_model::kubernetes::{
@@ -53,16 +55,18 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     for wanted in &desired.pods {
         plan_one(wanted, seen, &mut ops);
     }
-    if desired.config.proxy.enabled {
-        // Deny by default: a Pod made now would reach the network without
-        // the proxy in its way.
-        crate::proxy::block_sandboxes(&mut ops, EGRESS_NOT_WIRED);
+    if let KubeObserved::Seen { proxy: seen, .. } = seen {
+        let mut proxy_ops = proxy::plan(desired, seen);
+        if let Some(why) = proxy::sandboxes_wait(desired, seen, &proxy_ops) {
+            // Deny by default: a Pod made now would run without the proxy
+            // in its way.
+            crate::proxy::block_sandboxes(&mut ops, &why);
+        }
+        proxy_ops.append(&mut ops);
+        ops = proxy_ops;
     }
     ops
 }
-
-/// Why no sandbox Pod is made while `proxy.enabled` is on.
-pub const EGRESS_NOT_WIRED: &str = "proxy.enabled is on and the egress proxy is not wired into Kubernetes sandboxes yet (fail closed)";
 
 /// The operations that bring one sandbox's objects where `wanted` says.
 pub fn plan_one(wanted: &PodWanted, seen: &KubeObserved, ops: &mut Vec<Op<Action>>) {
@@ -83,6 +87,7 @@ pub fn plan_one(wanted: &PodWanted, seen: &KubeObserved, ops: &mut Vec<Op<Action
             claims,
             sandboxes,
             kind,
+            ..
         } => {
             if *kind == SandboxKind::AgentSandbox {
                 let wanted = wanted.holding(*kind);
@@ -594,6 +599,7 @@ mod tests {
             pods,
             claims,
             sandboxes: vec![],
+            proxy: Default::default(),
         }
     }
 
@@ -617,6 +623,7 @@ mod tests {
             pods,
             claims,
             sandboxes,
+            proxy: Default::default(),
         }
     }
 

@@ -19,6 +19,10 @@
 //! the desired settings, stopped, the network gone or empty), and the
 //! planner plans again against that.
 //!
+//! On the kubernetes backend the proxy is set up here (its files are what
+//! the cluster's proxy Pod serves from) and runs in the cluster, never as
+//! a daemon of this host ([`crate::kubernetes::proxy`]).
+//!
 //! Fail closed (`proxy.enabled` with `proxy.enforce_on_docker`): while the
 //! proxy is not set up, not running, not healthy or not yet on the current
 //! settings, every create, start or recreate of a Docker sandbox is
@@ -99,6 +103,11 @@ fn daemon(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
             cause,
         }]
     };
+    if desired.backend() == Backend::Kubernetes && matches!(desired.egress, Egress::On { .. }) {
+        // Set up here, it runs in the cluster (the kubernetes planner's
+        // proxy Pod): no daemon on this host to start.
+        return Vec::new();
+    }
     match &desired.egress {
         Egress::Off if p.running => op(
             ProxyAction::Stop,
@@ -215,7 +224,9 @@ pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
                 PodAction::CreateClaim(_)
                 | PodAction::Delete { .. }
                 | PodAction::DeleteIdle { .. }
-                | PodAction::Suspend { .. } => false,
+                | PodAction::Suspend { .. }
+                | PodAction::ApplyProxy { .. }
+                | PodAction::DeleteProxy { .. } => false,
             },
             Action::Proxy(_)
             | Action::Ssh(_)
@@ -262,7 +273,7 @@ pub fn predict(
     observed: &mut Observed,
     ops: &[Op<Action>],
 ) -> Option<String> {
-    let mut after = Vec::new();
+    let mut after: Vec<String> = Vec::new();
     // The containers the stage takes off the network: those it recreates
     // (the new one is made off it) or removes.
     let moved: Vec<&str> = ops
@@ -273,6 +284,12 @@ pub fn predict(
             _ => None,
         })
         .collect();
+    if let Some(hermes_model::kubernetes::KubeObserved::Seen { proxy, .. }) =
+        observed.kubernetes.as_mut()
+        && let Some(what) = crate::kubernetes::proxy::predict(proxy, ops)
+    {
+        after.push(what);
+    }
     for op in ops.iter().filter(|op| op.target == Target::Proxy) {
         match &op.action {
             Action::Proxy(ProxyAction::Setup) => {
@@ -303,9 +320,9 @@ pub fn predict(
                     observed.proxy.healthy = true;
                     observed.proxy.problem = None;
                     observed.proxy.settings = Some(AFTER_SETUP.to_string());
-                    after.push("the proxy is set up and runs on its new settings");
+                    after.push("the proxy is set up and runs on its new settings".to_string());
                 } else {
-                    after.push("the proxy is set up");
+                    after.push("the proxy is set up".to_string());
                 }
             }
             Action::Proxy(ProxyAction::Start | ProxyAction::Restart) => {
@@ -319,7 +336,7 @@ pub fn predict(
                 observed.proxy.settings = settings;
                 // A proxy that starts loads the keys of now.
                 observed.proxy.keys = desired.egress_keys.clone();
-                after.push("the proxy runs, healthy, on the current settings");
+                after.push("the proxy runs, healthy, on the current settings".to_string());
             }
             // The keys are the proxy's own: nothing waits on them.
             Action::Proxy(ProxyAction::Reload) => {
@@ -329,11 +346,11 @@ pub fn predict(
                 observed.proxy.running = false;
                 observed.proxy.healthy = false;
                 observed.proxy.settings = None;
-                after.push("the proxy is stopped");
+                after.push("the proxy is stopped".to_string());
             }
             Action::Proxy(ProxyAction::RemoveNetwork) => {
                 observed.proxy.network = None;
-                after.push("the proxy-only network is gone");
+                after.push("the proxy-only network is gone".to_string());
             }
             Action::Keep { verb, .. } if *verb == NETWORK_IN_USE => {
                 let Some(net) = observed.proxy.network.as_mut() else {
@@ -343,7 +360,7 @@ pub fn predict(
                 if !net.attached.is_empty() {
                     continue;
                 }
-                after.push("the sandboxes are off the proxy-only network");
+                after.push("the sandboxes are off the proxy-only network".to_string());
             }
             Action::Sandbox(_)
             | Action::Ssh(_)

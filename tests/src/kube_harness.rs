@@ -39,6 +39,8 @@ pub struct Harness {
     /// requests a test chooses ([`Harness::fail_next`]).
     pub front_kubeconfig: PathBuf,
     front_control: String,
+    /// The Docker network the Pods' containers join.
+    pub pod_network: String,
 }
 
 /// One request the front saw, and the status it got.
@@ -61,6 +63,7 @@ struct Ready {
     namespace: String,
     front_kubeconfig: PathBuf,
     front_control: String,
+    pod_network: String,
 }
 
 /// The harness binary, from [`HARNESS_ENV`].
@@ -157,7 +160,24 @@ impl Harness {
             namespace: ready.namespace,
             front_kubeconfig: ready.front_kubeconfig,
             front_control: ready.front_control,
+            pod_network: ready.pod_network,
         }
+    }
+
+    /// The host's address on the Pods' network (its bridge's gateway):
+    /// where a test's own server is reached from a Pod that may leave it.
+    pub fn pod_gateway(&self) -> std::net::IpAddr {
+        let out = crate::docker_cli::docker(&[
+            "network",
+            "inspect",
+            "-f",
+            "{{range .IPAM.Config}}{{.Gateway}} {{end}}",
+            &self.pod_network,
+        ]);
+        out.split_whitespace()
+            .find_map(|a| a.parse::<std::net::Ipv4Addr>().ok())
+            .map(std::net::IpAddr::V4)
+            .unwrap_or_else(|| panic!("no IPv4 gateway on {}: {out:?}", self.pod_network))
     }
 
     /// Makes the front answer the next `count` requests of `method` whose
@@ -374,4 +394,44 @@ impl Drop for Harness {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The image the egress proxy's Pod runs in the tests: the test image with
+/// the `hermes` binary under test on its `PATH` (its debug symbols
+/// stripped), built once per test process.
+///
+/// # Panics
+///
+/// When the image cannot be built.
+pub fn proxy_image() -> String {
+    static IMAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            let image = "hermes-test-proxy:local".to_string();
+            let context = tempfile::tempdir().unwrap_or_else(|e| panic!("a build context: {e}"));
+            let bin = context.path().join("hermes");
+            let out = Command::new("objcopy")
+                .arg("--strip-debug")
+                .arg(crate::cli::hermes_bin())
+                .arg(&bin)
+                .output()
+                .unwrap_or_else(|e| panic!("objcopy: {e}"));
+            assert!(
+                out.status.success(),
+                "objcopy --strip-debug: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::write(
+                context.path().join("Dockerfile"),
+                format!(
+                    "FROM {}\nCOPY hermes /usr/local/bin/hermes\n",
+                    crate::test_image()
+                ),
+            )
+            .unwrap_or_else(|e| panic!("the Dockerfile: {e}"));
+            let dir = context.path().display().to_string();
+            crate::docker_cli::docker(&["build", "-q", "-t", &image, &dir]);
+            image
+        })
+        .clone()
 }

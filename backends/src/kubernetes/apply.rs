@@ -19,8 +19,13 @@ use super::{CALL_TIMEOUT, Cluster, KubeError, PodExec, START_TIMEOUT, call, obje
 /// How often a wait for a Pod looks again.
 const POLL: Duration = Duration::from_millis(200);
 
-/// Carries out one operation.
-pub async fn apply(cluster: &Cluster, action: &PodAction) -> Result<(), KubeError> {
+/// Carries out one operation; `files` are what the proxy's Secret and CA
+/// ConfigMap hold (needed only to apply those).
+pub async fn apply(
+    cluster: &Cluster,
+    action: &PodAction,
+    files: Option<&super::proxy::ProxyFiles>,
+) -> Result<(), KubeError> {
     match action {
         PodAction::CreateClaim(wanted) => apply_claim(cluster, wanted).await,
         PodAction::Create(wanted) => match wanted.kind {
@@ -54,6 +59,14 @@ pub async fn apply(cluster: &Cluster, action: &PodAction) -> Result<(), KubeErro
             .map(drop),
         PodAction::Resume { wanted, uid } => {
             sandbox::set_mode(cluster, &wanted.name, uid, "Running").await
+        }
+        PodAction::ApplyProxy {
+            object,
+            wanted,
+            existing,
+        } => super::proxy::apply(cluster, *object, wanted, existing.as_deref(), files).await,
+        PodAction::DeleteProxy { object, name, uid } => {
+            super::proxy::delete(cluster, *object, name, uid).await
         }
     }
 }
@@ -346,21 +359,32 @@ pub async fn wait_gone(cluster: &Cluster, name: &str, uid: &str) -> Result<(), K
 /// [`START_TIMEOUT`] (a Sandbox's Pod until its controller made it); a container that cannot start (its image missing,
 /// say) or a Pod that ended is an error at once.
 pub async fn ensure_running(cluster: &Cluster, wanted: &PodWanted) -> Result<(), KubeError> {
+    wait_ready(cluster, &wanted.name, wanted.kind).await
+}
+
+/// Waits until the Pod `name` runs and is ready, as [`ensure_running`]
+/// says; `kind` says who makes it (a Sandbox's controller may not have
+/// yet).
+pub(super) async fn wait_ready(
+    cluster: &Cluster,
+    name: &str,
+    kind: SandboxKind,
+) -> Result<(), KubeError> {
     let ns = &cluster.namespace;
     let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
     let start = Instant::now();
-    let pod = format!("{ns}/{}", wanted.name);
+    let pod = format!("{ns}/{name}");
     loop {
-        let got = call("get", format!("pod {pod}"), api.get_opt(&wanted.name)).await?;
+        let got = call("get", format!("pod {pod}"), api.get_opt(name)).await?;
         let Some(p) = got else {
             // A Sandbox's Pod is its controller's to make.
-            if wanted.kind == SandboxKind::AgentSandbox && start.elapsed() <= START_TIMEOUT {
+            if kind == SandboxKind::AgentSandbox && start.elapsed() <= START_TIMEOUT {
                 tokio::time::sleep(POLL).await;
                 continue;
             }
             return Err(KubeError::Pod {
                 pod,
-                message: if wanted.kind == SandboxKind::AgentSandbox {
+                message: if kind == SandboxKind::AgentSandbox {
                     format!(
                         "not made by agent-sandbox's controller within {} s (is the controller running?)",
                         START_TIMEOUT.as_secs()

@@ -13,12 +13,15 @@
 //! - `exec.rs`: a command in a Pod through its `exec` subresource
 //!   (WebSocket), with the terminal contract of every backend.
 //! - `sandbox.rs`: agent-sandbox's `Sandbox`, where the cluster serves it.
+//! - `proxy.rs`: the egress proxy's objects (Secret, CA ConfigMap,
+//!   Service, NetworkPolicies, Pod).
 //! - `watch.rs`: the Pods followed between a controller's passes.
 
 mod apply;
 mod exec;
 pub mod objects;
 mod observe;
+pub mod proxy;
 pub mod sandbox;
 mod watch;
 

@@ -120,12 +120,12 @@ pub fn pod(wanted: &PodWanted) -> Pod {
             }),
             ..Volume::default()
         });
-        let dir = std::path::Path::new(hermes_model::egress::CA_IN_SANDBOX)
-            .parent()
-            .map_or("/etc/hermes".to_string(), |d| d.display().to_string());
+        // The one file, where a Docker sandbox has it: the image's own
+        // certificates beside it stay.
         mounts.push(VolumeMount {
             name: CA_VOLUME.to_string(),
-            mount_path: dir,
+            mount_path: hermes_model::egress::CA_IN_SANDBOX.to_string(),
+            sub_path: Some(hermes_model::kubernetes::proxy::CA_ENTRY.to_string()),
             read_only: Some(true),
             ..VolumeMount::default()
         });

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use hermes_model::kubernetes::proxy::{ProxyWanted, SeenProxy};
 use hermes_model::kubernetes::{
     ALL_SELECTOR, ANNOTATION_LAST_USED, CONTAINER, KubeObserved, PodWanted, SANDBOX_GROUP,
     SandboxKind, SeenClaim, SeenPod,
@@ -16,9 +17,28 @@ use kube::api::{Api, ListParams};
 
 use super::{Cluster, KubeError, call};
 
-/// The namespace's sandbox objects, with those named like `wanted`.
-pub async fn observe(cluster: &Cluster, wanted: &[PodWanted]) -> KubeObserved {
-    match look(cluster, ALL_SELECTOR, wanted).await {
+/// The namespace's sandbox objects, with those named like `wanted`, and
+/// the objects of the egress proxy of the home `home` (with those named
+/// like `proxy`'s).
+pub async fn observe(
+    cluster: &Cluster,
+    wanted: &[PodWanted],
+    home: Option<&str>,
+    proxy: Option<&ProxyWanted>,
+) -> KubeObserved {
+    let seen = async {
+        let (mut seen, found) = tokio::try_join!(look(cluster, ALL_SELECTOR, wanted), async {
+            match home {
+                Some(home) => super::proxy::observe(cluster, home, proxy).await,
+                None => Ok(SeenProxy::default()),
+            }
+        })?;
+        if let KubeObserved::Seen { proxy, .. } = &mut seen {
+            *proxy = found;
+        }
+        Ok::<_, KubeError>(seen)
+    };
+    match seen.await {
         Ok(seen) => seen,
         Err(e) => KubeObserved::Unavailable {
             reason: e.to_string(),
@@ -91,6 +111,7 @@ async fn look(
         pods: seen_pods,
         claims: seen_claims,
         sandboxes,
+        proxy: SeenProxy::default(),
     })
 }
 

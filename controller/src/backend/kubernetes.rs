@@ -10,9 +10,11 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use hermes_backends::exec::{ExecIo, ExecOutcome, ExecRequest};
+use hermes_backends::kubernetes::proxy::ProxyFiles;
 use hermes_backends::kubernetes::{Cluster, PodExec, Source};
 use hermes_model::action::{Action, Families, PodAction};
 use hermes_model::desired::Desired;
+use hermes_model::kubernetes::proxy::ProxyObject;
 use hermes_model::kubernetes::{KubeObserved, PodWanted, activity_key};
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Describe, Kind, Plan};
@@ -75,17 +77,42 @@ async fn apply(home: &Home, desired: &Desired, plan: &HostPlan, verbose: bool) -
         return applied;
     }
     let cluster = cluster(home, desired).await;
+    // Read once, when a Secret or the CA's ConfigMap is written.
+    let mut files: Option<ProxyFiles> = None;
     for (op, action) in ops {
         let started = Instant::now();
         let result = match &cluster {
-            Ok(c) => apply_one(home, c, action)
-                .await
-                .map_err(ApplyError::backend),
+            Ok(c) => match proxy_files(home, desired, action, &mut files) {
+                Ok(()) => apply_one(home, c, action, files.as_ref())
+                    .await
+                    .map_err(ApplyError::backend),
+                Err(e) => Err(ApplyError::backend(std::io::Error::other(format!("{e:#}")))),
+            },
             Err(e) => Err(ApplyError::backend(std::io::Error::other(format!("{e:#}")))),
         };
         applied.record(op, started, result, verbose);
     }
     applied
+}
+
+/// Reads the proxy's files into `files` when `action` writes the Secret
+/// or the CA's ConfigMap and they are not read yet.
+fn proxy_files(
+    home: &Home,
+    desired: &Desired,
+    action: &PodAction,
+    files: &mut Option<ProxyFiles>,
+) -> anyhow::Result<()> {
+    if let PodAction::ApplyProxy {
+        object: ProxyObject::Secret | ProxyObject::CaConfigMap,
+        wanted,
+        ..
+    } = action
+        && files.is_none()
+    {
+        *files = Some(crate::egress::cluster::files(home, desired, wanted)?);
+    }
+    Ok(())
 }
 
 /// Carries out one operation: whether it changed anything. The idle
@@ -95,6 +122,7 @@ async fn apply_one(
     home: &Home,
     cluster: &Cluster,
     action: &PodAction,
+    files: Option<&ProxyFiles>,
 ) -> Result<bool, hermes_backends::kubernetes::KubeError> {
     use hermes_backends::kubernetes::Reaped;
     let activity = Activity::new(home);
@@ -104,7 +132,7 @@ async fn apply_one(
     };
     let (gone, reaped) = match action {
         PodAction::Delete { name, .. } => {
-            hermes_backends::kubernetes::apply(cluster, action).await?;
+            hermes_backends::kubernetes::apply(cluster, action, None).await?;
             (name, Reaped::Done)
         }
         PodAction::DeleteIdle {
@@ -140,7 +168,7 @@ async fn apply_one(
             .await?,
         ),
         _ => {
-            hermes_backends::kubernetes::apply(cluster, action).await?;
+            hermes_backends::kubernetes::apply(cluster, action, files).await?;
             return Ok(true);
         }
     };
@@ -198,11 +226,8 @@ async fn ready(
     };
     let mut ops = Vec::new();
     hermes_reconcilers::kubernetes::plan_one(&wanted, &seen, &mut ops);
-    if desired.config.proxy.enabled {
-        hermes_reconcilers::proxy::block_sandboxes(
-            &mut ops,
-            hermes_reconcilers::kubernetes::EGRESS_NOT_WIRED,
-        );
+    if let Some(why) = proxy_ready(home, desired, &cluster).await? {
+        hermes_reconcilers::proxy::block_sandboxes(&mut ops, &why);
     }
     for op in &ops {
         if op.action.kind() == Kind::Blocked {
@@ -215,7 +240,7 @@ async fn ready(
                 | PodAction::Resume { .. }),
             ) => {
                 crate::exec_target::say(op);
-                hermes_backends::kubernetes::apply(&cluster, action).await?;
+                hermes_backends::kubernetes::apply(&cluster, action, None).await?;
             }
             Action::Pod(PodAction::Replace { .. }) if op.cause.contains(" ended (") => {
                 anyhow::bail!(
@@ -242,6 +267,41 @@ async fn ready(
         PodExec::new(cluster.clone(), &wanted.name, wanted.env.clone()),
         cluster,
     ))
+}
+
+/// The home's egress proxy in the cluster brought up first, as a pass
+/// would (each of its operations said on stderr), when `proxy.enabled`:
+/// a sandbox's commands reach nothing without it. Why the sandbox may
+/// still not run (fail closed), when it may not.
+async fn proxy_ready(
+    home: &Home,
+    desired: &Desired,
+    cluster: &Cluster,
+) -> anyhow::Result<Option<String>> {
+    use hermes_reconcilers::kubernetes::proxy;
+    if !desired.config.proxy.enabled {
+        return Ok(None);
+    }
+    let wanted = desired.kube_proxy();
+    let home_id = desired.home_id.as_deref().unwrap_or_default();
+    let observe = || hermes_backends::kubernetes::proxy::observe(cluster, home_id, wanted.as_ref());
+    let mut seen = observe().await?;
+    let mut ops = proxy::plan(desired, &seen);
+    let mut files = None;
+    let mut applied = false;
+    for op in &ops {
+        if let Action::Pod(action @ PodAction::ApplyProxy { .. }) = &op.action {
+            crate::exec_target::say(op);
+            proxy_files(home, desired, action, &mut files)?;
+            hermes_backends::kubernetes::apply(cluster, action, files.as_ref()).await?;
+            applied = true;
+        }
+    }
+    if applied {
+        seen = observe().await?;
+        ops = proxy::plan(desired, &seen);
+    }
+    Ok(proxy::sandboxes_wait(desired, &seen, &ops))
 }
 
 /// A Pod ready for a command, its use recorded (for the idle reaper) when
@@ -330,7 +390,13 @@ impl Backend for Kubernetes {
     ) -> Option<String> {
         let seen = match cluster(home, desired).await {
             Ok(c) => {
-                let mut seen = hermes_backends::kubernetes::observe(&c, &desired.pods).await;
+                let mut seen = hermes_backends::kubernetes::observe(
+                    &c,
+                    &desired.pods,
+                    desired.home_id.as_deref(),
+                    desired.kube_proxy().as_ref(),
+                )
+                .await;
                 if let KubeObserved::Seen { pods, .. } = &mut seen {
                     mark_use(home, desired, &c, pods).await;
                 }
@@ -436,7 +502,7 @@ impl Backend for Kubernetes {
 
     async fn list(&self, home: &Home, desired: &Desired) -> anyhow::Result<SandboxList> {
         let cluster = cluster(home, desired).await?;
-        let seen = hermes_backends::kubernetes::observe(&cluster, &[]).await;
+        let seen = hermes_backends::kubernetes::observe(&cluster, &[], None, None).await;
         let mut pods = match seen {
             KubeObserved::Unavailable { reason } => anyhow::bail!("{reason}"),
             KubeObserved::Seen { pods, .. } => pods,
@@ -503,7 +569,7 @@ impl Backend for Kubernetes {
         session: &str,
     ) -> anyhow::Result<Ending> {
         let cluster = cluster(home, desired).await?;
-        let seen = hermes_backends::kubernetes::observe(&cluster, &[]).await;
+        let seen = hermes_backends::kubernetes::observe(&cluster, &[], None, None).await;
         if let KubeObserved::Unavailable { reason } = &seen {
             anyhow::bail!("{reason}");
         }

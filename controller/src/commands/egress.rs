@@ -33,7 +33,10 @@ pub fn run(home: &Home, command: EgressCommand) -> anyhow::Result<ExitCode> {
             all,
             output,
         } => status(home, show_tokens, all, output),
-        EgressCommand::Serve => daemon::serve(home, &paths),
+        EgressCommand::Serve { in_cluster: None } => daemon::serve(home, &paths),
+        EgressCommand::Serve {
+            in_cluster: Some(dir),
+        } => crate::egress::cluster::serve(&dir),
     }
 }
 

@@ -20,6 +20,7 @@
 //! - [`status`]: the `hermes egress status` report.
 
 pub mod bitwarden;
+pub mod cluster;
 pub mod daemon;
 pub mod files;
 pub mod health;

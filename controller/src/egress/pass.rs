@@ -273,16 +273,24 @@ pub fn desired_keys(home: &Home, config: &Config) -> Option<BTreeMap<String, Key
         return None;
     }
     let paths = Paths::new(home);
-    let pid = running_pid(&paths).ok().flatten()?;
-    let environ = zeroize::Zeroizing::new(std::fs::read(format!("/proc/{pid}/environ")).ok()?);
-    let process: BTreeMap<String, String> = environ
-        .split(|b| *b == 0)
-        .filter_map(|kv| {
-            let kv = std::str::from_utf8(kv).ok()?;
-            let (k, v) = kv.split_once('=')?;
-            Some((k.to_string(), v.to_string()))
-        })
-        .collect();
+    let process: BTreeMap<String, String> = if config.terminal.backend
+        == hermes_model::config::Backend::Kubernetes
+    {
+        // The proxy in the cluster gets the keys this process finds
+        // (its Secret is written from them).
+        crate::host::host_env(home).ok()?.process
+    } else {
+        let pid = running_pid(&paths).ok().flatten()?;
+        let environ = zeroize::Zeroizing::new(std::fs::read(format!("/proc/{pid}/environ")).ok()?);
+        environ
+            .split(|b| *b == 0)
+            .filter_map(|kv| {
+                let kv = std::str::from_utf8(kv).ok()?;
+                let (k, v) = kv.split_once('=')?;
+                Some((k.to_string(), v.to_string()))
+            })
+            .collect()
+    };
     let read = |path: std::path::PathBuf| read_file(&path).ok().flatten();
     let tokens = TokensFile::parse(&read(paths.tokens())?).ok()?;
     let mappings = MappingsFile::parse(&read(paths.mappings())?).ok()?;

@@ -59,6 +59,7 @@ impl Config {
                 .env_map(schema_key!("terminal.kubernetes_labels"))
                 .into_iter()
                 .collect(),
+            proxy_image: r.opt_string(schema_key!("terminal.kubernetes_proxy_image")),
         };
         Config {
             terminal: Terminal {
