@@ -285,6 +285,7 @@ func (d *docker) containerRemove(ctx context.Context, id string, withVolumes boo
 type containerState struct {
 	Status     string `json:"Status"`
 	Running    bool   `json:"Running"`
+	Pid        int    `json:"Pid"`
 	ExitCode   int    `json:"ExitCode"`
 	Error      string `json:"Error"`
 	OOMKilled  bool   `json:"OOMKilled"`
@@ -520,8 +521,10 @@ func (d *docker) volumeList(ctx context.Context, labels ...string) ([]volumeSumm
 	return out.Volumes, err
 }
 
-// networkEnsure makes the bridge network unless it exists.
-func (d *docker) networkEnsure(ctx context.Context, name string, labels map[string]string) error {
+// networkEnsure makes the bridge network unless it exists. An isolated one
+// is internal (no route out, no outbound NAT) and has no address of the
+// host on its bridge, so its containers cannot reach the host either.
+func (d *docker) networkEnsure(ctx context.Context, name string, labels map[string]string, isolated bool) error {
 	err := d.do(ctx, http.MethodGet, "/networks/"+name, nil, nil, nil)
 	if err == nil {
 		return nil
@@ -529,16 +532,50 @@ func (d *docker) networkEnsure(ctx context.Context, name string, labels map[stri
 	if !isNotFound(err) {
 		return err
 	}
-	err = d.do(ctx, http.MethodPost, "/networks/create", nil, map[string]any{
+	body := map[string]any{
 		"Name":           name,
 		"Driver":         "bridge",
 		"CheckDuplicate": true,
 		"Labels":         labels,
-	}, nil)
+	}
+	if isolated {
+		body["Internal"] = true
+		body["Options"] = map[string]string{"com.docker.network.bridge.inhibit_ipv4": "true"}
+	}
+	err = d.do(ctx, http.MethodPost, "/networks/create", nil, body, nil)
 	if isConflict(err) {
 		return nil
 	}
 	return err
+}
+
+// networkConnect attaches a created container to one more network, with
+// the names it answers to there.
+func (d *docker) networkConnect(ctx context.Context, network, container string, aliases []string) error {
+	return d.do(ctx, http.MethodPost, "/networks/"+network+"/connect", nil, map[string]any{
+		"Container":      container,
+		"EndpointConfig": endpointSettings{Aliases: aliases},
+	}, nil)
+}
+
+// networkGateway is the gateway address of a network's (first) subnet.
+func (d *docker) networkGateway(ctx context.Context, name string) (string, error) {
+	var out struct {
+		IPAM struct {
+			Config []struct {
+				Gateway string `json:"Gateway"`
+			} `json:"Config"`
+		} `json:"IPAM"`
+	}
+	if err := d.do(ctx, http.MethodGet, "/networks/"+name, nil, nil, &out); err != nil {
+		return "", err
+	}
+	for _, c := range out.IPAM.Config {
+		if c.Gateway != "" {
+			return c.Gateway, nil
+		}
+	}
+	return "", fmt.Errorf("network %s has no gateway", name)
 }
 
 // networkList names the networks with every one of the labels.

@@ -1,6 +1,7 @@
 // The node agent: registers one Node and keeps it Ready, binds unscheduled
 // Pods to it, runs each bound Pod's first container as a Docker container
-// and reports its status, finalises deleted Pods, binds PersistentVolumeClaims
+// (on the networks network.go picks, readiness probed by probes.go) and
+// reports its status, finalises deleted Pods, binds PersistentVolumeClaims
 // to Docker volumes, and gives every namespace its `default` ServiceAccount
 // and kube-root-ca.crt ConfigMap.
 package main
@@ -74,8 +75,11 @@ type nodeAgent struct {
 	kubelet   record.EventRecorder
 	scheduler record.EventRecorder
 
+	ctx       context.Context // the agent's, set by run
 	mu        sync.Mutex
 	lastState map[string]string // docker container id -> state seen
+	probeMu   sync.Mutex
+	probes    map[string]*prober // pod key -> its container's readiness prober
 	wg        sync.WaitGroup
 }
 
@@ -89,6 +93,7 @@ func newNodeAgent(client kubernetes.Interface, d *docker, instance, dir string, 
 		kubeletPort: kubeletPort,
 		logf:        logf,
 		lastState:   map[string]string{},
+		probes:      map[string]*prober{},
 	}
 	a.factory = informers.NewSharedInformerFactory(client, 30*time.Second)
 	rl := func(name string) workqueue.TypedRateLimitingInterface[string] {
@@ -125,8 +130,9 @@ func enqueue(q workqueue.TypedRateLimitingInterface[string]) cache.ResourceEvent
 // once the caches are in sync; everything stops with ctx.
 func (a *nodeAgent) run(ctx context.Context) error {
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
-	if err := a.docker.networkEnsure(ctx, podNetwork(a.instance), map[string]string{harnessLabel: "1", labelInstance: a.instance}); err != nil {
-		return fmt.Errorf("docker network %s: %w", podNetwork(a.instance), err)
+	a.ctx = ctx
+	if err := a.ensureNetwork(ctx, podNetwork(a.instance)); err != nil {
+		return err
 	}
 	if err := a.registerNode(ctx); err != nil {
 		return fmt.Errorf("node %s: %w", nodeName, err)
@@ -448,6 +454,7 @@ func (a *nodeAgent) syncPod(ctx context.Context, key string) error {
 	}
 	pod, err := a.pods.Pods(ns).Get(name)
 	if apierrors.IsNotFound(err) {
+		a.stopProbe(key)
 		return a.removeContainers(ctx, ns, name, "")
 	}
 	if err != nil {
@@ -553,6 +560,7 @@ func (a *nodeAgent) terminate(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
+	a.stopProbe(pod.Namespace + "/" + pod.Name)
 	if c != nil {
 		if c.State.Running {
 			a.kubelet.Eventf(pod, corev1.EventTypeNormal, "Killing", "Stopping container %s", pod.Spec.Containers[0].Name)
@@ -615,7 +623,11 @@ func (a *nodeAgent) ensureRunning(ctx context.Context, pod *corev1.Pod) error {
 		if err != nil {
 			return err
 		}
-		create, err := a.buildContainer(ctx, pod, spec, img)
+		plan, err := a.planNetworking(ctx, pod)
+		if err != nil {
+			return err
+		}
+		create, err := a.buildContainer(ctx, pod, spec, img, plan)
 		var pf *podFailure
 		if errors.As(err, &pf) {
 			if pf.reason == "CreateContainerConfigError" {
@@ -626,14 +638,7 @@ func (a *nodeAgent) ensureRunning(ctx context.Context, pod *corev1.Pod) error {
 		if err != nil {
 			return err
 		}
-		id, err := a.docker.containerCreate(ctx, containerName(pod), create)
-		if isNotFound(err) {
-			// The network was removed under the harness: make it again.
-			if nerr := a.docker.networkEnsure(ctx, podNetwork(a.instance), map[string]string{harnessLabel: "1", labelInstance: a.instance}); nerr != nil {
-				return nerr
-			}
-			id, err = a.docker.containerCreate(ctx, containerName(pod), create)
-		}
+		id, err := a.createContainer(ctx, containerName(pod), create, plan)
 		if isConflict(err) {
 			return requeueAfter(time.Second)
 		}
@@ -789,6 +794,7 @@ func otherContainers(pod *corev1.Pod) []corev1.ContainerStatus {
 }
 
 func (a *nodeAgent) reportWaiting(ctx context.Context, pod *corev1.Pod, f *podFailure, last *corev1.ContainerStateTerminated) error {
+	a.stopProbe(pod.Namespace + "/" + pod.Name)
 	spec := pod.Spec.Containers[0]
 	st := baseStatus(pod)
 	prev := findStatus(pod.Status.ContainerStatuses, spec.Name)
@@ -845,7 +851,7 @@ func (a *nodeAgent) reportContainer(ctx context.Context, pod *corev1.Pod, c *con
 	old := pod.Status.Conditions
 	setCondition(&st, old, corev1.PodReadyToStartContainers, corev1.ConditionTrue, "", "")
 	setCondition(&st, old, corev1.PodInitialized, corev1.ConditionTrue, "", "")
-	if ip := c.NetworkSettings.Networks[podNetwork(a.instance)].IPAddress; ip != "" {
+	if ip := c.NetworkSettings.Networks[a.ownNetwork(c)].IPAddress; ip != "" {
 		st.PodIP = ip
 		st.PodIPs = []corev1.PodIP{{IP: ip}}
 	}
@@ -854,17 +860,24 @@ func (a *nodeAgent) reportContainer(ctx context.Context, pod *corev1.Pod, c *con
 		st.Phase = corev1.PodRunning
 		started := true
 		cs.Started = &started
-		cs.Ready = true
+		cs.Ready = a.readiness(pod, c)
 		cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: parseDockerTime(c.State.StartedAt)}}
-		if only {
+		msg := ""
+		switch {
+		case !cs.Ready:
+			msg = fmt.Sprintf("containers with unready status: [%s]", spec.Name)
+		case !only:
+			msg = "containers with unready status: the harness runs only the first container"
+		}
+		if msg == "" {
 			setCondition(&st, old, corev1.ContainersReady, corev1.ConditionTrue, "", "")
 			setCondition(&st, old, corev1.PodReady, corev1.ConditionTrue, "", "")
 		} else {
-			msg := "containers with unready status: the harness runs only the first container"
 			setCondition(&st, old, corev1.ContainersReady, corev1.ConditionFalse, "ContainersNotReady", msg)
 			setCondition(&st, old, corev1.PodReady, corev1.ConditionFalse, "ContainersNotReady", msg)
 		}
 	} else {
+		a.stopProbe(pod.Namespace + "/" + pod.Name)
 		term := terminatedState(c)
 		started := false
 		cs.Started = &started

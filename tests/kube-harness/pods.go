@@ -32,7 +32,7 @@ func waitingFor(format string, args ...any) *podFailure {
 	return &podFailure{reason: "ContainerCreating", message: fmt.Sprintf(format, args...), retry: 2 * time.Second}
 }
 
-func (a *nodeAgent) buildContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, img *imageInfo) (containerCreate, error) {
+func (a *nodeAgent) buildContainer(ctx context.Context, pod *corev1.Pod, c *corev1.Container, img *imageInfo, plan podNetworking) (containerCreate, error) {
 	spec := containerCreate{
 		Image:      c.Image,
 		Entrypoint: c.Command,
@@ -48,6 +48,7 @@ func (a *nodeAgent) buildContainer(ctx context.Context, pod *corev1.Pod, c *core
 			labelPod:                      pod.Name,
 			labelPodUID:                   string(pod.UID),
 			labelContainer:                c.Name,
+			labelNetwork:                  plan.networks[0],
 			"io.kubernetes.pod.name":      pod.Name,
 			"io.kubernetes.pod.namespace": pod.Namespace,
 		},
@@ -59,8 +60,10 @@ func (a *nodeAgent) buildContainer(ctx context.Context, pod *corev1.Pod, c *core
 	if len(spec.Hostname) > 63 {
 		spec.Hostname = spec.Hostname[:63]
 	}
-	spec.HostConfig.NetworkMode = podNetwork(a.instance)
-	spec.NetworkingConfig.EndpointsConfig = map[string]endpointSettings{podNetwork(a.instance): {Aliases: []string{pod.Name}}}
+	// The other networks are connected once the container is made (the
+	// engine API the harness speaks takes one network at creation).
+	spec.HostConfig.NetworkMode = plan.networks[0]
+	spec.NetworkingConfig.EndpointsConfig = map[string]endpointSettings{plan.networks[0]: {Aliases: plan.aliases}}
 
 	env, err := a.resolveEnv(ctx, pod, c)
 	if err != nil {

@@ -1,7 +1,8 @@
 // `kube-harness selftest`: starts a harness in a temporary directory and
 // drives it as the `hermes` ServiceAccount the way the project's tests do:
 // a claim and a Pod, exec over WebSocket and SPDY, data kept across Pods,
-// logs, a missing image, and RBAC that really refuses.
+// logs, a missing image, RBAC that really refuses, Services by name,
+// NetworkPolicy egress isolation, and readiness probes.
 package main
 
 import (
@@ -10,17 +11,22 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -31,10 +37,11 @@ import (
 )
 
 type selftest struct {
-	cfg      *rest.Config
-	client   kubernetes.Interface
-	image    string
-	failures int
+	cfg        *rest.Config
+	client     kubernetes.Interface
+	image      string
+	podNetwork string
+	failures   int
 }
 
 func (t *selftest) check(name string, err error) bool {
@@ -84,7 +91,7 @@ func cmdSelftest(args []string) error {
 	}
 	fmt.Printf("PASS harness ready in %s: %s\n", time.Since(started).Round(100*time.Millisecond), ready.Server)
 
-	t := &selftest{image: *image}
+	t := &selftest{image: *image, podNetwork: ready.PodNetwork}
 	t.cfg, err = clientcmd.BuildConfigFromFlags("", ready.HermesKubeconfig)
 	if err == nil {
 		t.cfg.Timeout = 60 * time.Second
@@ -105,10 +112,11 @@ func cmdSelftest(args []string) error {
 		lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		cs, err1 := d.containerList(lctx, labelInstance+"="+ready.Instance)
 		vs, err2 := d.volumeList(lctx, labelInstance+"="+ready.Instance)
+		ns, err3 := d.networkList(lctx, labelInstance+"="+ready.Instance)
 		lcancel()
-		err = errors.Join(err1, err2)
-		if err == nil && len(cs)+len(vs) > 0 {
-			err = fmt.Errorf("%d containers and %d volumes left", len(cs), len(vs))
+		err = errors.Join(err1, err2, err3)
+		if err == nil && len(cs)+len(vs)+len(ns) > 0 {
+			err = fmt.Errorf("%d containers, %d volumes and %d networks (%v) left", len(cs), len(vs), len(ns), ns)
 		}
 		t.check("no Docker objects left", err)
 	}
@@ -393,6 +401,10 @@ func (t *selftest) run(ctx context.Context) {
 	t.check("restartPolicy Always: a crashing container is restarted", t.restartedPod(ctx))
 	t.check("configMap volume and secretKeyRef env", t.configPod(ctx))
 
+	t.servicesByName(ctx)
+	t.egressIsolation(ctx)
+	t.readinessProbes(ctx)
+
 	t.check("agent-sandbox: the ServiceAccount's v1beta1 Sandbox gets a running Pod from the controller, which goes with it", t.sandbox(ctx))
 
 	err = errors.Join(pods.Delete(ctx, "selftest", metav1.DeleteOptions{}), pods.Delete(ctx, missing.Name, metav1.DeleteOptions{}))
@@ -540,4 +552,278 @@ func (t *selftest) configPod(ctx context.Context) error {
 	}
 	return errors.Join(err, t.deletePod(ctx, p.Name),
 		cms.Delete(ctx, "selftest", metav1.DeleteOptions{}), secrets.Delete(ctx, "selftest", metav1.DeleteOptions{}))
+}
+
+// --- Services, NetworkPolicy, readiness probes -----------------------------
+
+// servingPod serves body at http://POD:8080/ (python3's http.server), with
+// the labels and readiness probe given.
+func (t *selftest) servingPod(name, body string, labels map[string]string, probe *corev1.Probe) *corev1.Pod {
+	p := t.plainPod(name, []string{"sh", "-c", "mkdir -p /tmp/www && echo " + body + " > /tmp/www/index.html && cd /tmp/www && exec python3 -m http.server 8080"})
+	for k, v := range labels {
+		p.Labels[k] = v
+	}
+	p.Spec.Containers[0].ReadinessProbe = probe
+	return p
+}
+
+func tcpProbe(port int) *corev1.Probe {
+	return &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}}}
+}
+
+func httpGetProbe(path string, port int) *corev1.Probe {
+	return &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(int32(port))}}}
+}
+
+func execProbe(cmd ...string) *corev1.Probe {
+	return &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: cmd}}}
+}
+
+func service(name string, selector map[string]string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ServiceSpec{
+			Selector: selector,
+			Ports:    []corev1.ServicePort{{Port: 8080, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+}
+
+// createRunning creates the Pods and waits for each to be Running and Ready.
+func (t *selftest) createRunning(ctx context.Context, pods ...*corev1.Pod) error {
+	for _, p := range pods {
+		if _, err := t.client.CoreV1().Pods(testNamespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create pod %s: %w", p.Name, err)
+		}
+	}
+	for _, p := range pods {
+		if err := t.waitRunning(ctx, p.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deletePods deletes the Pods (grace 0), the ones never made included.
+func (t *selftest) deletePods(ctx context.Context, pods ...*corev1.Pod) error {
+	var errs []error
+	for _, p := range pods {
+		if err := t.deletePod(ctx, p.Name); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// curl GETs url from inside the Pod (2 s at most).
+func (t *selftest) curl(ctx context.Context, pod, url string) (execResult, error) {
+	return t.exec(ctx, pod, []string{"curl", "-sS", "--max-time", "2", url}, "", "websocket", false)
+}
+
+// reaches checks that pod gets want from url.
+func (t *selftest) reaches(ctx context.Context, pod, url, want string) error {
+	r, err := t.curl(ctx, pod, url)
+	if err == nil && (r.code != 0 || r.stdout != want) {
+		err = fmt.Errorf("curl %s from %s: exit %d, got %q (%s), want %q", url, pod, r.code, r.stdout, strings.TrimSpace(r.stderr), want)
+	}
+	return err
+}
+
+// cannotReach checks that pod gets nothing from url (curl fails).
+func (t *selftest) cannotReach(ctx context.Context, pod, url string) error {
+	r, err := t.curl(ctx, pod, url)
+	if err == nil && r.code == 0 {
+		err = fmt.Errorf("curl %s from %s: reached it (got %q)", url, pod, r.stdout)
+	}
+	return err
+}
+
+func (t *selftest) podIP(ctx context.Context, name string) (string, error) {
+	p, err := t.client.CoreV1().Pods(testNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if p.Status.PodIP == "" {
+		return "", fmt.Errorf("pod %s has no IP", name)
+	}
+	return p.Status.PodIP, nil
+}
+
+// servicesByName: a Service's selected Pod answers to the Service's names
+// for other Pods (by Docker's DNS).
+func (t *selftest) servicesByName(ctx context.Context) {
+	svcs := t.client.CoreV1().Services(testNamespace)
+	web := t.servingPod("selftest-web-pod", "web-ok", map[string]string{"selftest-role": "web"}, httpGetProbe("/", 8080))
+	client := t.plainPod("selftest-client", []string{"sleep", "infinity"})
+	svc, err := svcs.Create(ctx, service("selftest-web", map[string]string{"selftest-role": "web"}), metav1.CreateOptions{})
+	if err == nil && (svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone) {
+		err = fmt.Errorf("no ClusterIP allocated: %q", svc.Spec.ClusterIP)
+	}
+	if t.check("Service created with a ClusterIP", err) {
+		err = t.createRunning(ctx, web, client)
+		if t.check("Pod with an httpGet readiness probe becomes Ready", err) {
+			t.check("Service by name: a Pod reaches the Service's Pod as selftest-web",
+				t.reaches(ctx, client.Name, "http://selftest-web:8080/", "web-ok\n"))
+			t.check("Service by name: ... and as selftest-web."+testNamespace+".svc.cluster.local",
+				t.reaches(ctx, client.Name, "http://selftest-web."+testNamespace+".svc.cluster.local:8080/", "web-ok\n"))
+		}
+	}
+	t.check("Service test cleaned up", errors.Join(t.deletePods(ctx, web, client), ignoreNotFound(svcs.Delete(ctx, "selftest-web", metav1.DeleteOptions{}))))
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// hostListener serves "host-ok" over HTTP on the gateway address of the
+// Pod network (the host's address there), until stopped.
+func (t *selftest) hostListener(ctx context.Context) (string, func(), error) {
+	d, err := newDocker()
+	if err != nil {
+		return "", nil, err
+	}
+	gw, err := d.networkGateway(ctx, t.podNetwork)
+	if err != nil {
+		return "", nil, err
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(gw, "0"))
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "host-ok\n") }),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	go func() { _ = srv.Serve(l) }()
+	return "http://" + l.Addr().String() + "/", func() { _ = srv.Close() }, nil
+}
+
+// egressIsolation: a NetworkPolicy limits role=sandbox Pods' egress to
+// role=proxy Pods; the sandbox reaches the proxy by its Service's name, not
+// a third Pod nor the host, which the proxy (on the Pod network too) does.
+func (t *selftest) egressIsolation(ctx context.Context) {
+	pols := t.client.NetworkingV1().NetworkPolicies(testNamespace)
+	svcs := t.client.CoreV1().Services(testNamespace)
+	proxy := t.servingPod("selftest-proxy-pod", "proxy-ok", map[string]string{"role": "proxy"},
+		execProbe("curl", "-sf", "-o", "/dev/null", "--max-time", "1", "http://127.0.0.1:8080/"))
+	other := t.servingPod("selftest-other", "other-ok", nil, nil)
+	// Served and probed by tcpSocket: the probe reaches the isolated Pod.
+	sandbox := t.servingPod("selftest-sandbox", "sandbox-ok", map[string]string{"role": "sandbox"}, tcpProbe(8080))
+	defer func() {
+		t.check("NetworkPolicy test cleaned up", errors.Join(t.deletePods(ctx, sandbox, proxy, other),
+			ignoreNotFound(svcs.Delete(ctx, "selftest-proxy", metav1.DeleteOptions{})),
+			ignoreNotFound(pols.Delete(ctx, "selftest-egress", metav1.DeleteOptions{}))))
+	}()
+	_, err := pols.Create(ctx, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "selftest-egress"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"role": "sandbox"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{
+				To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "proxy"}}}},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err == nil {
+		_, err = svcs.Create(ctx, service("selftest-proxy", map[string]string{"role": "proxy"}), metav1.CreateOptions{})
+	}
+	if err == nil {
+		err = t.createRunning(ctx, proxy, other, sandbox)
+	}
+	if !t.check("NetworkPolicy, Service and Pods (exec probe; tcpSocket probe of the isolated Pod) Ready", err) {
+		return
+	}
+	hostURL, stop, err := t.hostListener(ctx)
+	if !t.check("listener on the Pod network's gateway", err) {
+		return
+	}
+	defer stop()
+	otherIP, err := t.podIP(ctx, other.Name)
+	if !t.check("third Pod's IP", err) {
+		return
+	}
+	otherURL := "http://" + net.JoinHostPort(otherIP, "8080") + "/"
+	t.check("egress control: the proxy Pod reaches the third Pod by IP", t.reaches(ctx, proxy.Name, otherURL, "other-ok\n"))
+	t.check("egress control: the proxy Pod reaches the host", t.reaches(ctx, proxy.Name, hostURL, "host-ok\n"))
+	t.check("egress: the isolated Pod reaches the allowed Pod by its Service's name",
+		t.reaches(ctx, sandbox.Name, "http://selftest-proxy:8080/", "proxy-ok\n"))
+	t.check("egress: ... and by selftest-proxy."+testNamespace+".svc.cluster.local",
+		t.reaches(ctx, sandbox.Name, "http://selftest-proxy."+testNamespace+".svc.cluster.local:8080/", "proxy-ok\n"))
+	t.check("egress: ... and by the Pod's name",
+		t.reaches(ctx, sandbox.Name, "http://"+proxy.Name+":8080/", "proxy-ok\n"))
+	t.check("egress: the isolated Pod cannot reach the third Pod by IP", t.cannotReach(ctx, sandbox.Name, otherURL))
+	t.check("egress: the isolated Pod cannot reach the host (Pod network gateway)", t.cannotReach(ctx, sandbox.Name, hostURL))
+}
+
+// readinessProbes: a tcpSocket probe keeps a Pod not Ready until its port
+// opens; probes that never succeed keep Pods not Ready, though Running.
+func (t *selftest) readinessProbes(ctx context.Context) {
+	slow := t.plainPod("selftest-slow", []string{"sh", "-c", "sleep 3; cd /tmp && exec python3 -m http.server 8080"})
+	slow.Spec.Containers[0].ReadinessProbe = tcpProbe(8080)
+	neverTCP := t.plainPod("selftest-never-tcp", []string{"sleep", "infinity"})
+	neverTCP.Spec.Containers[0].ReadinessProbe = tcpProbe(8081)
+	neverHTTP := t.servingPod("selftest-never-http", "x", nil, httpGetProbe("/missing", 8080))
+	neverExec := t.plainPod("selftest-never-exec", []string{"sleep", "infinity"})
+	neverExec.Spec.Containers[0].ReadinessProbe = execProbe("false")
+	all := []*corev1.Pod{slow, neverTCP, neverHTTP, neverExec}
+	defer func() { t.check("readiness test cleaned up", t.deletePods(ctx, all...)) }()
+	pods := t.client.CoreV1().Pods(testNamespace)
+	for _, p := range all {
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); !t.check("create "+p.Name, err) {
+			return
+		}
+	}
+	err := t.waitPhaseRunning(ctx, slow.Name)
+	if err == nil {
+		err = t.notReady(ctx, slow.Name)
+	}
+	t.check("tcpSocket probe: Running but not Ready before the port opens", err)
+	t.check("tcpSocket probe: Ready once the port opens", t.waitRunning(ctx, slow.Name))
+	for _, p := range all[1:] {
+		err := t.waitPhaseRunning(ctx, p.Name)
+		if err == nil {
+			// Several periods (1 s) and failure thresholds (3).
+			time.Sleep(4 * time.Second)
+			err = t.notReady(ctx, p.Name)
+		}
+		t.check("a probe that never succeeds keeps "+p.Name+" Running and not Ready", err)
+	}
+}
+
+func (t *selftest) waitPhaseRunning(ctx context.Context, name string) error {
+	return poll(ctx, 2*time.Minute, "pod "+name+" Running", func() (bool, error) {
+		p, err := t.client.CoreV1().Pods(testNamespace).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, err
+	})
+}
+
+// notReady checks the Pod is Running with its container not ready, as the
+// kubelet reports it.
+func (t *selftest) notReady(ctx context.Context, name string) error {
+	p, err := t.client.CoreV1().Pods(testNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].Ready {
+		return fmt.Errorf("pod %s: phase %s, container statuses %+v", name, p.Status.Phase, p.Status.ContainerStatuses)
+	}
+	want := "containers with unready status: [main]"
+	for _, typ := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
+		found := false
+		for _, c := range p.Status.Conditions {
+			if c.Type == typ {
+				found = true
+				if c.Status != corev1.ConditionFalse || c.Reason != "ContainersNotReady" || c.Message != want {
+					return fmt.Errorf("pod %s: condition %s is %s (%s: %q)", name, typ, c.Status, c.Reason, c.Message)
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("pod %s: no condition %s", name, typ)
+		}
+	}
+	return nil
 }

@@ -129,7 +129,13 @@ pub fn seen_pod(p: &Pod) -> SeenPod {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     let waiting = status
         .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == CONTAINER))
+        // The sandbox's container; a Pod of one other container (the
+        // egress proxy's), that one.
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.name == CONTAINER)
+                .or_else(|| cs.first().filter(|_| cs.len() == 1))
+        })
         .and_then(|c| c.state.as_ref())
         .and_then(|s| s.waiting.as_ref())
         .map(|w| match &w.message {

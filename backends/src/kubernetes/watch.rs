@@ -1,5 +1,6 @@
-//! Following the sandbox Pods between passes: one watch by hermes's label
-//! selector (kube-runtime's watcher, which lists, watches from the list's
+//! Following the Pods hermes made between passes (the sandboxes' and the
+//! egress proxy's): one watch by hermes's managed-by label (kube-runtime's
+//! watcher, which lists, watches from the list's
 //! resource version and, on `410 Gone` or a broken stream, lists again),
 //! each change a planner would see reported to the caller (a command's
 //! last-used mark is not one); failures back off exponentially,
@@ -9,7 +10,7 @@
 use std::collections::HashMap;
 
 use futures_util::StreamExt;
-use hermes_model::kubernetes::{ALL_SELECTOR, SeenPod};
+use hermes_model::kubernetes::{LABEL_MANAGED_BY, MANAGED_BY, SeenPod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -17,13 +18,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use super::observe::seen_pod;
 use super::{Cluster, KubeError};
 
-/// Follows the namespace's sandbox Pods, calling `changed` on every change
+/// Follows the namespace's Pods hermes made, calling `changed` on every change
 /// (and once after each full list, which may hide changes missed while
 /// the watch was down), until the server refuses: that refusal.
 pub async fn follow(cluster: &Cluster, mut changed: impl FnMut() + Send) -> KubeError {
     let api: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let resource = format!("pods in namespace {}", cluster.namespace);
-    let config = watcher::Config::default().labels(ALL_SELECTOR);
+    let config = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
     let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
     // What a planner sees of each Pod, by name: a write that leaves it as
     // it was (a command's last-used mark) wakes nothing.

@@ -269,6 +269,12 @@ async fn ready(
     ))
 }
 
+/// Whether the egress proxy was ever set up in this home (its CA is
+/// there).
+fn proxy_set_up(home: &Home) -> bool {
+    crate::egress::files::Paths::new(home).ca_cert().exists()
+}
+
 /// The home's egress proxy in the cluster brought up first, as a pass
 /// would (each of its operations said on stderr), when `proxy.enabled`:
 /// a sandbox's commands reach nothing without it. Why the sandbox may
@@ -390,10 +396,17 @@ impl Backend for Kubernetes {
     ) -> Option<String> {
         let seen = match cluster(home, desired).await {
             Ok(c) => {
+                // The proxy's objects are looked for where it is wanted or
+                // was ever set up (to remove them once it is not): a home
+                // that never used it asks nothing more.
+                let proxy_home = desired
+                    .home_id
+                    .as_deref()
+                    .filter(|_| desired.config.proxy.enabled || proxy_set_up(home));
                 let mut seen = hermes_backends::kubernetes::observe(
                     &c,
                     &desired.pods,
-                    desired.home_id.as_deref(),
+                    proxy_home,
                     desired.kube_proxy().as_ref(),
                 )
                 .await;

@@ -9,9 +9,9 @@
 //! of `proxy.upstream_ca_file` when set, and `keys.json`: each mapped key
 //! variable with the value this host has for it (its environment and
 //! `.env`, or Bitwarden Secrets Manager), held in memory only on the way.
-//! The proxy in the Pod listens on every address of the Pod (the
-//! NetworkPolicies decide who reaches it), logs to stdout, and writes
-//! nothing.
+//! The proxy in the Pod listens on each address of the Pod's interfaces
+//! (the NetworkPolicies decide who reaches it), logs to stdout, and
+//! writes nothing.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -190,12 +190,25 @@ fn load(dir: &Path) -> anyhow::Result<Settings> {
         None => None,
     };
     file.enforce_network = false;
-    file.listen = Some(vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)]);
-    Ok(Settings::new(
-        &file,
-        vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)],
-        credentials,
-        ca,
-        upstream_ca,
-    ))
+    let listen = pod_addresses();
+    file.listen = Some(listen.clone());
+    Ok(Settings::new(&file, listen, credentials, ca, upstream_ca))
+}
+
+/// Every IPv4 address of the Pod's interfaces (its network namespace has
+/// only its own), loopback included: the proxy never listens on the
+/// unspecified address.
+fn pod_addresses() -> Vec<IpAddr> {
+    let mut listen = vec![IpAddr::V4(Ipv4Addr::LOCALHOST)];
+    if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
+        for ifa in addrs {
+            if let Some(v4) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()) {
+                let ip = IpAddr::V4(v4.ip());
+                if !listen.contains(&ip) {
+                    listen.push(ip);
+                }
+            }
+        }
+    }
+    listen
 }
