@@ -214,6 +214,63 @@ pub struct ControllerReport {
     pub status: Option<ControllerStatus>,
 }
 
+/// The egress proxy of the kubernetes backend, as a pass saw its Pod.
+struct InCluster {
+    running: bool,
+    /// Why sandbox Pods wait for it; `None` when it is up on the current
+    /// settings.
+    problem: Option<String>,
+    /// Where sandboxes reach it: its Service.
+    listening: Vec<String>,
+}
+
+/// The cluster's proxy, on the kubernetes backend with `proxy.enabled`.
+fn in_cluster(
+    desired: &hermes_model::desired::Desired,
+    observed: &hermes_model::observed::Observed,
+    plan: &hermes_reconcilers::HostPlan,
+) -> Option<InCluster> {
+    use hermes_model::kubernetes::KubeObserved;
+    use hermes_model::kubernetes::proxy::ProxyObject;
+    if desired.backend() != Backend::Kubernetes || !desired.config.proxy.enabled {
+        return None;
+    }
+    let wanted = desired.kube_proxy();
+    let Some(KubeObserved::Seen { proxy: seen, .. }) = &observed.kubernetes else {
+        return Some(InCluster {
+            running: false,
+            problem: Some("the API server could not be asked".to_string()),
+            listening: Vec::new(),
+        });
+    };
+    let own: Vec<_> = plan
+        .ops
+        .iter()
+        .filter(|op| op.target == hermes_model::plan::Target::Proxy)
+        .cloned()
+        .collect();
+    let running = wanted.as_ref().is_some_and(|w| {
+        seen.get(ProxyObject::Pod, &w.object_name(ProxyObject::Pod))
+            .is_some_and(|p| p.phase == "Running")
+    });
+    Some(InCluster {
+        running,
+        problem: hermes_reconcilers::kubernetes::proxy::sandboxes_wait(desired, seen, &own),
+        listening: wanted
+            .map(|w| {
+                vec![format!(
+                    "{}.{}.svc:{} (Pod {}/{})",
+                    w.name(),
+                    w.namespace,
+                    w.tunnel_port,
+                    w.namespace,
+                    w.object_name(ProxyObject::Pod)
+                )]
+            })
+            .unwrap_or_default(),
+    })
+}
+
 async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
     let now = hermes_reconcilers::unix_seconds(SystemTime::now());
     // The host as a pass would see it: the same pass, planning only.
@@ -235,10 +292,17 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
     errors.extend(pass.errors.iter().cloned());
     let engine = pass.engine.as_ref();
     let observed = engine.map(|_| &pass.observed);
-    let proxy = pass.observed.proxy.clone();
+    let mut proxy = pass.observed.proxy.clone();
     let keys = proxy.keys.clone();
     // What blocks now (the first stage: later ones wait on it).
     let plan = &pass.plan.first;
+    // On kubernetes the proxy is the cluster's Pod, not a daemon here.
+    let cluster_proxy = in_cluster(desired, &pass.observed, plan);
+    if let Some(c) = &cluster_proxy {
+        proxy.running = c.running;
+        proxy.healthy = c.problem.is_none();
+        proxy.problem = c.problem.clone();
+    }
     let mut blocked = hermes_reconcilers::blocked(plan);
     // What `hermes exec` refuses right now (exit 3), even when no
     // operation of the plan is blocked (a sandbox that already runs).
@@ -310,12 +374,14 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
             }
         })
         .collect();
-    let listening: Vec<String> =
-        crate::egress::state::read(&crate::egress::files::Paths::new(home))
+    let listening: Vec<String> = match cluster_proxy {
+        Some(c) => c.listening,
+        None => crate::egress::state::read(&crate::egress::files::Paths::new(home))
             .ok()
             .flatten()
             .map(|s| s.tunnel.iter().map(ToString::to_string).collect())
-            .unwrap_or_default();
+            .unwrap_or_default(),
+    };
     let proxy_enabled = desired.config.proxy.enabled;
 
     // The controller, if one runs.

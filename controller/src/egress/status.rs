@@ -405,6 +405,12 @@ impl EgressStatus {
                 config.terminal.backend
             ));
         }
+        if config.terminal.backend == hermes_model::config::Backend::Kubernetes {
+            warnings.push(format!(
+                "terminal.backend is kubernetes: the proxy runs in the cluster (Pod hermes-proxy-<home> in namespace {}, from the files here; `hermes status` says whether it is Ready), not as a daemon of this host: the process and KEY columns here speak of this host only",
+                config.terminal.kubernetes.namespace
+            ));
+        }
         for (backend, keys) in &uncovered {
             for key in keys {
                 warnings.push(format!(
