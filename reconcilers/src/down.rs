@@ -2,11 +2,14 @@
 //! running for this home, in two stages. First every labelled container
 //! of the profile (hermes's, Hermes Agent's, the sessions'), with the disk
 //! images mounted for them; then, once no sandbox is attached, the
-//! proxy-only network with its firewall chain, and the proxy daemon.
+//! proxy-only network with its firewall chain, and the proxy daemon (on
+//! kubernetes, the proxy's Pod).
 //! Files stay: the data directories, the disk image files, `proxy/` and
 //! config.yaml, so `hermes reconcile` brings it all back as it was.
 
-use hermes_model::action::{Action, ProxyAction, SandboxAction};
+use hermes_model::action::{Action, PodAction, ProxyAction, SandboxAction};
+use hermes_model::kubernetes::KubeObserved;
+use hermes_model::kubernetes::proxy::ProxyObject;
 
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Op, Plan, Stage, Staged, Target};
@@ -67,6 +70,27 @@ pub fn plan(observed: &Observed, backend: Vec<Op<Action>>) -> StagedPlan {
             action: Action::Proxy(ProxyAction::Stop),
             cause: "hermes down: the proxy daemon (its files kept)".to_string(),
         });
+    }
+    // The kubernetes backend's proxy: its Pod (its Secret and the rest
+    // kept, as the daemon's files are).
+    if let Some(KubeObserved::Seen { proxy: seen, .. }) = &observed.kubernetes {
+        for (object, s) in &seen.objects {
+            if *object == ProxyObject::Pod && s.made_by_hermes && !s.deleting {
+                proxy.push(Op {
+                    changes: Vec::new(),
+                    target: Target::Proxy,
+                    action: Action::Pod(PodAction::DeleteProxy {
+                        object: *object,
+                        name: s.name.clone(),
+                        uid: s.uid.clone(),
+                    }),
+                    cause: format!(
+                        "hermes down: the egress proxy Pod {} (its Secret and the rest kept)",
+                        s.name
+                    ),
+                });
+            }
+        }
     }
     let first: HostPlan = Plan::new(sandboxes);
     let mut later = Vec::new();

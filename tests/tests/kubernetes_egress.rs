@@ -209,6 +209,28 @@ grep -rs -- '{OPENROUTER_KEY}' /proc/1/environ /etc /root /workspace /tmp >/dev/
         "no service account token: {run:?}"
     );
     assert_eq!(section("grep").trim(), "none", "{run:?}");
+    // `hermes status` speaks of the cluster's proxy.
+    let status = home.run(["status"]);
+    assert_eq!(status.code, 0, "{status:?}");
+    assert!(
+        status
+            .stdout
+            .contains("Proxy:       healthy; listening on hermes-proxy-"),
+        "{}",
+        status.stdout
+    );
+    // Down: the sandbox and the proxy Pod go; the Secret (the proxy's
+    // files) stays, as the daemon's files do.
+    let down = home.run(["down", "--yes"]);
+    assert_eq!(down.code, 0, "{down:?}");
+    assert!(list(&h, "pods").is_empty(), "{:?}", list(&h, "pods"));
+    assert_eq!(
+        list(&h, "secrets")
+            .iter()
+            .filter(|s| s["metadata"]["name"] == secret_name.as_str())
+            .count(),
+        1
+    );
     // Nothing hermes printed holds the key either.
     for out in [
         &dry.stdout,
@@ -216,6 +238,8 @@ grep -rs -- '{OPENROUTER_KEY}' /proc/1/environ /etc /root /workspace /tmp >/dev/
         &apply.stdout,
         &apply.stderr,
         &run.stderr,
+        &status.stdout,
+        &down.stdout,
     ] {
         assert!(!out.contains(OPENROUTER_KEY), "{out}");
     }

@@ -13,7 +13,6 @@ use std::process::ExitCode;
 
 use hermes_reconcilers::StagedPlan;
 
-use crate::activity::Activity;
 use crate::apply::{ApplyOptions, OpResult};
 use crate::cli::{DownArgs, Output};
 use crate::daemon::lock::{ControllerLock, LockError};
@@ -90,12 +89,23 @@ pub async fn run(home: &Home, profile: &str, args: &DownArgs) -> anyhow::Result<
         options,
     )
     .await;
-    let activity = Activity::new(home);
     for stage in &plan.later {
         if applied.failed > 0 {
             break;
         }
-        applied.absorb(crate::apply::apply(engine.as_ref(), &stage.plan, &activity, options).await);
+        // The proxy: the host's daemon and network, or the backend's
+        // (the kubernetes proxy's Pod).
+        applied.absorb(
+            crate::pass::apply_plan(
+                backend,
+                engine.as_ref(),
+                home,
+                &desired,
+                &stage.plan,
+                options,
+            )
+            .await,
+        );
     }
     let done = applied.failed == 0;
     if json {
