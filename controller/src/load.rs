@@ -219,6 +219,14 @@ fn wire_egress(home: &Home, desired: &mut Desired) {
     desired.set_home_id(home.scope().id);
     let egress = crate::egress::pass::desired(home, &desired.config);
     let proxy = &desired.config.proxy;
+    if proxy.enabled
+        && proxy.enforce_network
+        && desired.backend() == hermes_model::config::Backend::Kubernetes
+    {
+        desired.warnings.push(
+            "proxy.enforce_network does nothing on the kubernetes backend: the sandboxes' NetworkPolicy keeps them to the proxy (where the cluster enforces NetworkPolicy)".to_string(),
+        );
+    }
     if proxy.enabled && !proxy.enforce_on_docker {
         desired.warnings.push(
             "proxy.enforce_on_docker is false: Docker sandboxes run while the egress proxy is down (without it, they reach no provider)".to_string(),

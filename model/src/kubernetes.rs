@@ -494,6 +494,7 @@ pub fn is_own_label(key: &str) -> bool {
         LABEL_SPEC_HASH,
         LABEL_EGRESS,
         crate::homes::LABEL_HOME,
+        proxy::LABEL_PROXY,
     ]
     .contains(&key)
 }

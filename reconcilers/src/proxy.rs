@@ -105,7 +105,15 @@ fn daemon(desired: &Desired, observed: &Observed) -> Vec<Op<Action>> {
     };
     if desired.backend() == Backend::Kubernetes && matches!(desired.egress, Egress::On { .. }) {
         // Set up here, it runs in the cluster (the kubernetes planner's
-        // proxy Pod): no daemon on this host to start.
+        // proxy Pod): no daemon on this host, and one left from another
+        // backend (holding keys) goes.
+        if p.running {
+            return op(
+                ProxyAction::Stop,
+                "terminal.backend is kubernetes: the proxy runs in the cluster, not on this host"
+                    .to_string(),
+            );
+        }
         return Vec::new();
     }
     match &desired.egress {

@@ -560,7 +560,9 @@ func (a *nodeAgent) volumeFiles(ctx context.Context, pod *corev1.Pod, v *corev1.
 }
 
 // writeFiles writes a volume's files under the Pod's directory.
-func writeFiles(dir string, files fileSet) error {
+// writeFiles writes a file volume under dir; with the Pod's fsGroup
+// (gid >= 0) its files are group-owned by it, as the kubelet makes them.
+func writeFiles(dir string, files fileSet, gid int) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -576,11 +578,24 @@ func writeFiles(dir string, files fileSet) error {
 		if err := os.WriteFile(path, f.data, f.mode); err != nil {
 			return err
 		}
+		if gid >= 0 {
+			if err := os.Lchown(path, 0, gid); err != nil {
+				return err
+			}
+		}
 		if err := os.Chmod(path, f.mode); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// fsGroupOf is the Pod's fsGroup, or -1.
+func fsGroupOf(pod *corev1.Pod) int {
+	if psc := pod.Spec.SecurityContext; psc != nil && psc.FSGroup != nil {
+		return int(*psc.FSGroup)
+	}
+	return -1
 }
 
 // subPathMount turns the mount of the Docker volume m.Source into a bind
@@ -695,7 +710,7 @@ func (a *nodeAgent) buildMounts(ctx context.Context, pod *corev1.Pod, c *corev1.
 					return nil, configError("volume %s: this volume type is not supported by the harness", v.Name)
 				}
 				dir = filepath.Join(a.volumesDir, string(pod.UID), v.Name)
-				if err := writeFiles(dir, files); err != nil {
+				if err := writeFiles(dir, files, fsGroupOf(pod)); err != nil {
 					return nil, err
 				}
 				prepared[v.Name] = dir

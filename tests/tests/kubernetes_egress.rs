@@ -140,6 +140,12 @@ fn a_sandbox_pod_reaches_providers_only_through_the_proxy_pod_and_never_holds_a_
             "only the proxy mounts the Secret: {spec}"
         );
         assert_eq!(pod["spec"]["automountServiceAccountToken"], false, "{spec}");
+        if is_proxy {
+            let sc = &pod["spec"]["containers"][0]["securityContext"];
+            assert_eq!(sc["runAsNonRoot"], true, "{spec}");
+            assert_eq!(sc["readOnlyRootFilesystem"], true, "{spec}");
+            assert_eq!(sc["capabilities"]["drop"][0], "ALL", "{spec}");
+        }
     }
     let policies = list(&h, "networkpolicies");
     assert_eq!(policies.len(), 2, "{policies:?}");
@@ -269,7 +275,7 @@ fn no_sandbox_pod_is_made_while_the_proxy_pod_is_not_ready_and_a_disabled_proxy_
         "{dry:?}"
     );
     let exec = home.run(["exec", "--", "true"]);
-    assert_ne!(exec.code, 0, "{exec:?}");
+    assert_eq!(exec.code, 3, "refused, failing closed: {exec:?}");
     assert!(exec.stderr.contains("not Ready"), "{exec:?}");
     assert!(sandbox_pods(&h).is_empty(), "exec made no sandbox either");
 
@@ -292,6 +298,40 @@ fn no_sandbox_pod_is_made_while_the_proxy_pod_is_not_ready_and_a_disabled_proxy_
     assert_eq!(sandbox_pods(&h).len(), 1);
     let wired = sandbox_pods(&h)[0]["metadata"]["labels"]["hermes-egress"].clone();
     assert_ne!(wired, "off");
+
+    // The proxy broken under a running sandbox (its Pod gone, its image
+    // missing): no command runs there, even in the Pod that runs.
+    home.write_config(proxy_config(
+        &h,
+        &upstream,
+        "hermes-test-proxy:not-there",
+        true,
+        &ca,
+    ));
+    let proxy_pods: Vec<String> = list(&h, "pods")
+        .into_iter()
+        .filter(|p| p["metadata"]["labels"]["hermes-proxy"].is_string())
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    for name in &proxy_pods {
+        h.admin(
+            "DELETE",
+            &format!(
+                "/api/v1/namespaces/{}/pods/{name}?gracePeriodSeconds=0",
+                h.namespace
+            ),
+            None,
+        );
+    }
+    let exec = home.run(["exec", "--", "echo", "RAN"]);
+    assert_eq!(exec.code, 3, "refused, failing closed: {exec:?}");
+    assert!(!exec.stdout.contains("RAN"), "{exec:?}");
+    assert_eq!(sandbox_pods(&h).len(), 1, "the sandbox itself is kept");
+    home.write_config(proxy_config(&h, &upstream, &proxy_image(), true, &ca));
+    let apply = home.run(["reconcile"]);
+    assert_eq!(apply.code, 0, "{apply:?}");
+    let exec = home.run(["exec", "--", "echo", "RAN"]);
+    assert_eq!(exec.code, 0, "{exec:?}");
 
     // Disabled: its objects go, and the sandbox is made again unwired.
     home.write_config(proxy_config(&h, &upstream, &proxy_image(), false, &ca));

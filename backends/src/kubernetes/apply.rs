@@ -416,6 +416,7 @@ pub(super) async fn wait_ready(
                 || w.contains("ImagePullBackOff")
                 || w.contains("InvalidImageName")
                 || w.contains("CreateContainerConfigError")
+                || w.contains("CrashLoopBackOff")
         }) {
             return Err(KubeError::Pod {
                 pod,

@@ -220,7 +220,7 @@ pub fn pod(wanted: &PodWanted) -> Pod {
     }
 }
 
-fn toleration(t: &Toleration) -> KubeToleration {
+pub(super) fn toleration(t: &Toleration) -> KubeToleration {
     KubeToleration {
         key: Some(t.key.clone()),
         operator: Some(if t.value.is_some() { "Equal" } else { "Exists" }.to_string()),

@@ -28,9 +28,19 @@ pub async fn observe(
 ) -> KubeObserved {
     let seen = async {
         let (mut seen, found) = tokio::try_join!(look(cluster, ALL_SELECTOR, wanted), async {
-            match home {
-                Some(home) => super::proxy::observe(cluster, home, proxy).await,
-                None => Ok(SeenProxy::default()),
+            match (home, proxy) {
+                (Some(home), Some(_)) => super::proxy::observe(cluster, home, proxy).await,
+                // Not wanted: only looked for to remove what is left, and a
+                // service account without the proxy's verbs (the proxy
+                // never on) loses nothing by not seeing it.
+                (Some(home), None) => match super::proxy::observe(cluster, home, None).await {
+                    Err(e @ KubeError::Refused { .. }) => {
+                        tracing::debug!(error = %e, "the egress proxy's objects cannot be listed");
+                        Ok(SeenProxy::default())
+                    }
+                    other => other,
+                },
+                (None, _) => Ok(SeenProxy::default()),
             }
         })?;
         if let KubeObserved::Seen { proxy, .. } = &mut seen {

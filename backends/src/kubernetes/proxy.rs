@@ -6,7 +6,8 @@
 //! until Ready).
 //!
 //! The Secret holds the real keys and is mounted by the proxy Pod only
-//! (mode 0400, read-only); sandbox Pods mount the CA's ConfigMap, which
+//! (read-only, mode 0440 with the Pod's fsGroup, the proxy's own group:
+//! it runs as a user of its own, never root); sandbox Pods mount the CA's ConfigMap, which
 //! holds the certificate and nothing else. The sandboxes' NetworkPolicy
 //! lets them reach the proxy's two ports and the cluster's DNS
 //! (`kube-system` Pods labelled `k8s-app=kube-dns`), nothing else, and
@@ -22,9 +23,10 @@ use hermes_model::kubernetes::proxy::{
 use hermes_model::kubernetes::{FIELD_MANAGER, GRACE_SECONDS, LABEL_MANAGED_BY, SandboxKind};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, Pod, PodSpec,
-    Probe, ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext,
-    Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    Capabilities, ConfigMap, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, Pod,
+    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, Secret,
+    SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
@@ -458,6 +460,10 @@ pub fn policy(wanted: &ProxyWanted, object: ProxyObject) -> NetworkPolicy {
     }
 }
 
+/// The proxy's user and group (and the Pod's fsGroup): no one's in any
+/// image, never root.
+const PROXY_UID: i64 = 65532;
+
 /// Where the proxy Pod's scratch directory is (its root file system is
 /// read-only).
 const SCRATCH: &str = "/tmp";
@@ -510,9 +516,11 @@ pub fn pod(wanted: &ProxyWanted) -> Pod {
             ..ResourceRequirements::default()
         }),
         security_context: Some(SecurityContext {
-            // Root with no capability at all: it reads its Secret (0400,
-            // owned by root) and binds ports above 1023.
-            run_as_user: Some(0),
+            // Not root: it reads its Secret through its group (the Pod's
+            // fsGroup, mode 0440) and binds ports above 1023.
+            run_as_user: Some(PROXY_UID),
+            run_as_group: Some(PROXY_UID),
+            run_as_non_root: Some(true),
             allow_privilege_escalation: Some(false),
             privileged: Some(false),
             read_only_root_filesystem: Some(true),
@@ -547,6 +555,18 @@ pub fn pod(wanted: &ProxyWanted) -> Pod {
             containers: vec![container],
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
+            security_context: Some(PodSecurityContext {
+                fs_group: Some(PROXY_UID),
+                ..PodSecurityContext::default()
+            }),
+            node_selector: (!wanted.node_selector.is_empty()).then(|| wanted.node_selector.clone()),
+            tolerations: (!wanted.tolerations.is_empty()).then(|| {
+                wanted
+                    .tolerations
+                    .iter()
+                    .map(super::objects::toleration)
+                    .collect()
+            }),
             restart_policy: Some("Always".to_string()),
             termination_grace_period_seconds: Some(GRACE_SECONDS),
             volumes: Some(vec![
@@ -554,7 +574,7 @@ pub fn pod(wanted: &ProxyWanted) -> Pod {
                     name: "secret".to_string(),
                     secret: Some(SecretVolumeSource {
                         secret_name: Some(wanted.object_name(ProxyObject::Secret)),
-                        default_mode: Some(0o400),
+                        default_mode: Some(0o440),
                         ..SecretVolumeSource::default()
                     }),
                     ..Volume::default()

@@ -18,13 +18,15 @@ use hermes_model::kubernetes::proxy::ProxyObject;
 use hermes_model::kubernetes::{KubeObserved, PodWanted, activity_key};
 use hermes_model::observed::Observed;
 use hermes_model::plan::{Describe, Kind, Plan};
-use hermes_model::sandbox::{LABEL_PROFILE, LABEL_SESSION, LABEL_SESSION_TASK, LABEL_TASK};
+use hermes_model::sandbox::{
+    LABEL_EGRESS, LABEL_PROFILE, LABEL_SESSION, LABEL_SESSION_TASK, LABEL_TASK,
+};
 use hermes_reconcilers::{HostPlan, Planner};
 use tokio::sync::mpsc;
 
 use crate::activity::Activity;
 use crate::apply::{Applied, ApplyError};
-use crate::exec_target::{ExecError, ExecTarget, Target, Values, Which};
+use crate::exec_target::{ExecError, ExecTarget, FailClosed, Target, Values, Which};
 use crate::home::Home;
 use crate::listing::{ContainerRow, SandboxList};
 use crate::seam::{Backend, Ending};
@@ -79,9 +81,17 @@ async fn apply(home: &Home, desired: &Desired, plan: &HostPlan, verbose: bool) -
     let cluster = cluster(home, desired).await;
     // Read once, when a Secret or the CA's ConfigMap is written.
     let mut files: Option<ProxyFiles> = None;
+    // Once one of the proxy's writes failed, the rest wait for the next
+    // pass: a Pod made on a Secret that was not written would carry the
+    // new settings' hash and serve the old ones.
+    let mut proxy_failed = false;
     for (op, action) in ops {
         let started = Instant::now();
+        let of_proxy = matches!(action, PodAction::ApplyProxy { .. });
         let result = match &cluster {
+            Ok(_) if of_proxy && proxy_failed => Err(ApplyError::backend(std::io::Error::other(
+                "not carried out: an earlier write of the egress proxy failed; the next pass plans it again",
+            ))),
             Ok(c) => match proxy_files(home, desired, action, &mut files) {
                 Ok(()) => apply_one(home, c, action, files.as_ref())
                     .await
@@ -90,6 +100,7 @@ async fn apply(home: &Home, desired: &Desired, plan: &HostPlan, verbose: bool) -
             },
             Err(e) => Err(ApplyError::backend(std::io::Error::other(format!("{e:#}")))),
         };
+        proxy_failed |= of_proxy && result.is_err();
         applied.record(op, started, result, verbose);
     }
     applied
@@ -226,8 +237,26 @@ async fn ready(
     };
     let mut ops = Vec::new();
     hermes_reconcilers::kubernetes::plan_one(&wanted, &seen, &mut ops);
+    // Fail closed: no command while the proxy is not up, not even in a
+    // Pod that runs already (its commands would reach nothing, or, made
+    // before the proxy's wiring, the network directly).
     if let Some(why) = proxy_ready(home, desired, &cluster).await? {
-        hermes_reconcilers::proxy::block_sandboxes(&mut ops, &why);
+        return Err(FailClosed(format!(
+            "{}: {why}",
+            hermes_reconcilers::kubernetes::target(&wanted.key)
+        ))
+        .into());
+    }
+    if let KubeObserved::Seen { pods, .. } = &seen
+        && desired.config.proxy.enabled
+        && let Some(p) = pods.iter().find(|p| p.name == wanted.name)
+        && p.labels.get(LABEL_EGRESS) != wanted.labels.get(LABEL_EGRESS)
+    {
+        return Err(FailClosed(format!(
+            "Pod {}/{} was made without the egress proxy's current wiring, and no command runs in it while the proxy is on: `hermes reconcile` replaces it (its claim kept)",
+            wanted.namespace, wanted.name
+        ))
+        .into());
     }
     for op in &ops {
         if op.action.kind() == Kind::Blocked {
@@ -289,7 +318,11 @@ async fn proxy_ready(
         return Ok(None);
     }
     let wanted = desired.kube_proxy();
-    let home_id = desired.home_id.as_deref().unwrap_or_default();
+    let Some(home_id) = desired.home_id.as_deref() else {
+        return Ok(Some(
+            "the egress proxy: this home's id is not known (fail closed)".to_string(),
+        ));
+    };
     let observe = || hermes_backends::kubernetes::proxy::observe(cluster, home_id, wanted.as_ref());
     let mut seen = observe().await?;
     let mut ops = proxy::plan(desired, &seen);
@@ -298,8 +331,12 @@ async fn proxy_ready(
     for op in &ops {
         if let Action::Pod(action @ PodAction::ApplyProxy { .. }) = &op.action {
             crate::exec_target::say(op);
-            proxy_files(home, desired, action, &mut files)?;
-            hermes_backends::kubernetes::apply(cluster, action, files.as_ref()).await?;
+            // A proxy that cannot be brought up: nothing runs (exit 3).
+            let fail = |e: String| FailClosed(format!("egress proxy: {op}: {e}", op = op.target));
+            proxy_files(home, desired, action, &mut files).map_err(|e| fail(format!("{e:#}")))?;
+            hermes_backends::kubernetes::apply(cluster, action, files.as_ref())
+                .await
+                .map_err(|e| fail(e.to_string()))?;
             applied = true;
         }
     }

@@ -6,9 +6,13 @@
 //!
 //! The Secret's entries are the proxy's own files (`config.json`,
 //! `tokens.json`, `mappings.json`, `ca.crt`, `ca.key`), the upstream CA
-//! of `proxy.upstream_ca_file` when set, and `keys.json`: each mapped key
-//! variable with the value this host has for it (its environment and
-//! `.env`, or Bitwarden Secrets Manager), held in memory only on the way.
+//! of `proxy.upstream_ca_file` when set, and `keys.json`: the key
+//! variables of the providers that have a token, with the value this home
+//! has for each (its `.env`, never the environment of whichever process
+//! runs, so that every process of the home writes the same Secret; or
+//! Bitwarden Secrets Manager), held in memory only on the way. A Google
+//! service account key given as a file path is shipped as the file's
+//! contents (the path means nothing in the Pod).
 //! The proxy in the Pod listens on each address of the Pod's interfaces
 //! (the NetworkPolicies decide who reaches it), logs to stdout, and
 //! writes nothing.
@@ -56,14 +60,23 @@ pub fn files(home: &Home, desired: &Desired, wanted: &ProxyWanted) -> anyhow::Re
             .ok_or_else(|| anyhow::anyhow!("proxy.upstream_ca_file {path} is missing"))?;
         secret.insert(UPSTREAM_CA_FILE.to_string(), Zeroizing::new(pem));
     }
-    let keys = keys(home, &file, &MappingsFile::parse(&mappings)?)?;
+    let keys = keys(
+        home,
+        &file,
+        &MappingsFile::parse(&mappings)?,
+        &TokensFile::parse(&tokens)?,
+    )?;
     let borrowed: BTreeMap<&str, &str> =
         keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let keys_json = Zeroizing::new(serde_json::to_vec(&borrowed)?);
     secret.insert(KEYS_FILE.to_string(), keys_json);
     // What the plan's digest was made of, read again now.
-    let settings = super::files::settings_fingerprint(home, &paths)
-        .ok_or_else(|| anyhow::anyhow!("the egress proxy is not set up"))?;
+    let settings = super::files::settings_fingerprint(home, &paths).ok_or_else(|| {
+        anyhow::anyhow!(
+            "the egress proxy's files under {} changed while they were read",
+            home.root().join("proxy").display()
+        )
+    })?;
     let ca_sha256 = hex(&Sha256::digest(&*ca_cert));
     let digest = hermes_model::kubernetes::proxy::secret_digest(
         &settings,
@@ -76,7 +89,8 @@ pub fn files(home: &Home, desired: &Desired, wanted: &ProxyWanted) -> anyhow::Re
             wanted.secret_digest
         );
     }
-    let ca_pem = String::from_utf8(ca_cert.to_vec()).context("ca.crt is not text")?;
+    let ca_pem = String::from_utf8(ca_cert.to_vec())
+        .with_context(|| format!("{} is not text", paths.ca_cert().display()))?;
     secret.insert(CONFIG_FILE.to_string(), config);
     secret.insert(TOKENS_FILE.to_string(), tokens);
     secret.insert(MAPPINGS_FILE.to_string(), mappings);
@@ -91,13 +105,19 @@ fn keys(
     home: &Home,
     file: &ProxyConfigFile,
     mappings: &MappingsFile,
+    tokens: &TokensFile,
 ) -> anyhow::Result<BTreeMap<String, Zeroizing<String>>> {
     let names = mappings
         .mappings
         .iter()
+        .filter(|m| tokens.tokens.contains_key(&m.provider))
         .flat_map(|m| m.env.iter().map(String::as_str))
         .chain([google::KEY_FILE_VARIABLE]);
-    let env = crate::host::host_env(home)?;
+    // `.env` alone (see the module's doc).
+    let env = hermes_model::desired::HostEnv {
+        process: BTreeMap::new(),
+        ..crate::host::host_env(home)?
+    };
     let mut keys = BTreeMap::new();
     if file.credential_source == super::bitwarden::SOURCE {
         let found = super::bitwarden::fetch(&env, file.bitwarden_project_id.as_deref())?;
@@ -112,6 +132,26 @@ fn keys(
                 keys.insert(name.to_string(), Zeroizing::new(v.to_string()));
             }
         }
+    }
+    if let Some(value) = keys.get_mut(google::KEY_FILE_VARIABLE)
+        && !value.trim_start().starts_with('{')
+    {
+        let path = Path::new(value.trim()).to_path_buf();
+        let bytes = read_file(&path)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} names {}, which is missing",
+                google::KEY_FILE_VARIABLE,
+                path.display()
+            )
+        })?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            anyhow::anyhow!(
+                "{} names {}, which is not text",
+                google::KEY_FILE_VARIABLE,
+                path.display()
+            )
+        })?;
+        *value = Zeroizing::new(text);
     }
     Ok(keys)
 }
@@ -181,34 +221,50 @@ fn load(dir: &Path) -> anyhow::Result<Settings> {
         _ => None,
     };
     credentials.configure_google(Some(&file.google_oauth_hosts), account);
-    let cert = String::from_utf8(read("ca.crt")?.to_vec()).context("ca.crt is not text")?;
-    let key =
-        Zeroizing::new(String::from_utf8(read("ca.key")?.to_vec()).context("ca.key is not text")?);
+    let text = |name: &str| -> anyhow::Result<Zeroizing<String>> {
+        Ok(Zeroizing::new(
+            String::from_utf8(read(name)?.to_vec())
+                .with_context(|| format!("{} is not text", dir.join(name).display()))?,
+        ))
+    };
+    let cert = text("ca.crt")?;
+    let key = text("ca.key")?;
     let ca = Ca::load(&cert, &key)?;
     let upstream_ca = match file.upstream_ca_file {
         Some(_) => Some(read(UPSTREAM_CA_FILE)?.to_vec()),
         None => None,
     };
     file.enforce_network = false;
-    let listen = pod_addresses();
+    let listen = pod_addresses()?;
     file.listen = Some(listen.clone());
     Ok(Settings::new(&file, listen, credentials, ca, upstream_ca))
 }
 
-/// Every IPv4 address of the Pod's interfaces (its network namespace has
-/// only its own), loopback included: the proxy never listens on the
-/// unspecified address.
-fn pod_addresses() -> Vec<IpAddr> {
+/// Every address of the Pod's interfaces (its network namespace has
+/// only its own; IPv6 link-local ones aside), loopback included: the
+/// proxy never listens on the unspecified address.
+fn pod_addresses() -> anyhow::Result<Vec<IpAddr>> {
     let mut listen = vec![IpAddr::V4(Ipv4Addr::LOCALHOST)];
-    if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
-        for ifa in addrs {
-            if let Some(v4) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()) {
-                let ip = IpAddr::V4(v4.ip());
-                if !listen.contains(&ip) {
-                    listen.push(ip);
-                }
+    let addrs = nix::ifaddrs::getifaddrs().context("the Pod's addresses (getifaddrs)")?;
+    for ifa in addrs {
+        let Some(address) = ifa.address.as_ref() else {
+            continue;
+        };
+        let ip = if let Some(v4) = address.as_sockaddr_in() {
+            IpAddr::V4(v4.ip())
+        } else if let Some(v6) = address.as_sockaddr_in6() {
+            // Link-local (fe80::/10) needs a scope the proxy's socket
+            // addresses do not carry.
+            if (v6.ip().segments()[0] & 0xffc0) == 0xfe80 {
+                continue;
             }
+            IpAddr::V6(v6.ip())
+        } else {
+            continue;
+        };
+        if !listen.contains(&ip) {
+            listen.push(ip);
         }
     }
-    listen
+    Ok(listen)
 }

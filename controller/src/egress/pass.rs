@@ -67,6 +67,9 @@ pub fn desired(home: &Home, config: &Config) -> Egress {
     };
     let listen = config.proxy.listen.clone().unwrap_or_else(default_listen);
     let gateway = match &network {
+        // Sandboxes reach the cluster's proxy by its Service: no address
+        // of this host (which may have no Docker at all) stands in.
+        _ if in_cluster(config) => Some(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
         Some((_, gateway)) => Some(std::net::IpAddr::V4(*gateway)),
         None => listen.into_iter().find(|ip| !ip.is_loopback()),
     };
@@ -132,6 +135,7 @@ pub fn after_setup(home: &Home, config: &Config) -> Option<EgressWiring> {
     .filter(|_| config.proxy.enforce_network);
     let listen = config.proxy.listen.clone().unwrap_or_else(default_listen);
     let gateway = match &network {
+        _ if in_cluster(config) => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         Some((_, gateway)) => *gateway,
         None => listen.into_iter().find(|ip| !ip.is_loopback())?,
     };
@@ -153,14 +157,21 @@ pub fn after_setup(home: &Home, config: &Config) -> Option<EgressWiring> {
     })
 }
 
+/// Whether the proxy runs in the cluster (the kubernetes backend), not
+/// as a daemon of this host.
+fn in_cluster(config: &Config) -> bool {
+    config.terminal.backend == hermes_model::config::Backend::Kubernetes
+}
+
 /// With `proxy.enforce_network`: the proxy-only network's name and
 /// gateway, once the network and its firewall are in place; otherwise
-/// what is missing. `Ok(None)` without `enforce_network`.
+/// what is missing. `Ok(None)` without `enforce_network`, and on the
+/// kubernetes backend (its NetworkPolicies stand for that network).
 fn enforced_network(
     home: &Home,
     config: &Config,
 ) -> Result<Option<(String, std::net::Ipv4Addr)>, String> {
-    if !config.proxy.enforce_network {
+    if !config.proxy.enforce_network || in_cluster(config) {
         return Ok(None);
     }
     let network = ProxyNetwork::for_home(home);
@@ -264,21 +275,21 @@ fn keys_held(health: &super::health::Health) -> Option<BTreeMap<String, KeyState
 
 /// The real keys the running proxy should hold for `config`, by
 /// provider: those a reload would load now (its own environment, read
-/// from `/proc`, then `.env`, as the daemon reads them), with their
-/// digests under the management token; held in memory only. `None` when
-/// that is not known here: no proxy running (a start loads what it
-/// finds), not set up, or its keys coming from a secret manager.
+/// from `/proc`, then `.env`, as the daemon reads them; on the kubernetes
+/// backend `.env` alone, what the proxy's Secret is written from, so that
+/// every process of the home agrees), with their digests under the
+/// management token; held in memory only. `None` when that is not known
+/// here: no proxy running (a start loads what it finds), not set up, or
+/// its keys coming from a secret manager.
 pub fn desired_keys(home: &Home, config: &Config) -> Option<BTreeMap<String, KeyState>> {
     if !config.proxy.enabled {
         return None;
     }
     let paths = Paths::new(home);
-    let process: BTreeMap<String, String> = if config.terminal.backend
-        == hermes_model::config::Backend::Kubernetes
-    {
-        // The proxy in the cluster gets the keys this process finds
-        // (its Secret is written from them).
-        crate::host::host_env(home).ok()?.process
+    let process: BTreeMap<String, String> = if in_cluster(config) {
+        // Not this process's environment: the controller's, a shell's and
+        // an agent's differ, and each would rewrite the Secret.
+        BTreeMap::new()
     } else {
         let pid = running_pid(&paths).ok().flatten()?;
         let environ = zeroize::Zeroizing::new(std::fs::read(format!("/proc/{pid}/environ")).ok()?);

@@ -96,6 +96,10 @@ pub struct ProxyWanted {
     pub ca_sha256: String,
     /// `terminal.kubernetes_labels`, on every object.
     pub extra_labels: BTreeMap<String, String>,
+    /// Where the proxy Pod may run: the sandboxes' node selector and
+    /// tolerations.
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<super::Toleration>,
 }
 
 impl ProxyWanted {
@@ -114,6 +118,8 @@ impl ProxyWanted {
             secret_digest,
             ca_sha256,
             extra_labels: settings.labels.clone(),
+            node_selector: settings.node_selector.clone(),
+            tolerations: settings.tolerations.clone(),
         }
     }
 
@@ -153,14 +159,6 @@ impl ProxyWanted {
         ])
     }
 
-    /// The selector listing every object of this home's proxy.
-    pub fn selector(&self) -> String {
-        format!(
-            "{LABEL_PROXY}={},{LABEL_MANAGED_BY}={MANAGED_BY}",
-            self.home
-        )
-    }
-
     /// The hash of what `object` is made of: a difference updates it (the
     /// Pod: replaces it).
     pub fn hash(&self, object: ProxyObject) -> String {
@@ -180,6 +178,20 @@ impl ProxyWanted {
             ProxyObject::Pod => {
                 f.field("image", self.image.as_deref().unwrap_or(""));
                 f.field("ports", &ports);
+                for (k, v) in &self.node_selector {
+                    f.field("node_selector", &format!("{k}={v}"));
+                }
+                for t in &self.tolerations {
+                    f.field(
+                        "toleration",
+                        &format!(
+                            "{}={}:{}",
+                            t.key,
+                            t.value.as_deref().unwrap_or("*"),
+                            t.effect.as_deref().unwrap_or("*")
+                        ),
+                    );
+                }
                 // The Pod reads its Secret when it starts: new contents,
                 // a new Pod.
                 f.field("secret", &self.secret_digest);
