@@ -66,6 +66,10 @@ pub async fn observe_for(
             observed.missing_images.insert(image.to_string());
         }
     }
+    // Asked only when a sandbox names a runtime (`docker_runtime`).
+    if desired.sandboxes.iter().any(|s| s.runtime.is_some()) {
+        observed.runtimes = engine.runtimes().await.ok();
+    }
     // Whatever the backend: an image left by an earlier Docker config is
     // released as well.
     let dir = hermes_model::sandbox::sandbox_dir(&desired.config, &desired.home);

@@ -157,6 +157,9 @@ pub struct Terminal {
     pub docker_env: Vec<(String, String)>,
     pub docker_forward_env: Vec<String>,
     pub docker_extra_args: Vec<String>,
+    /// `docker_runtime`: the sandboxes' OCI runtime (`runc`: the engine's
+    /// own default, as before the key).
+    pub docker_runtime: String,
     /// Names whose values (host environment, then `.env`) every command in
     /// a Docker sandbox gets, as `docker_forward_env`'s, less Hermes
     /// Agent's provider credentials ([`agent::is_passthrough_blocked`]).
@@ -409,6 +412,7 @@ fn is_sandbox_issue(path: &str) -> bool {
     };
     under(crate::schema_key!("terminal.docker_extra_args").path)
         || env::variable_of("docker_extra_args").is_some_and(under)
+        || path == crate::schema_key!("terminal.docker_runtime").path
 }
 
 /// Names the variable, instead of a place in the file, in each issue of a
@@ -722,6 +726,60 @@ fn skipped_volumes(root: &Node, warnings: &mut Vec<Issue>) {
     }
 }
 
+/// `docker_runtime`: a runtime's name (what the engine's `Runtimes` keys
+/// are), and not one that contradicts a `--runtime` of `docker_extra_args`.
+fn check_runtime(terminal: &crate::yaml::Entry, errors: &mut Vec<Issue>) {
+    let Some(runtime) = terminal.value.get("docker_runtime") else {
+        return;
+    };
+    let Value::Str(name) = runtime.value.to_value() else {
+        return; // the type check has reported it
+    };
+    let path = crate::schema_key!("terminal.docker_runtime").path;
+    let valid = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !valid {
+        errors.push(Issue::new(
+            path,
+            runtime.value.start,
+            format!("`{name}` is not a runtime's name (letters, digits, `.`, `_`, `-`)"),
+        ));
+        return;
+    }
+    let extra: Vec<String> = match terminal
+        .value
+        .get("docker_extra_args")
+        .map(|a| &a.value.kind)
+    {
+        Some(NodeKind::Seq { items, .. }) => items
+            .iter()
+            .filter_map(|i| match i.to_value() {
+                Value::Str(s) => Some(s),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let (mapped, _) = crate::sandbox::map_extra_args(&extra);
+    if let Some(other) = mapped
+        .runtime
+        .filter(|other| *other != name && name != "runc")
+    {
+        errors.push(Issue::new(
+            path,
+            runtime.value.start,
+            format!(
+                "is {name} but terminal.docker_extra_args names --runtime={other}: keep one of them"
+            ),
+        ));
+    }
+}
+
 /// `docker_extra_args`: every flag hermes cannot map onto the create call
 /// ([`crate::sandbox::map_extra_args`]), and every one that contradicts
 /// the rest of the config: a network other than `none` with
@@ -733,6 +791,7 @@ fn check_extra_args(root: &Node, errors: &mut Vec<Issue>) {
     let Some(terminal) = root.get("terminal") else {
         return;
     };
+    check_runtime(terminal, errors);
     let Some(args) = terminal.value.get("docker_extra_args") else {
         return;
     };

@@ -182,6 +182,10 @@ pub struct Observed {
     /// The images of the wanted Docker sandboxes that the engine does not
     /// have: making a sandbox of one pulls it first.
     pub missing_images: std::collections::BTreeSet<String>,
+    /// The OCI runtimes the engine lists (its `Runtimes`), asked when a
+    /// wanted sandbox names one (`terminal.docker_runtime`); `None`: not
+    /// asked, or the engine did not say.
+    pub runtimes: Option<std::collections::BTreeSet<String>>,
 }
 
 /// A persistent sandbox's disk image mounted on its data directory

@@ -389,6 +389,13 @@ impl SandboxSpec {
             runner_dir: Some(runner),
         };
         spec.apply_extra_args(extra);
+        // `terminal.docker_runtime`; `runc` is the engine's own default, so
+        // a spec of it is the spec of before the key (its hash unchanged).
+        // A `--runtime` of `docker_extra_args` that says otherwise is a
+        // config error, which blocks the sandbox.
+        if spec.runtime.is_none() && config.terminal.docker_runtime != "runc" {
+            spec.runtime = Some(config.terminal.docker_runtime.clone());
+        }
         spec.rehash();
         spec
     }

@@ -279,6 +279,13 @@ pub const KEYS: &[KeySpec] = &[
         Ty::StrList,
         Default::EmptyList,
     ),
+    // The OCI runtime of Docker sandboxes: runc, runsc (gVisor), or any
+    // runtime the engine lists.
+    key(
+        "terminal.docker_runtime",
+        Ty::NonEmptyStr,
+        Default::Str("runc"),
+    ),
     // Hermes Agent binds its host working directory to /workspace; a
     // sandbox hermes keeps has none (see `config::agent`).
     key(

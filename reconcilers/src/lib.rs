@@ -277,6 +277,9 @@ pub fn plan_all_with(
     if let Some(reason) = &desired.docker_blocked {
         block_refused(&mut sandbox_ops, desired, reason);
     }
+    if let Some(runtimes) = &observed.runtimes {
+        block_missing_runtime(&mut sandbox_ops, runtimes);
+    }
     if let Some(reason) = proxy::fail_closed_reason(desired, &observed.proxy) {
         proxy::block_sandboxes(&mut sandbox_ops, &reason);
     }
@@ -336,6 +339,36 @@ fn block_refused(ops: &mut Vec<hermes_model::plan::Op<Action>>, desired: &Desire
                 changes: Vec::new(),
             });
         }
+    }
+}
+
+/// Refuses every make of a Docker sandbox whose runtime
+/// (`terminal.docker_runtime`) the engine does not list, with the
+/// runtimes it has and how to register one.
+fn block_missing_runtime(
+    ops: &mut [hermes_model::plan::Op<Action>],
+    runtimes: &std::collections::BTreeSet<String>,
+) {
+    for op in ops.iter_mut() {
+        let spec = match &op.action {
+            Action::Sandbox(
+                SandboxAction::Create(spec)
+                | SandboxAction::Recreate { spec, .. }
+                | SandboxAction::Migrate { spec, .. },
+            ) => spec,
+            _ => continue,
+        };
+        let Some(runtime) = spec.runtime.as_ref().filter(|r| !runtimes.contains(*r)) else {
+            continue;
+        };
+        let has: Vec<&str> = runtimes.iter().map(String::as_str).collect();
+        op.cause = format!(
+            "the Docker engine has no runtime {runtime} (it has: {}); register it in /etc/docker/daemon.json (\"runtimes\": {{\"{runtime}\": {{\"path\": \"/usr/bin/{runtime}\"}}}}) and reload dockerd (SIGHUP), or set terminal.docker_runtime to one it has; wanted: {} ({})",
+            has.join(", "),
+            op.action.verb(),
+            op.cause
+        );
+        op.action = Action::Blocked;
     }
 }
 

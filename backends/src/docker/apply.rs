@@ -213,6 +213,16 @@ impl Engine {
     /// Makes sure the engine has `image`, pulling it when the engine answers
     /// 404, and handing each progress line of the pull to `progress`.
     /// Whether the engine has `image` (no pull).
+    /// The OCI runtimes the engine lists (`docker info`'s `Runtimes`).
+    pub async fn runtimes(&self) -> Result<std::collections::BTreeSet<String>, DockerError> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(|e| DockerError::engine("info", "the engine", e))?;
+        Ok(info.runtimes.unwrap_or_default().into_keys().collect())
+    }
+
     pub async fn has_image(&self, image: &str) -> Result<bool, DockerError> {
         match self.docker.inspect_image(image).await {
             Ok(_) => Ok(true),

@@ -460,7 +460,7 @@ fn check_into(home: &Home, file: &str, report: &mut CheckJson) -> anyhow::Result
                     report.errors.push(IssueJson::of(issue));
                 }
                 eprintln!(
-                    "{file} is invalid for the Docker sandboxes: {} error{} of terminal.docker_extra_args ({warnings}); a pass blocks the Docker sandboxes with them and converges the rest of the host.",
+                    "{file} is invalid for the Docker sandboxes: {} error{} of terminal.docker_extra_args or terminal.docker_runtime ({warnings}); a pass blocks the Docker sandboxes with them and converges the rest of the host.",
                     errors.len(),
                     if errors.len() == 1 { "" } else { "s" }
                 );

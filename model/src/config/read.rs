@@ -85,6 +85,7 @@ impl Config {
                 docker_env: r.env_map(schema_key!("terminal.docker_env")),
                 docker_forward_env: r.strings(schema_key!("terminal.docker_forward_env")),
                 docker_extra_args: r.strings(schema_key!("terminal.docker_extra_args")),
+                docker_runtime: r.string(schema_key!("terminal.docker_runtime")),
                 env_passthrough: r.strings(schema_key!("terminal.env_passthrough")),
                 docker_run_as_host_user: r.bool(schema_key!("terminal.docker_run_as_host_user")),
                 docker_mount_cwd_to_workspace: r

@@ -587,3 +587,27 @@ fn a_running_or_unmanaged_holder_of_the_name_blocks_the_sandbox() {
     );
     assert!(!text.contains("remove      "), "{text}");
 }
+
+#[test]
+fn a_runtime_the_engine_lacks_blocks_the_sandbox_and_says_how_to_register_it() {
+    let d = desired("terminal:\n  backend: docker\n  docker_runtime: runsc\n");
+    assert_eq!(d.sandboxes[0].runtime.as_deref(), Some("runsc"));
+    let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(NOW as u64);
+    let observed = |runtimes: &[&str]| Observed {
+        runtimes: Some(runtimes.iter().map(|r| r.to_string()).collect()),
+        ..Observed::default()
+    };
+    let plan = crate::plan_all(&d, &observed(&["runc"]), now).to_string();
+    assert!(
+        plan.contains("blocked     the Docker engine has no runtime runsc (it has: runc); register it in /etc/docker/daemon.json"),
+        "{plan}"
+    );
+    let plan = crate::plan_all(&d, &observed(&["runc", "runsc"]), now).to_string();
+    assert!(plan.contains("+ sandbox default/default"), "{plan}");
+    assert!(!plan.contains("blocked"), "{plan}");
+    // runc, the default, is the spec of before the key: nothing recreated.
+    let runc = desired("terminal:\n  backend: docker\n  docker_runtime: runc\n");
+    assert_eq!(runc.sandboxes[0].runtime, None);
+    assert_eq!(runc.sandboxes[0].hash(), docker().sandboxes[0].hash());
+    assert_ne!(d.sandboxes[0].hash(), docker().sandboxes[0].hash());
+}
