@@ -345,7 +345,7 @@ fn block_refused(ops: &mut Vec<hermes_model::plan::Op<Action>>, desired: &Desire
 /// Refuses every make of a Docker sandbox whose runtime
 /// (`terminal.docker_runtime`) the engine does not list, with the
 /// runtimes it has and how to register one.
-fn block_missing_runtime(
+pub fn block_missing_runtime(
     ops: &mut [hermes_model::plan::Op<Action>],
     runtimes: &std::collections::BTreeSet<String>,
 ) {

@@ -1,6 +1,7 @@
 //! `terminal.docker_runtime` against the real engine: a runtime the
-//! engine does not list blocks the sandbox at plan time, naming the
-//! runtimes it has and how to register one, and makes nothing; `runc`
+//! engine does not list blocks the sandbox at plan time (and `hermes
+//! exec`), naming the runtimes it has and how to register one, and makes
+//! nothing; `runc`
 //! named explicitly is the sandbox of before the key (the container the
 //! default made is kept, not recreated).
 
@@ -29,6 +30,14 @@ fn a_runtime_the_engine_lacks_blocks_the_sandbox_and_runc_changes_nothing() {
     );
     let apply = hermes(&["reconcile"]);
     assert_ne!(apply.code, 0, "{apply:?}");
+    // `hermes exec` refuses the same way, before making anything.
+    let exec = hermes(&["exec", "--", "true"]);
+    assert_ne!(exec.code, 0, "{exec:?}");
+    assert!(
+        exec.stderr
+            .contains("the Docker engine has no runtime hermes-test-no-such-runtime"),
+        "{exec:?}"
+    );
     let made = hermes_tests::docker_cli::docker(&[
         "ps",
         "-aq",

@@ -414,9 +414,14 @@ async fn ready(
         legacy: crate::migrate::legacy_of(&desired_root(desired), spec)
             .into_iter()
             .collect(),
+        // As a pass asks: only for a runtime of its own.
+        runtimes: match spec.runtime {
+            Some(_) => engine.runtimes().await.ok(),
+            None => None,
+        },
         ..Observed::default()
     };
-    let ops: Vec<Op<Action>> = hermes_reconcilers::persistence::plan(
+    let mut ops: Vec<Op<Action>> = hermes_reconcilers::persistence::plan(
         &only,
         &observed,
         hermes_reconcilers::unix_seconds(SystemTime::now()),
@@ -425,6 +430,9 @@ async fn ready(
     .into_iter()
     .filter(|op| matches!(op.target, hermes_model::plan::Target::Sandbox { .. }))
     .collect();
+    if let Some(runtimes) = &observed.runtimes {
+        hermes_reconcilers::block_missing_runtime(&mut ops, runtimes);
+    }
     if let Some(op) = ops.iter().find(|op| op.action.kind() == Kind::Blocked) {
         anyhow::bail!("sandbox {} is blocked: {}", spec.name, op.cause);
     }
