@@ -62,6 +62,17 @@ pub struct Toleration {
 pub const EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
 impl Toleration {
+    /// Its part of a spec hash: `key=value:effect` (`*` for either left
+    /// out).
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "{}={}:{}",
+            self.key,
+            self.value.as_deref().unwrap_or("*"),
+            self.effect.as_deref().unwrap_or("*")
+        )
+    }
+
     /// Parses `key[=value][:Effect]`; the error says what is wrong.
     pub fn parse(text: &str) -> Result<Toleration, String> {
         let (rest, effect) = match text.rsplit_once(':') {
@@ -277,15 +288,7 @@ impl PodWanted {
             f.field("node_selector", &format!("{k}={v}"));
         }
         for t in &self.tolerations {
-            f.field(
-                "toleration",
-                &format!(
-                    "{}={}:{}",
-                    t.key,
-                    t.value.as_deref().unwrap_or("*"),
-                    t.effect.as_deref().unwrap_or("*")
-                ),
-            );
+            f.field("toleration", &t.fingerprint());
         }
         for (k, v) in &self.labels {
             if k != LABEL_SPEC_HASH {

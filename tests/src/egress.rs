@@ -392,3 +392,20 @@ pub fn remove_transparent_rules(bridge: &str, chain: &str) {
     iptables(&["-t", "nat", "-F", chain]);
     iptables(&["-t", "nat", "-X", chain]);
 }
+
+/// The lines of `stdout` under the marker line `== NAME` (up to the next
+/// `== ` line): one part of a script that prints several.
+pub fn section(stdout: &str, name: &str) -> String {
+    let marker = format!("== {name}");
+    let mut out = String::new();
+    let mut inside = false;
+    for line in stdout.lines() {
+        if line.starts_with("== ") {
+            inside = line == marker;
+        } else if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}

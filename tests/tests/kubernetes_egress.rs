@@ -177,20 +177,7 @@ grep -rs -- '{OPENROUTER_KEY}' /proc/1/environ /etc /root /workspace /tmp >/dev/
     );
     let run = home.run(["exec", "--", "sh", "-c", &script]);
     assert_eq!(run.code, 0, "{run:?}");
-    let section = |name: &str| {
-        let marker = format!("== {name}");
-        let mut out = String::new();
-        let mut inside = false;
-        for line in run.stdout.lines() {
-            if line.starts_with("== ") {
-                inside = line == marker;
-            } else if inside {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-        out
-    };
+    let section = |name: &str| hermes_tests::egress::section(&run.stdout, name);
     let env = section("env");
     assert!(
         env.contains("HTTPS_PROXY=http://hermes-proxy-"),

@@ -161,20 +161,7 @@ node /workspace/get.js generativelanguage.googleapis.com {port} "/echo?key=$GEMI
     let run = host.hermes(&["exec", "--", "sh", "-c", &script]);
     assert_eq!(run.code, 0, "{run:?}");
     logs.push_str(&run.stderr);
-    let section = |name: &str| {
-        let marker = format!("== {name}");
-        let mut out = String::new();
-        let mut inside = false;
-        for line in run.stdout.lines() {
-            if line.starts_with("== ") {
-                inside = line == marker;
-            } else if inside {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-        out
-    };
+    let section = |name: &str| hermes_tests::egress::section(&run.stdout, name);
     let env = section("env");
     assert!(
         env.contains("HTTPS_PROXY=http://host.docker.internal:"),

@@ -218,7 +218,6 @@ pub async fn apply(
     let ns = &cluster.namespace;
     let name = wanted.object_name(object);
     let what = format!("{} {ns}/{name}", object.kind().to_lowercase());
-    let client = &cluster.client;
     let files = || {
         files.ok_or_else(|| KubeError::Unreachable {
             verb: "apply",
@@ -229,64 +228,63 @@ pub async fn apply(
     match object {
         ProxyObject::Secret => {
             let body = secret(wanted, files()?);
-            let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-            call(
-                "apply",
-                what,
-                api.patch(&name, &params(), &Patch::Apply(&body)),
-            )
-            .await
-            .map(drop)
+            write(cluster, what, &name, &body).await
         }
         ProxyObject::CaConfigMap => {
             let body = config_map(wanted, &files()?.ca_pem);
-            let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-            call(
-                "apply",
-                what,
-                api.patch(&name, &params(), &Patch::Apply(&body)),
-            )
-            .await
-            .map(drop)
+            write(cluster, what, &name, &body).await
         }
-        ProxyObject::Service => {
-            let api: Api<Service> = Api::namespaced(client.clone(), ns);
-            let body = service(wanted);
-            call(
-                "apply",
-                what,
-                api.patch(&name, &params(), &Patch::Apply(&body)),
-            )
-            .await
-            .map(drop)
-        }
+        ProxyObject::Service => write(cluster, what, &name, &service(wanted)).await,
         ProxyObject::SandboxPolicy | ProxyObject::ProxyPolicy => {
-            let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
-            let body = policy(wanted, object);
-            call(
-                "apply",
-                what,
-                api.patch(&name, &params(), &Patch::Apply(&body)),
-            )
-            .await
-            .map(drop)
+            write(cluster, what, &name, &policy(wanted, object)).await
         }
         ProxyObject::Pod => {
             if let Some(uid) = existing {
                 super::apply::delete_pod(cluster, &name, uid).await?;
                 super::apply::wait_gone(cluster, &name, uid).await?;
             }
-            let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-            let body = pod(wanted);
-            call(
-                "apply",
-                what,
-                api.patch(&name, &params(), &Patch::Apply(&body)),
-            )
-            .await?;
+            write(cluster, what, &name, &pod(wanted)).await?;
             wait_ready(cluster, &name, SandboxKind::Pod).await
         }
     }
+}
+
+/// Server-side applies `body` as the object `name` of its kind.
+async fn write<K>(cluster: &Cluster, what: String, name: &str, body: &K) -> Result<(), KubeError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    call(
+        "apply",
+        what,
+        api.patch(name, &params(), &Patch::Apply(body)),
+    )
+    .await
+    .map(drop)
+}
+
+/// Deletes the object `name` of `K` with `dp`'s preconditions.
+async fn remove<K>(
+    cluster: &Cluster,
+    what: String,
+    name: &str,
+    dp: &DeleteParams,
+) -> Result<(), KubeError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    call("delete", what, api.delete(name, dp)).await.map(drop)
 }
 
 /// Deletes the proxy's `object` `name` if it is still the one of `uid`
@@ -298,7 +296,6 @@ pub async fn delete(
     uid: &str,
 ) -> Result<(), KubeError> {
     let ns = &cluster.namespace;
-    let client = &cluster.client;
     let what = format!("{} {ns}/{name}", object.kind().to_lowercase());
     let dp = DeleteParams {
         grace_period_seconds: u32::try_from(GRACE_SECONDS).ok(),
@@ -309,21 +306,11 @@ pub async fn delete(
         ..DeleteParams::default()
     };
     let sent = match object {
-        ProxyObject::Secret => {
-            let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-            call("delete", what, api.delete(name, &dp)).await.map(drop)
-        }
-        ProxyObject::CaConfigMap => {
-            let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-            call("delete", what, api.delete(name, &dp)).await.map(drop)
-        }
-        ProxyObject::Service => {
-            let api: Api<Service> = Api::namespaced(client.clone(), ns);
-            call("delete", what, api.delete(name, &dp)).await.map(drop)
-        }
+        ProxyObject::Secret => remove::<Secret>(cluster, what, name, &dp).await,
+        ProxyObject::CaConfigMap => remove::<ConfigMap>(cluster, what, name, &dp).await,
+        ProxyObject::Service => remove::<Service>(cluster, what, name, &dp).await,
         ProxyObject::SandboxPolicy | ProxyObject::ProxyPolicy => {
-            let api: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
-            call("delete", what, api.delete(name, &dp)).await.map(drop)
+            remove::<NetworkPolicy>(cluster, what, name, &dp).await
         }
         ProxyObject::Pod => {
             super::apply::delete_pod(cluster, name, uid).await?;

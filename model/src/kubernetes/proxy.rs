@@ -182,15 +182,7 @@ impl ProxyWanted {
                     f.field("node_selector", &format!("{k}={v}"));
                 }
                 for t in &self.tolerations {
-                    f.field(
-                        "toleration",
-                        &format!(
-                            "{}={}:{}",
-                            t.key,
-                            t.value.as_deref().unwrap_or("*"),
-                            t.effect.as_deref().unwrap_or("*")
-                        ),
-                    );
+                    f.field("toleration", &t.fingerprint());
                 }
                 // The Pod reads its Secret when it starts: new contents,
                 // a new Pod.
