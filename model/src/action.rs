@@ -251,6 +251,22 @@ impl Describe for Action {
     }
 }
 
+impl SandboxAction {
+    /// The spec of the container the operation makes: a create's, a
+    /// recreate's, a migration's; `None` for one that makes none.
+    pub fn made(&self) -> Option<&SandboxSpec> {
+        match self {
+            SandboxAction::Create(spec)
+            | SandboxAction::Recreate { spec, .. }
+            | SandboxAction::Migrate { spec, .. } => Some(spec),
+            SandboxAction::Start { .. }
+            | SandboxAction::Adopt { .. }
+            | SandboxAction::Remove { .. }
+            | SandboxAction::ReleaseDisk(_) => None,
+        }
+    }
+}
+
 impl Describe for SandboxAction {
     fn kind(&self) -> Kind {
         match self {

@@ -75,13 +75,11 @@ pub fn plan(observed: &Observed, ops: &mut Vec<Op<Action>>) {
 /// recreate of a persistent sandbox of its profile and task).
 fn makes_one(ops: &[Op<Action>], disk: &MountedDisk) -> bool {
     ops.iter().any(|op| {
-        let spec = match &op.action {
-            Action::Sandbox(
-                SandboxAction::Create(spec)
-                | SandboxAction::Recreate { spec, .. }
-                | SandboxAction::Migrate { spec, .. },
-            ) => spec,
-            _ => return false,
+        let Some(spec) = (match &op.action {
+            Action::Sandbox(a) => a.made(),
+            _ => None,
+        }) else {
+            return false;
         };
         spec.key.session.is_none()
             && sanitize(&spec.key.profile) == disk.profile

@@ -350,13 +350,11 @@ pub fn block_missing_runtime(
     runtimes: &std::collections::BTreeSet<String>,
 ) {
     for op in ops.iter_mut() {
-        let spec = match &op.action {
-            Action::Sandbox(
-                SandboxAction::Create(spec)
-                | SandboxAction::Recreate { spec, .. }
-                | SandboxAction::Migrate { spec, .. },
-            ) => spec,
-            _ => continue,
+        let Some(spec) = (match &op.action {
+            Action::Sandbox(a) => a.made(),
+            _ => None,
+        }) else {
+            continue;
         };
         let Some(runtime) = spec.runtime.as_ref().filter(|r| !runtimes.contains(*r)) else {
             continue;

@@ -70,8 +70,14 @@ pub fn plan(desired: &Desired, seen: &SeenProxy) -> Vec<Op<Action>> {
             })
         };
         let hash = wanted.hash(object);
+        // What the apply of the Pod does besides the write.
+        let waits = if object == ProxyObject::Pod {
+            "; waited for until Ready (120 s at most)"
+        } else {
+            ""
+        };
         match seen.get(object, &name) {
-            None => ops.push(op(apply(None), format!("no {kind} {ns}/{name}"))),
+            None => ops.push(op(apply(None), format!("no {kind} {ns}/{name}{waits}"))),
             Some(s) if !s.made_by_hermes => ops.push(op(Action::Blocked, not_ours(object, ns, s))),
             Some(s) if s.deleting => ops.push(op(
                 Action::Keep {
@@ -83,13 +89,13 @@ pub fn plan(desired: &Desired, seen: &SeenProxy) -> Vec<Op<Action>> {
             Some(s) if s.hash.as_deref() != Some(hash.as_str()) => ops.push(op(
                 apply(Some(s.uid.clone())),
                 format!(
-                    "{kind} {ns}/{name} was made with other settings ({} -> {hash})",
+                    "{kind} {ns}/{name} was made with other settings ({} -> {hash}){waits}",
                     s.hash.as_deref().unwrap_or("no hash")
                 ),
             )),
             Some(s) if object == ProxyObject::Pod && ended(s) => ops.push(op(
                 apply(Some(s.uid.clone())),
-                format!("Pod {ns}/{name} ended ({})", s.phase),
+                format!("Pod {ns}/{name} ended ({}){waits}", s.phase),
             )),
             Some(_) => {}
         }

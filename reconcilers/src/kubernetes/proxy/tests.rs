@@ -104,7 +104,9 @@ fn a_missing_proxy_is_made_object_by_object_then_the_sandbox_in_the_next_stage()
         format!("proxy create | no Service {ns}/hermes-proxy-{HOME}"),
         format!("proxy create | no NetworkPolicy {ns}/hermes-sandboxes-{HOME}"),
         format!("proxy create | no NetworkPolicy {ns}/hermes-proxy-{HOME}"),
-        format!("proxy create | no Pod {ns}/hermes-proxy-{HOME}"),
+        format!(
+            "proxy create | no Pod {ns}/hermes-proxy-{HOME}; waited for until Ready (120 s at most)"
+        ),
     ];
     assert_eq!(first[..6], made, "{first:#?}");
     assert!(first.len() > 6, "{first:#?}");
@@ -179,7 +181,7 @@ fn new_keys_update_the_secret_and_replace_the_proxy_pod_only() {
                 w.hash(ProxyObject::Secret)
             ),
             format!(
-                "proxy replace | Pod hermes/hermes-proxy-{HOME} was made with other settings (old -> {})",
+                "proxy replace | Pod hermes/hermes-proxy-{HOME} was made with other settings (old -> {}); waited for until Ready (120 s at most)",
                 w.hash(ProxyObject::Pod)
             ),
         ]
@@ -190,7 +192,7 @@ fn new_keys_update_the_secret_and_replace_the_proxy_pod_only() {
     assert_eq!(
         rows(&super::plan(&d, &seen)),
         [format!(
-            "proxy replace | Pod hermes/hermes-proxy-{HOME} ended (Failed)"
+            "proxy replace | Pod hermes/hermes-proxy-{HOME} ended (Failed); waited for until Ready (120 s at most)"
         )]
     );
 }
