@@ -24,6 +24,8 @@ pub struct ContainerRow {
     pub profile: String,
     pub task: String,
     pub state: String,
+    /// The OCI runtime it runs under (`runc`, `runsc`, …).
+    pub runtime: String,
     /// The session of a session sandbox.
     pub session: Option<String>,
     /// Whether hermes made it (it has a spec hash).
@@ -82,7 +84,7 @@ impl fmt::Display for SandboxList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SandboxList::Containers(rows) => {
-                let cells: Vec<[&str; 7]> = rows
+                let cells: Vec<[&str; 8]> = rows
                     .iter()
                     .map(|r| {
                         [
@@ -90,6 +92,7 @@ impl fmt::Display for SandboxList {
                             &r.profile,
                             &r.task,
                             &r.state,
+                            &r.runtime,
                             &r.spec,
                             &r.age,
                             &r.idle,
@@ -98,7 +101,9 @@ impl fmt::Display for SandboxList {
                     .collect();
                 table(
                     f,
-                    ["NAME", "PROFILE", "TASK", "STATE", "SPEC", "AGE", "IDLE"],
+                    [
+                        "NAME", "PROFILE", "TASK", "STATE", "RUNTIME", "SPEC", "AGE", "IDLE",
+                    ],
                     &cells,
                 )
             }

@@ -116,6 +116,13 @@ impl ObservedContainer {
         self.label(LABEL_PROFILE)
     }
 
+    /// The OCI runtime hermes made it with, from its settings label;
+    /// `None`: the engine's default (or a container hermes did not make).
+    pub fn runtime(&self) -> Option<String> {
+        self.label(crate::settings::LABEL_SETTINGS)
+            .and_then(crate::settings::recorded_runtime)
+    }
+
     /// The task: a persistent sandbox's `hermes-task-id`, a session's
     /// `hermes-session-task` (or, made before that label, its
     /// `hermes-task-id`).

@@ -171,10 +171,9 @@ impl SandboxSpec {
                 "docker_extra_args.cpuset_cpus",
                 self.cpuset_cpus.clone().unwrap_or_default(),
             ),
-            (
-                "docker_extra_args.runtime",
-                self.runtime.clone().unwrap_or_default(),
-            ),
+            // Set by `terminal.docker_runtime` or a `--runtime` of
+            // `docker_extra_args`: one runtime, under the key's name.
+            ("docker_runtime", self.runtime.clone().unwrap_or_default()),
             ("docker_extra_args.security_opt", extra_security.join(", ")),
         ] {
             if !value.is_empty() {
@@ -225,6 +224,19 @@ pub fn diff(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> V
             }
         })
         .collect()
+}
+
+/// The OCI runtime a container was made with, as its settings label
+/// ([`LABEL_SETTINGS`]) records it: `Some(name)` for one hermes asked for,
+/// `None` for the engine's default (or no readable label).
+pub fn recorded_runtime(label: &str) -> Option<String> {
+    let settings: BTreeMap<String, String> = serde_json::from_str(label).ok()?;
+    settings
+        .get("docker_runtime")
+        // Labelled before the key had its own name.
+        .or_else(|| settings.get("docker_extra_args.runtime"))
+        .filter(|r| !r.is_empty())
+        .cloned()
 }
 
 #[cfg(test)]
@@ -280,5 +292,19 @@ mod tests {
         assert!(!json.contains("sekrit"), "{json}");
         assert!(!old.labels[LABEL_SETTINGS].contains("sekrit"));
         assert!(diff(&old.settings(), &old.settings()).is_empty());
+    }
+
+    #[test]
+    fn the_recorded_runtime_is_the_label_s_under_either_name() {
+        assert_eq!(
+            recorded_runtime(r#"{"docker_runtime":"runsc"}"#).as_deref(),
+            Some("runsc")
+        );
+        assert_eq!(
+            recorded_runtime(r#"{"docker_extra_args.runtime":"kata"}"#).as_deref(),
+            Some("kata")
+        );
+        assert_eq!(recorded_runtime(r#"{"docker_image":"x"}"#), None);
+        assert_eq!(recorded_runtime("not json"), None);
     }
 }

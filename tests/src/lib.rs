@@ -68,6 +68,29 @@ pub fn test_image() -> String {
         .unwrap_or_else(|| DEFAULT_TEST_IMAGE.to_owned())
 }
 
+/// The variable naming the engine's gVisor runtime (`runsc`), which
+/// `scripts/test` registers.
+pub const RUNSC_ENV: &str = "HERMES_TEST_RUNSC";
+
+/// The name under which the test engine lists gVisor's runsc, from
+/// [`RUNSC_ENV`].
+///
+/// # Panics
+///
+/// When the variable is not set: the gVisor tests are part of the suite,
+/// never skipped.
+pub fn runsc_runtime() -> String {
+    std::env::var(RUNSC_ENV)
+        .ok()
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "{RUNSC_ENV} is not set: the gVisor tests need the engine to list runsc; \
+                 run scripts/test, which builds and registers it (scripts/runsc-build)"
+            )
+        })
+}
+
 fn unreachable_engine(host: &str, error: &bollard::errors::Error) -> ! {
     panic!(
         "the Docker engine was not reachable at {host}: {error}; \

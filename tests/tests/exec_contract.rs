@@ -152,6 +152,22 @@ impl Backend {
         b
     }
 
+    /// The docker backend with its sandbox under gVisor's runsc.
+    fn docker_runsc() -> Backend {
+        let mut b = Backend::new(
+            "docker_runsc",
+            format!(
+                "terminal:\n  backend: docker\n  docker_image: {}\n  docker_runtime: {}\n  docker_forward_env: [FWD_ME]\n",
+                hermes_tests::test_image(),
+                hermes_tests::runsc_runtime(),
+            ),
+            Vec::new(),
+            Keep::Nothing,
+        );
+        b._keep = Keep::Docker(ProfileCleanup(b.profile.clone()));
+        b
+    }
+
     fn ssh() -> Backend {
         let sshd = Sshd::start();
         Backend::new(
@@ -454,7 +470,7 @@ fn contract(b: &Backend) {
     // an endless writer does not run on to its timeout.
     if matches!(
         name,
-        "local" | "docker" | "ssh" | "singularity" | "kubernetes"
+        "local" | "docker" | "docker_runsc" | "ssh" | "singularity" | "kubernetes"
     ) {
         let writer = format!("yes closed-{long}");
         let started = Instant::now();
@@ -655,6 +671,21 @@ fn the_terminal_contract_on_docker() {
     // One container for all of it.
     let containers = hermes_tests::docker_cli::containers_of(&b.profile);
     assert_eq!(containers.len(), 1, "{containers:?}");
+}
+
+#[test]
+fn the_terminal_contract_on_docker_under_gvisor() {
+    let b = Backend::docker_runsc();
+    contract(&b);
+    let containers = hermes_tests::docker_cli::containers_of(&b.profile);
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    let runtime = hermes_tests::docker_cli::docker(&[
+        "inspect",
+        "--format",
+        "{{.HostConfig.Runtime}}",
+        &containers[0].0,
+    ]);
+    assert_eq!(runtime.trim(), hermes_tests::runsc_runtime());
 }
 
 #[test]

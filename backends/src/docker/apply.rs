@@ -210,9 +210,6 @@ impl Engine {
         }
     }
 
-    /// Makes sure the engine has `image`, pulling it when the engine answers
-    /// 404, and handing each progress line of the pull to `progress`.
-    /// Whether the engine has `image` (no pull).
     /// The OCI runtimes the engine lists (`docker info`'s `Runtimes`).
     pub async fn runtimes(&self) -> Result<std::collections::BTreeSet<String>, DockerError> {
         let info = self
@@ -223,6 +220,21 @@ impl Engine {
         Ok(info.runtimes.unwrap_or_default().into_keys().collect())
     }
 
+    /// The runtime of a container made without one (`docker info`'s
+    /// `DefaultRuntime`; `runc` when the engine does not say).
+    pub async fn default_runtime(&self) -> Result<String, DockerError> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(|e| DockerError::engine("info", "the engine", e))?;
+        Ok(info
+            .default_runtime
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| "runc".to_string()))
+    }
+
+    /// Whether the engine has `image` (no pull).
     pub async fn has_image(&self, image: &str) -> Result<bool, DockerError> {
         match self.docker.inspect_image(image).await {
             Ok(_) => Ok(true),
@@ -231,6 +243,8 @@ impl Engine {
         }
     }
 
+    /// Makes sure the engine has `image`, pulling it when the engine answers
+    /// 404, and handing each progress line of the pull to `progress`.
     pub async fn ensure_image(
         &self,
         image: &str,

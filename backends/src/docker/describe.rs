@@ -44,7 +44,7 @@ impl Engine {
             .and_then(|s| s.running)
             .unwrap_or(false);
         let (titles, processes) = if running {
-            match self.docker.top_processes(name, None).await {
+            match self.top(name, super::top::Seen::of(&inspect)).await {
                 Ok(top) => (
                     top.titles.unwrap_or_default(),
                     top.processes.unwrap_or_default(),

@@ -163,7 +163,12 @@ impl Engine {
                 });
             }
             Err(_elapsed) => {
+                // The connection closed whole (both halves) before the
+                // kill: a process blocked writing to it is woken (under
+                // gVisor it takes no signal while blocked so, and its
+                // `/proc` cannot be read).
                 drop(output);
+                drop(input);
                 self.kill_marked(container, &marker).await;
                 return Ok(ExecOutcome {
                     exit_code: TIMEOUT_EXIT_CODE,
@@ -173,6 +178,7 @@ impl Engine {
             Ok(Err(error)) => error,
         };
         drop(output);
+        drop(input);
         match error {
             RunError::Output(source) => {
                 self.kill_marked(container, &marker).await;
@@ -339,8 +345,16 @@ impl Engine {
             .inspect_container(container, None)
             .await
             .map_err(|e| NotFromHost(format!("cannot inspect the container: {e}")))?;
+        let pid = match super::top::Seen::of(&info) {
+            super::top::Seen::Host { main_pid } => main_pid.unwrap_or(0),
+            super::top::Seen::Guest => {
+                return Err(NotFromHost(
+                    "its runtime runs a kernel of its own: its processes are not the host's"
+                        .to_string(),
+                ));
+            }
+        };
         let id = info.id.unwrap_or_default();
-        let pid = info.state.and_then(|s| s.pid).unwrap_or(0);
         let marker = marker.to_string();
         tokio::task::spawn_blocking(move || super::hostkill::kill_marked(&id, pid, &marker))
             .await

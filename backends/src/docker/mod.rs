@@ -25,6 +25,7 @@ mod hostkill;
 mod network;
 mod observe;
 mod runner;
+mod top;
 mod tty;
 mod version;
 

@@ -22,6 +22,7 @@ use hermes_model::sandbox::{LABEL_AGENT, SandboxKey};
 
 use super::Engine;
 use super::error::{DockerError, is_not_found};
+use super::top::Seen;
 
 /// How many inspect/top calls run at once during a pass.
 const CONCURRENCY: usize = 16;
@@ -33,15 +34,18 @@ impl Engine {
     /// failure fails the whole observation (a partial view must never look
     /// like "these containers are gone").
     pub async fn observe(&self) -> Result<Vec<ObservedContainer>, DockerError> {
-        let (mut seen, main_pids) = self.list_and_inspect(None).await?;
+        let (mut seen, where_seen) = self.list_and_inspect(None).await?;
         let running = seen
             .iter_mut()
             .filter(|c| c.state == ContainerState::Running);
         futures_util::stream::iter(running)
             .for_each_concurrent(CONCURRENCY, |container| {
-                let main_pid = main_pids.get(&container.id).copied();
+                let processes = where_seen
+                    .get(&container.id)
+                    .copied()
+                    .unwrap_or(Seen::Host { main_pid: None });
                 async move {
-                    container.processes = self.processes_of(container, main_pid).await;
+                    container.processes = self.processes_of(container, processes).await;
                 }
             })
             .await;
@@ -64,12 +68,12 @@ impl Engine {
         Ok(self.list_and_inspect(Some(profile)).await?.0)
     }
 
-    /// The labelled containers, and the host pid of the first process of
-    /// each running one, by id.
+    /// The labelled containers, and where the processes of each inspected
+    /// one are seen, by id.
     async fn list_and_inspect(
         &self,
         profile: Option<&str>,
-    ) -> Result<(Vec<ObservedContainer>, HashMap<String, i64>), DockerError> {
+    ) -> Result<(Vec<ObservedContainer>, HashMap<String, Seen>), DockerError> {
         let filters = HashMap::from([("label", vec![format!("{LABEL_AGENT}=1")])]);
         let options = ListContainersOptionsBuilder::default()
             .all(true)
@@ -102,21 +106,19 @@ impl Engine {
                 to_complete.push(container);
             }
         }
-        let completed: Vec<Option<(ObservedContainer, Option<i64>)>> =
+        let completed: Vec<Option<(ObservedContainer, Seen)>> =
             futures_util::stream::iter(to_complete)
                 .map(|container| self.complete(container))
                 .buffer_unordered(CONCURRENCY)
                 .try_collect()
                 .await?;
-        let mut main_pids = HashMap::new();
-        for (container, main_pid) in completed.into_iter().flatten() {
-            if let Some(pid) = main_pid {
-                main_pids.insert(container.id.clone(), pid);
-            }
+        let mut where_seen = HashMap::new();
+        for (container, processes) in completed.into_iter().flatten() {
+            where_seen.insert(container.id.clone(), processes);
             seen.push(container);
         }
         seen.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.id.cmp(&b.id)));
-        Ok((seen, main_pids))
+        Ok((seen, where_seen))
     }
 
     /// Reads the process count of the running containers among `containers`
@@ -128,14 +130,14 @@ impl Engine {
             .filter(|c| c.state == ContainerState::Running && ids.contains(&c.id.as_str()));
         futures_util::stream::iter(wanted)
             .for_each_concurrent(CONCURRENCY, |container| async move {
-                let main_pid = match self.docker.inspect_container(&container.id, None).await {
-                    Ok(info) => info.state.and_then(|s| s.pid),
+                let processes = match self.docker.inspect_container(&container.id, None).await {
+                    Ok(info) => Seen::of(&info),
                     Err(e) => {
                         tracing::debug!(container = %container.name, error = %e, "inspect failed");
                         return;
                     }
                 };
-                container.processes = self.processes_of(container, main_pid).await;
+                container.processes = self.processes_of(container, processes).await;
             })
             .await;
     }
@@ -172,18 +174,18 @@ impl Engine {
     }
 
     /// Adds what only inspect knows to a container seen in the list, and
-    /// returns the host pid of its first process too. `None` when the
+    /// returns where its processes are seen too. `None` when the
     /// container went away in between.
     async fn complete(
         &self,
         mut container: ObservedContainer,
-    ) -> Result<Option<(ObservedContainer, Option<i64>)>, DockerError> {
+    ) -> Result<Option<(ObservedContainer, Seen)>, DockerError> {
         let info = match self.docker.inspect_container(&container.id, None).await {
             Ok(info) => info,
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(DockerError::engine("inspect container", &container.name, e)),
         };
-        let main_pid = info.state.as_ref().and_then(|s| s.pid);
+        let processes = Seen::of(&info);
         if container.spec_hash().is_none() {
             container.made_by_agent = Some(agent_made(&info));
         }
@@ -192,11 +194,9 @@ impl Engine {
         container.state = inspected.state;
         container.started_at = inspected.started_at;
         container.finished_at = inspected.finished_at;
-        Ok(Some((container, main_pid)))
+        Ok(Some((container, processes)))
     }
 
-    /// The processes of a running container besides its init and keeper
-    /// (`main_pid`: the host pid of its first process, the init).
     /// Waits until nothing runs in the running container `id` besides its
     /// init and keeper (no exec, whoever started it, and no process one
     /// left), or `grace` passed; polls the engine's `top`. `true` when it
@@ -207,9 +207,9 @@ impl Engine {
         let started = std::time::Instant::now();
         let mut said = false;
         loop {
-            let main_pid = match self.docker.inspect_container(id, None).await {
-                Ok(info) => match info.state {
-                    Some(s) if s.running == Some(true) => s.pid,
+            let processes = match self.docker.inspect_container(id, None).await {
+                Ok(info) => match &info.state {
+                    Some(s) if s.running == Some(true) => Seen::of(&info),
                     _ => return true,
                 },
                 Err(e) if is_not_found(&e) => return true,
@@ -218,8 +218,8 @@ impl Engine {
                     return false;
                 }
             };
-            let count = match self.docker.top_processes(id, None).await {
-                Ok(top) => count_processes(&top, main_pid),
+            let count = match self.top(id, processes).await {
+                Ok(top) => count_processes(&top, processes.main_pid()),
                 Err(e) if is_not_found(&e) => return true,
                 Err(e) => {
                     tracing::debug!(container = %id, error = %e, "top failed");
@@ -244,13 +244,9 @@ impl Engine {
         }
     }
 
-    async fn processes_of(
-        &self,
-        container: &ObservedContainer,
-        main_pid: Option<i64>,
-    ) -> Option<u32> {
-        match self.docker.top_processes(&container.id, None).await {
-            Ok(top) => count_processes(&top, main_pid),
+    async fn processes_of(&self, container: &ObservedContainer, processes: Seen) -> Option<u32> {
+        match self.top(&container.id, processes).await {
+            Ok(top) => count_processes(&top, processes.main_pid()),
             Err(e) => {
                 tracing::debug!(container = %container.name, error = %e, "top failed");
                 None
@@ -359,8 +355,8 @@ fn from_inspect(info: ContainerInspectResponse, fallback_name: &str) -> Observed
 
 /// The processes of a running sandbox besides its init, the
 /// `sleep infinity` that keeps it up, the runner's own processes and the
-/// waiters of background commands (not the commands they run). `main_pid` is the host pid of the
-/// container's first process (the init, with `init: true`). `None` when the
+/// waiters of background commands (not the commands they run). `main_pid` is the pid of the
+/// container's first process (the init, with `init: true`) as the listing numbers it. `None` when the
 /// answer has no PID column.
 fn count_processes(top: &ContainerTopResponse, main_pid: Option<i64>) -> Option<u32> {
     let titles = top.titles.as_ref()?;

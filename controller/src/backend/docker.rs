@@ -213,6 +213,7 @@ pub async fn list_containers(
 ) -> anyhow::Result<SandboxList> {
     let engine = Engine::connect().await?.for_home(home.scope());
     let mut observed = observe(&engine, home).await?;
+    let default_runtime = engine.default_runtime().await?;
     observed
         .containers
         .sort_by(|a, b| (a.profile(), a.task(), &a.name).cmp(&(b.profile(), b.task(), &b.name)));
@@ -242,6 +243,7 @@ pub async fn list_containers(
                 profile: c.profile().unwrap_or("-").to_string(),
                 task: task.to_string(),
                 state: c.state.as_str().to_string(),
+                runtime: c.runtime().unwrap_or_else(|| default_runtime.clone()),
                 session: c.session().map(str::to_string),
                 managed: c.spec_hash().is_some(),
                 spec_matches: matches,

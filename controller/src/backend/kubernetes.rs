@@ -585,11 +585,24 @@ impl Backend for Kubernetes {
                 } else {
                     p.phase.to_lowercase()
                 };
+                // The RuntimeClass of a Pod of the current spec (which
+                // hashes it); `-` for the others, whose class is not read.
+                let runtime = match spec_matches {
+                    Some(true) => desired
+                        .config
+                        .terminal
+                        .kubernetes
+                        .runtime_class
+                        .clone()
+                        .unwrap_or_else(|| "default".to_string()),
+                    _ => "-".to_string(),
+                };
                 ContainerRow {
                     name: p.name.clone(),
                     profile,
                     task,
                     state,
+                    runtime,
                     session,
                     managed: true,
                     spec_matches,

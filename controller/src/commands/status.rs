@@ -156,6 +156,9 @@ pub struct SandboxRow {
     pub name: String,
     #[serde(rename = "state")]
     pub state: String,
+    /// The OCI runtime it runs under.
+    #[serde(rename = "runtime")]
+    pub runtime: String,
     #[serde(rename = "spec_matches")]
     pub spec_matches: bool,
     #[serde(rename = "egress")]
@@ -356,6 +359,14 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
         }
     }
     let profile_label = sanitize(profile);
+    // What a sandbox made without a runtime of its own runs under.
+    let default_runtime = match engine {
+        Some(engine) if observed.is_some_and(|o| !o.containers.is_empty()) => engine
+            .default_runtime()
+            .await
+            .unwrap_or_else(|_| "runc".to_string()),
+        _ => "runc".to_string(),
+    };
     let sandboxes: Vec<SandboxRow> = observed
         .iter()
         .flat_map(|o| o.containers.iter())
@@ -369,6 +380,7 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
             SandboxRow {
                 name: c.name.clone(),
                 state: c.state.as_str().to_string(),
+                runtime: c.runtime().unwrap_or_else(|| default_runtime.clone()),
                 spec_matches: c.spec_hash() == Some(wanted.hash()),
                 egress: c.label(LABEL_EGRESS).unwrap_or("-").to_string(),
             }
@@ -477,9 +489,10 @@ impl fmt::Display for StatusReport {
                 for s in &self.sandboxes {
                     writeln!(
                         f,
-                        "  {}  {}  spec {}  egress {}",
+                        "  {}  {}  runtime {}  spec {}  egress {}",
                         s.name,
                         s.state,
+                        s.runtime,
                         if s.spec_matches { "current" } else { "changed" },
                         s.egress
                     )?;

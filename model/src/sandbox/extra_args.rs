@@ -848,7 +848,7 @@ mod tests {
                 "docker_extra_args.cpuset_cpus",
                 "0,1",
             ),
-            ("[--runtime, runsc]", "docker_extra_args.runtime", "runsc"),
+            ("[--runtime, runsc]", "docker_runtime", "runsc"),
             (
                 "[--security-opt, label=level:s0]",
                 "docker_extra_args.security_opt",
