@@ -119,6 +119,10 @@ pub trait Executor {
 ///   program's `cd` ends with it, as in a terminal); `--cwd` (a request
 ///   without a state file) sets the directory for one command and leaves
 ///   the carried one as it was.
+/// - Where the sandbox says so (`HERMES_NPROC_RESERVE`: under a runtime
+///   with a kernel of its own, whose processes are bounded by
+///   `RLIMIT_NPROC`), the command's process limit is lowered by that many,
+///   so that a command filling it leaves room for the exec that kills it.
 /// - In the background, the command is started in a session of its own
 ///   (`setsid` where the sandbox has it), its input `/dev/null`, its
 ///   output and state in its directory ([`crate::background`]'s layout),
@@ -131,6 +135,11 @@ pub trait Executor {
 pub const TERMINAL_SCRIPT: &str = r#"# hermes-exec
 hermes_s=$1 hermes_f=$2 hermes_b=$3 hermes_w=$4
 shift 4
+if [ -n "${HERMES_NPROC_RESERVE:-}" ] && hermes_n=$(ulimit -u 2>/dev/null || ulimit -p 2>/dev/null) &&
+	[ "$hermes_n" -gt $((HERMES_NPROC_RESERVE * 2)) ] 2>/dev/null; then
+	ulimit -u $((hermes_n - HERMES_NPROC_RESERVE)) 2>/dev/null || ulimit -p $((hermes_n - HERMES_NPROC_RESERVE)) 2>/dev/null
+fi
+unset hermes_n
 hermes_j= hermes_t=$*
 case $hermes_b in bg=*) hermes_j=${hermes_b#bg=} hermes_b=bg ;; esac
 if [ -n "$hermes_w" ]; then

@@ -48,6 +48,33 @@ pub const CAP_ADD: &[&str] = &["DAC_OVERRIDE", "CHOWN", "FOWNER", "SETUID", "SET
 pub const PRIVILEGE_DROP_CAPS: &[&str] = &["SETUID", "SETGID"];
 pub const PIDS_LIMIT: i64 = 256;
 
+/// Under a runtime with a kernel of its own, the host's pids limit counts
+/// the runtime's own threads and helper processes too (gVisor's sentry
+/// and one stub per guest address space: 545 for 256 guest processes,
+/// measured here), and a sentry that cannot make one dies with all its
+/// processes. So there the guest's processes are bounded inside, by
+/// `RLIMIT_NPROC` ([`PIDS_LIMIT`]), and the host's limit is this many
+/// times larger.
+pub const OWN_KERNEL_PIDS_FACTOR: i64 = 4;
+
+/// The process slots a command leaves free under `RLIMIT_NPROC` for
+/// hermes's own execs (the kill of its timeout): this variable, in the
+/// sandbox's environment, tells hermes's exec wrapper (the backends'
+/// `TERMINAL_SCRIPT`) to lower each command's limit by [`NPROC_RESERVE`].
+pub const NPROC_RESERVE_ENV: &str = "HERMES_NPROC_RESERVE";
+pub const NPROC_RESERVE: i64 = 16;
+
+/// Whether an OCI runtime runs a sandbox's processes as the host's, on
+/// the host's kernel: runc under any of its names, crun, and the engine's
+/// default (`None`, which hermes never changes). Any other (gVisor's
+/// runsc, a microVM's) has a kernel of its own.
+pub fn runs_on_host_kernel(runtime: Option<&str>) -> bool {
+    matches!(
+        runtime.unwrap_or(""),
+        "" | "runc" | "io.containerd.runc.v2" | "io.containerd.runtime.v1.linux" | "crun"
+    )
+}
+
 /// The entrypoints of s6-overlay images (Hermes Agent's own image among
 /// them), as the agent recognises them: their `/init` must be PID 1, and
 /// execs from `/run` while it starts.
@@ -396,8 +423,27 @@ impl SandboxSpec {
         if spec.runtime.is_none() && config.terminal.docker_runtime != "runc" {
             spec.runtime = Some(config.terminal.docker_runtime.clone());
         }
+        if !runs_on_host_kernel(spec.runtime.as_deref()) {
+            spec.bound_processes_inside();
+        }
         spec.rehash();
         spec
+    }
+
+    /// Under a runtime with a kernel of its own: the guest's processes
+    /// bounded by `RLIMIT_NPROC` (unless `docker_extra_args` sets
+    /// `--ulimit nproc`), the host's limit left room for the runtime's
+    /// own ([`OWN_KERNEL_PIDS_FACTOR`]), and [`NPROC_RESERVE`] slots kept
+    /// from commands for hermes's kill.
+    fn bound_processes_inside(&mut self) {
+        if !self.ulimits.iter().any(|(name, _, _)| name == "nproc") {
+            self.ulimits
+                .push(("nproc".to_string(), PIDS_LIMIT, PIDS_LIMIT));
+        }
+        self.pids_limit = self.pids_limit.saturating_mul(OWN_KERNEL_PIDS_FACTOR);
+        self.env.retain(|(k, _)| k != NPROC_RESERVE_ENV);
+        self.env
+            .push((NPROC_RESERVE_ENV.to_string(), NPROC_RESERVE.to_string()));
     }
 
     /// The spec as it is created from an image whose entrypoint is
@@ -641,6 +687,40 @@ mod tests {
         let off = crate::config::load("").unwrap().config;
         let unchanged = spec("").with_host(&off, &host);
         assert_eq!(unchanged, spec(""));
+    }
+
+    #[test]
+    fn under_a_runtime_of_its_own_kernel_processes_are_bounded_inside() {
+        let runc = spec("terminal:\n  docker_runtime: runc\n");
+        assert_eq!(runc.pids_limit, PIDS_LIMIT);
+        assert!(runc.ulimits.is_empty());
+        assert!(runc.env.iter().all(|(k, _)| k != NPROC_RESERVE_ENV));
+        let gvisor = spec("terminal:\n  docker_runtime: runsc\n");
+        assert_eq!(gvisor.pids_limit, PIDS_LIMIT * OWN_KERNEL_PIDS_FACTOR);
+        assert_eq!(
+            gvisor.ulimits,
+            [("nproc".to_string(), PIDS_LIMIT, PIDS_LIMIT)]
+        );
+        assert!(
+            gvisor
+                .env
+                .contains(&(NPROC_RESERVE_ENV.to_string(), NPROC_RESERVE.to_string()))
+        );
+        // A limit of the user's own is kept.
+        let own =
+            spec("terminal:\n  docker_runtime: runsc\n  docker_extra_args: [--ulimit, nproc=64]\n");
+        assert_eq!(own.ulimits, [("nproc".to_string(), 64, 64)]);
+        for runtime in [
+            None,
+            Some("runc"),
+            Some("io.containerd.runc.v2"),
+            Some("crun"),
+        ] {
+            assert!(runs_on_host_kernel(runtime), "{runtime:?}");
+        }
+        for runtime in ["runsc", "kata", "runsc-debug"] {
+            assert!(!runs_on_host_kernel(Some(runtime)), "{runtime}");
+        }
     }
 
     #[test]

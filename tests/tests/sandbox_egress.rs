@@ -44,6 +44,21 @@ impl Host {
     /// As [`Host::new`], with `proxy_extra` (indented lines) added to the
     /// proxy section.
     fn with_proxy(tag: &str, upstream: &Upstream, redact: bool, proxy_extra: &str) -> Host {
+        Host::with_runtime(tag, upstream, redact, proxy_extra, None)
+    }
+
+    /// As [`Host::with_proxy`], the sandbox under the OCI `runtime`
+    /// (`terminal.docker_runtime`) when one is given.
+    fn with_runtime(
+        tag: &str,
+        upstream: &Upstream,
+        redact: bool,
+        proxy_extra: &str,
+        runtime: Option<&str>,
+    ) -> Host {
+        let runtime = runtime
+            .map(|r| format!("  docker_runtime: {r}\n"))
+            .unwrap_or_default();
         let redaction = if redact {
             String::new()
         } else {
@@ -59,7 +74,7 @@ impl Host {
             .map(|n| format!("    {n}: 127.0.0.1\n"))
             .collect();
         home.write_config(format!(
-            "terminal:\n  backend: docker\n  docker_image: {}\n{redaction}reconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n{proxy_extra}  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
+            "terminal:\n  backend: docker\n  docker_image: {}\n{runtime}{redaction}reconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n{proxy_extra}  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
             hermes_tests::test_image(),
             ca.display()
         ));
@@ -116,8 +131,18 @@ impl Drop for Host {
 
 #[test]
 fn the_sandbox_reaches_providers_through_the_proxy_and_never_holds_a_key() {
+    reaches_providers_through_the_proxy_and_never_holds_a_key("sk", None);
+}
+
+#[test]
+fn under_gvisor_the_sandbox_reaches_providers_through_the_proxy_and_never_holds_a_key() {
+    let runsc = hermes_tests::runsc_runtime();
+    reaches_providers_through_the_proxy_and_never_holds_a_key("skg", Some(&runsc));
+}
+
+fn reaches_providers_through_the_proxy_and_never_holds_a_key(tag: &str, runtime: Option<&str>) {
     let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), NAMES);
-    let host = Host::new("sk", &upstream, false);
+    let host = Host::with_runtime(tag, &upstream, false, "", runtime);
     let mut logs = String::new();
 
     let dry = host.hermes(&["reconcile", "--dry-run"]);

@@ -54,13 +54,9 @@ impl Seen {
 }
 
 /// Whether a container of `runtime` (its inspect's `HostConfig.Runtime`)
-/// runs its processes as the host's: runc, under any of its names, and
-/// the engine's default (which hermes never changes).
+/// runs its processes as the host's.
 pub(super) fn host_visible(runtime: Option<&str>) -> bool {
-    matches!(
-        runtime.unwrap_or(""),
-        "" | "runc" | "io.containerd.runc.v2" | "io.containerd.runtime.v1.linux" | "crun"
-    )
+    hermes_model::sandbox::runs_on_host_kernel(runtime)
 }
 
 /// Prints `PID PPID CMD` and a row for each process of the guest but this
@@ -183,16 +179,6 @@ fn parse_guest_top(text: &str) -> ContainerTopResponse {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn runc_under_any_name_is_the_host_s_and_others_are_guests() {
-        for runtime in [None, Some(""), Some("runc"), Some("io.containerd.runc.v2")] {
-            assert!(host_visible(runtime), "{runtime:?}");
-        }
-        for runtime in ["runsc", "runsc-debug", "kata", "kata-qemu"] {
-            assert!(!host_visible(Some(runtime)), "{runtime}");
-        }
-    }
 
     #[test]
     fn the_guest_listing_keeps_only_rows_of_its_shape() {

@@ -316,7 +316,7 @@ fn a_container_from_before_the_home_label_is_adopted_by_its_home_only() {
 /// Whether `container` connects to `ip:port` (3 s at most): `Ok`, or the
 /// kind of the failure, as Python names it (`ConnectionRefusedError`: a
 /// refusal; `TimeoutError`: silence).
-fn connects(container: &str, ip: &str, port: u16) -> Result<(), String> {
+pub(super) fn connects(container: &str, ip: &str, port: u16) -> Result<(), String> {
     let probe = format!(
         "import socket\ns = socket.socket()\ns.settimeout(3)\ntry:\n    s.connect(('{ip}', {port}))\n    print('CONNECTED')\nexcept Exception as e:\n    print('FAILED', type(e).__name__, e)\n"
     );
@@ -337,7 +337,7 @@ fn connects(container: &str, ip: &str, port: u16) -> Result<(), String> {
 }
 
 /// The address of `container` on `network`.
-fn address_on(container: &str, network: &str) -> String {
+pub(super) fn address_on(container: &str, network: &str) -> String {
     docker(&[
         "inspect",
         "-f",
@@ -350,10 +350,10 @@ fn address_on(container: &str, network: &str) -> String {
 
 /// The proxy-only network of one test, and everything that goes with it:
 /// the proxy stops, the sandboxes, the network and the firewall rules go.
-struct EnforcedCleanup<'a> {
-    home: &'a TestHome,
-    profile: String,
-    network: String,
+pub(super) struct EnforcedCleanup<'a> {
+    pub(super) home: &'a TestHome,
+    pub(super) profile: String,
+    pub(super) network: String,
 }
 
 impl Drop for EnforcedCleanup<'_> {

@@ -13,6 +13,9 @@
 //! - [`isolation`]: sandboxes reaching each other, two homes sharing a
 //!   profile name, config that defeats isolation;
 //! - [`network`]: the proxy-only network outliving `enforce_network`;
+//! - [`gvisor`]: all of the above that a runtime could change, under
+//!   gVisor's runsc: a fork bomb, the kernel and syscalls seen, escapes,
+//!   the proxy-only network on gVisor's own network stack;
 //! - [`controls`]: the exec environment, the metrics listener, the files
 //!   and logs hermes writes.
 
@@ -20,6 +23,7 @@
 
 mod controls;
 mod disk;
+mod gvisor;
 mod isolation;
 mod names;
 mod network;
