@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::sandbox::{CAP_ADD, LABEL_EGRESS, SandboxSpec};
+use crate::sandbox::{CAP_ADD, LABEL_EGRESS, NPROC_RESERVE_ENV, PIDS_LIMIT, SandboxSpec};
 
 /// The label holding a sandbox's settings as a JSON object of strings.
 pub const LABEL_SETTINGS: &str = "hermes-settings";
@@ -39,6 +39,10 @@ impl Change {
     /// JSON's `old` and `new` stay the bare values.
     pub fn describe(&self) -> String {
         let show = |v: &Option<String>| match v.as_deref() {
+            // A sandbox made without a runtime of its own.
+            None | Some("") if self.field == "docker_runtime" => {
+                "the engine's default (runc)".to_string()
+            }
             None | Some("") => "(none)".to_string(),
             Some(v) => with_unit(&self.field, v),
         };
@@ -119,7 +123,15 @@ impl SandboxSpec {
             .map(|b| b.to_engine())
             .collect();
         s.insert("docker_volumes".to_string(), volumes.join(", "));
+        // What a runtime of a kernel of its own implies is not a setting
+        // (`SandboxSpec::bound_processes_inside`): the runtime's change
+        // says it all.
+        let own_kernel = !crate::sandbox::runs_on_host_kernel(self.runtime.as_deref());
+        let implied_nproc = ("nproc".to_string(), PIDS_LIMIT, PIDS_LIMIT);
         for (k, v) in &self.env {
+            if k == NPROC_RESERVE_ENV {
+                continue;
+            }
             let mut f = crate::fingerprint::Fingerprint::new();
             f.field(k, v);
             s.insert(format!("{ENV_PREFIX}{k}"), f.finish());
@@ -133,6 +145,7 @@ impl SandboxSpec {
         let ulimits: Vec<String> = self
             .ulimits
             .iter()
+            .filter(|u| !(own_kernel && **u == implied_nproc))
             .map(|(n, soft, hard)| format!("{n}={soft}:{hard}"))
             .collect();
         let labels: Vec<String> = self

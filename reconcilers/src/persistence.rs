@@ -340,9 +340,21 @@ fn converge_one(
             Action::Sandbox(SandboxAction::Start {
                 id: keep.id.clone(),
             }),
-            match keep.finished_at {
-                Some(t) => format!("exited {} ago", age(now - t)),
-                None => "exited".to_string(),
+            {
+                let exited = match keep.finished_at {
+                    Some(t) => format!("exited {} ago", age(now - t)),
+                    None => "exited".to_string(),
+                };
+                // gVisor keeps the changes to its root in the sandbox's
+                // memory (runsc's default overlay): they ended with it.
+                if hermes_model::sandbox::runs_on_host_kernel(keep.runtime().as_deref()) {
+                    exited
+                } else {
+                    format!(
+                        "{exited}; under {} its files outside /workspace and /root ended with it",
+                        keep.runtime().unwrap_or_default()
+                    )
+                }
             },
         ),
         ContainerState::Dead => (

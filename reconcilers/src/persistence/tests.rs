@@ -611,3 +611,25 @@ fn a_runtime_the_engine_lacks_blocks_the_sandbox_and_says_how_to_register_it() {
     assert_eq!(runc.sandboxes[0].hash(), docker().sandboxes[0].hash());
     assert_ne!(d.sandboxes[0].hash(), docker().sandboxes[0].hash());
 }
+
+#[test]
+fn an_exited_gvisor_sandbox_s_start_says_its_root_s_changes_ended_with_it() {
+    let d = desired("terminal:\n  backend: docker\n  docker_runtime: runsc\n");
+    let spec = &d.sandboxes[0];
+    let mut c = container("a", ContainerState::Exited, Some(spec.hash()));
+    c.labels.insert(
+        LABEL_SETTINGS.to_string(),
+        spec.labels[LABEL_SETTINGS].clone(),
+    );
+    let now = std::time::UNIX_EPOCH + std::time::Duration::from_secs(NOW as u64);
+    let observed = Observed {
+        containers: vec![c],
+        runtimes: Some(["runc", "runsc"].iter().map(|r| r.to_string()).collect()),
+        ..Observed::default()
+    };
+    let plan = crate::plan_all(&d, &observed, now).to_string();
+    assert!(
+        plan.contains("start       exited 14m ago; under runsc its files outside /workspace and /root ended with it"),
+        "{plan}"
+    );
+}

@@ -354,3 +354,22 @@ tcp("{gateway}", {port})
         "a gVisor sandbox reached another one"
     );
 }
+
+/// `terminal.container_disk` under gVisor: the sandbox's files are on the
+/// host's loop-mounted image, reached through the runtime's file proxy,
+/// and a write past the limit fails there as under runc.
+#[test]
+fn under_gvisor_a_sandbox_cannot_write_past_container_disk() {
+    let host = Host::gvisor("agd", "  container_disk: 64\n");
+    let out = host.sh("echo kept > /workspace/keep; \
+         dd if=/dev/zero of=/workspace/fill bs=1M count=100 2>&1 | grep -v copied; \
+         dd if=/dev/zero of=/root/fill bs=1M count=100 2>&1 | grep -v copied; \
+         du -sm /workspace/fill /root/fill; cat /workspace/keep");
+    assert!(out.contains("No space left on device"), "{out}");
+    let sizes: u64 = out
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    assert!(sizes <= 64, "{sizes} MB written past a 64 MB limit: {out}");
+    assert!(out.ends_with("kept\n"), "{out}");
+}
