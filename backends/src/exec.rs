@@ -204,6 +204,13 @@ pub enum Start<'a> {
     Background { job: &'a str },
 }
 
+/// Whether `argv` ([`terminal_argv`]'s) starts its command in the
+/// background.
+pub fn is_background(argv: &[String]) -> bool {
+    argv.get(2).is_some_and(|s| s == TERMINAL_SCRIPT)
+        && argv.get(6).is_some_and(|s| s.starts_with("bg="))
+}
+
 /// The argv that runs `cmd` under [`TERMINAL_SCRIPT`]'s contract:
 /// `/bin/sh -c SCRIPT sh STATE line|argv fg|bg=JOB CWD ARGS…`. `cwd_state`: the
 /// file in the sandbox that carries the task's working directory (relative

@@ -67,6 +67,13 @@ const USAGE_ERROR: u8 = 64;
 /// returns its exit code. Usage, help and `--version` name the binary as
 /// it was invoked.
 pub fn main() -> ExitCode {
+    // A bwrap sandbox's first process (`terminal.local_sandbox: bwrap`):
+    // not a command of the CLI, and nothing of it runs before it.
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if raw.get(1).is_some_and(|a| a == "sandbox-init") {
+        let code = hermes_backends::local::init::run(&raw[2..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     // Lossy: a word that is not UTF-8 (an exec's file name) must not
     // panic here; these words only decide JSON and the usage hint.
     let args: Vec<String> = std::env::args_os()

@@ -60,6 +60,11 @@ pub enum ServerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot listen on the Unix socket {}: {source}", path.display())]
+    UnixBind {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("nothing to listen on: the listen list is empty")]
     NoListen,
     #[error("refusing to listen on {0}: name the addresses to listen on")]
@@ -152,6 +157,7 @@ pub struct Server {
     http: Vec<TcpListener>,
     mgmt: TcpListener,
     dns: Option<(tokio::net::UdpSocket, Responder)>,
+    unix: Option<tokio::net::UnixListener>,
     shared: Arc<Shared>,
 }
 
@@ -176,6 +182,10 @@ pub async fn bind(
         http.push(listen(SocketAddr::new(*ip, settings.http_port)).await?);
     }
     let mgmt = listen(settings.mgmt_addr).await?;
+    let unix = match &settings.unix_listen {
+        Some(path) => Some(listen_unix(path)?),
+        None => None,
+    };
     let dns_socket = match settings.dns {
         Some(dns) => Some((
             crate::dns::bind(dns.listen)
@@ -248,8 +258,33 @@ pub async fn bind(
         http,
         mgmt,
         dns,
+        unix,
         shared,
     })
+}
+
+/// A Unix listener at `path`, made anew (a socket left there by a proxy
+/// that died is replaced; anything else there is an error), mode 0600.
+fn listen_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, ServerError> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let failed = |source: std::io::Error| ServerError::UnixBind {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path).map_err(failed)?,
+        Ok(_) => {
+            return Err(failed(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "something other than a socket is there",
+            )));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(failed(e)),
+    }
+    let listener = tokio::net::UnixListener::bind(path).map_err(failed)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(failed)?;
+    Ok(listener)
 }
 
 async fn listen(addr: SocketAddr) -> Result<TcpListener, ServerError> {
@@ -282,6 +317,9 @@ impl Server {
         }
         for listener in self.http {
             tasks.spawn(accept_loop(listener, self.shared.clone(), false));
+        }
+        if let Some(listener) = self.unix {
+            tasks.spawn(accept_unix_loop(listener, self.shared.clone()));
         }
         if let Some((socket, responder)) = self.dns {
             tasks.spawn(crate::dns::serve(socket, responder));
@@ -329,10 +367,45 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, sniff_tls: bool
     }
 }
 
+/// Where a client on the Unix socket is counted and logged from: it is
+/// this host's, as a loopback client is.
+const UNIX_PEER: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
+/// Accepts clients on the Unix socket: CONNECT and plain HTTP, as on the
+/// tunnel port (no transparent TLS: nothing redirects to it).
+async fn accept_unix_loop(listener: tokio::net::UnixListener, shared: Arc<Shared>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed on the Unix socket");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = shared.limits.admit(UNIX_PEER.ip()) else {
+            drop(stream);
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let counters = shared.counters().clone();
+            counters.connections.fetch_add(1, Ordering::Relaxed);
+            counters.open_connections.fetch_add(1, Ordering::Relaxed);
+            serve_client(shared, stream, UNIX_PEER, Arc::new(slot)).await;
+            counters.open_connections.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
 /// Serves one client connection; `slot` (its place in the limits) is held
 /// until the connection and whatever it was upgraded to (a tunnel, a
 /// WebSocket) have ended.
-async fn serve_client(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, slot: Arc<Slot>) {
+async fn serve_client<S>(shared: Arc<Shared>, stream: S, peer: SocketAddr, slot: Arc<Slot>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let idle = shared.client_idle;
     let service = service_fn(move |req| {
         let shared = shared.clone();

@@ -285,6 +285,10 @@ pub struct Settings {
     pub log_files: usize,
     /// The proxy-only network's DNS responder, when there is one.
     pub dns: Option<DnsSettings>,
+    /// A Unix socket where CONNECT and plain HTTP are served too (the
+    /// `local` backend's bubblewrap sandboxes, which have no network of
+    /// the host's, reach the proxy through it). Made anew, mode 0600.
+    pub unix_listen: Option<std::path::PathBuf>,
     /// What signed AWS bodies may hold while they are read, and how fast
     /// they must arrive.
     pub signed_bodies: crate::signed_body::BodyLimits,
@@ -347,6 +351,7 @@ impl Settings {
             log_max_bytes: file.limits.log_max_bytes(),
             log_files: file.limits.log_files(),
             dns: None,
+            unix_listen: None,
             signed_bodies: file.limits.signed_bodies(),
         }
     }

@@ -160,6 +160,12 @@ pub struct Terminal {
     /// `docker_runtime`: the sandboxes' OCI runtime (`runc`: the engine's
     /// own default, as before the key).
     pub docker_runtime: String,
+    /// `local_sandbox`: `none`, or `bwrap` ([`crate::local_sandbox`]).
+    pub local_sandbox: String,
+    /// `local_sandbox_writable`: extra paths a bwrap sandbox may write.
+    pub local_sandbox_writable: Vec<String>,
+    /// `local_sandbox_hidden`: extra paths hidden from a bwrap sandbox.
+    pub local_sandbox_hidden: Vec<String>,
     /// Names whose values (host environment, then `.env`) every command in
     /// a Docker sandbox gets, as `docker_forward_env`'s, less Hermes
     /// Agent's provider credentials ([`agent::is_passthrough_blocked`]).
@@ -780,6 +786,50 @@ fn check_runtime(terminal: &crate::yaml::Entry, errors: &mut Vec<Issue>) {
     }
 }
 
+/// `local_sandbox_writable` and `local_sandbox_hidden`: absolute paths
+/// without `.` or `..` parts; the host's root is never writable. (What
+/// they may not reach on this host, the hermes home and the secret paths,
+/// is checked when a sandbox is made: see `hermes_backends::local`.)
+fn check_local_sandbox_paths(terminal: &crate::yaml::Entry, errors: &mut Vec<Issue>) {
+    for key in [
+        crate::schema_key!("terminal.local_sandbox_writable"),
+        crate::schema_key!("terminal.local_sandbox_hidden"),
+    ] {
+        let name = key.path.rsplit('.').next().unwrap_or(key.path);
+        let Some(entry) = terminal.value.get(name) else {
+            continue;
+        };
+        let NodeKind::Seq { items, .. } = &entry.value.kind else {
+            continue; // the type check has reported it
+        };
+        for (i, item) in items.iter().enumerate() {
+            let Value::Str(path) = item.to_value() else {
+                continue;
+            };
+            let parts_ok = std::path::Path::new(&path).components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::RootDir | std::path::Component::Normal(_)
+                )
+            });
+            let why = if !path.starts_with('/') {
+                Some(format!("`{path}` is not an absolute path"))
+            } else if !parts_ok || path.contains("//") {
+                Some(format!(
+                    "`{path}` has `.`, `..` or an empty part: name the directory itself"
+                ))
+            } else if path == "/" && key.path.ends_with("writable") {
+                Some("`/` would make the whole host writable".to_string())
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                errors.push(Issue::new(format!("{}[{i}]", key.path), item.start, why));
+            }
+        }
+    }
+}
+
 /// `docker_extra_args`: every flag hermes cannot map onto the create call
 /// ([`crate::sandbox::map_extra_args`]), and every one that contradicts
 /// the rest of the config: a network other than `none` with
@@ -792,6 +842,7 @@ fn check_extra_args(root: &Node, errors: &mut Vec<Issue>) {
         return;
     };
     check_runtime(terminal, errors);
+    check_local_sandbox_paths(terminal, errors);
     let Some(args) = terminal.value.get("docker_extra_args") else {
         return;
     };

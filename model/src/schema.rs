@@ -286,6 +286,29 @@ pub const KEYS: &[KeySpec] = &[
         Ty::NonEmptyStr,
         Default::Str("runc"),
     ),
+    // The `local` backend's sandbox: `none` (the command is the user's, as
+    // Hermes Agent runs it) or `bwrap` (bubblewrap: the host read-only,
+    // the working directory and /tmp writable, secrets invisible, no
+    // network but the egress proxy).
+    key(
+        "terminal.local_sandbox",
+        Ty::Enum(&["none", "bwrap"]),
+        Default::Str("none"),
+    ),
+    // Absolute paths a bwrap sandbox may also write (the host's root is
+    // read-only there), checked like a volume's source.
+    key(
+        "terminal.local_sandbox_writable",
+        Ty::StrList,
+        Default::EmptyList,
+    ),
+    // Absolute paths hidden from a bwrap sandbox besides the built-in
+    // secret paths (the hermes home, ~/.ssh, cloud credentials, …).
+    key(
+        "terminal.local_sandbox_hidden",
+        Ty::StrList,
+        Default::EmptyList,
+    ),
     // Hermes Agent binds its host working directory to /workspace; a
     // sandbox hermes keeps has none (see `config::agent`).
     key(

@@ -188,6 +188,10 @@ pub fn fail_closed_reason(desired: &Desired, proxy: &ProxyObserved) -> Option<St
     let enforced = match desired.backend() {
         Backend::Docker | Backend::Singularity => desired.egress_enforced(),
         Backend::Ssh => desired.config.proxy.enabled && desired.config.proxy.enforce_on_ssh,
+        // A bwrap sandbox's only way out is the proxy.
+        Backend::Local => {
+            desired.config.proxy.enabled && desired.config.terminal.local_sandbox == "bwrap"
+        }
         _ => false,
     };
     if !enforced {

@@ -115,7 +115,7 @@ impl Backend {
         let profile = format!("ec{}{}", name.replace('_', ""), std::process::id());
         let home = TestHome::with_profile(&profile);
         home.write_config(config);
-        let forwards = !matches!(name, "local" | "ssh");
+        let forwards = !matches!(name, "local" | "local_bwrap" | "ssh");
         Backend {
             name,
             home,
@@ -127,6 +127,16 @@ impl Backend {
             stdin: !matches!(name, "daytona" | "vercel_sandbox"),
             _keep: keep,
         }
+    }
+
+    /// The local backend with each command under bubblewrap.
+    fn local_bwrap() -> Backend {
+        Backend::new(
+            "local_bwrap",
+            "terminal:\n  backend: local\n  local_sandbox: bwrap\n".into(),
+            Vec::new(),
+            Keep::Nothing,
+        )
     }
 
     fn local() -> Backend {
@@ -287,7 +297,7 @@ impl Backend {
             .env_remove("MODAL_SERVER_URL")
             .env_remove("DAYTONA_API_URL")
             .env_remove("VERCEL_API_URL");
-        if self.name != "local" {
+        if !self.name.starts_with("local") {
             cmd.env("HOME", self.home.path());
         }
         for (k, v) in &self.env {
@@ -332,7 +342,7 @@ impl Backend {
             .env_remove("DAYTONA_API_URL")
             .env_remove("VERCEL_API_URL")
             .stdin(Stdio::null());
-        if self.name != "local" {
+        if !self.name.starts_with("local") {
             cmd.env("HOME", self.home.path());
         }
         for (k, v) in &self.env {
@@ -470,7 +480,7 @@ fn contract(b: &Backend) {
     // an endless writer does not run on to its timeout.
     if matches!(
         name,
-        "local" | "docker" | "docker_runsc" | "ssh" | "singularity" | "kubernetes"
+        "local" | "local_bwrap" | "docker" | "docker_runsc" | "ssh" | "singularity" | "kubernetes"
     ) {
         let writer = format!("yes closed-{long}");
         let started = Instant::now();
@@ -526,105 +536,118 @@ fn contract(b: &Backend) {
     );
     assert_eq!(b.out(&["cd .."]), "", "{name}");
 
-    // --background starts the command and returns at once, leaving it
-    // running: here it runs until the test lets it go (at most a minute),
-    // and says whether it was let go.
-    let started = Instant::now();
-    let run = b.exec(&[
-        "--background",
-        "--",
-        "echo waiting; i=0; while [ ! -e bg-go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; \
-         if [ -e bg-go ]; then echo done; else echo gave up; fi > bg-marker; echo let go >&2; exit 5",
-    ]);
-    assert_eq!(run.code, 0, "{name}: {run:?}");
-    assert!(
-        run.stderr.contains("started in the background"),
-        "{name}: {run:?}"
-    );
-    // Its id alone on stdout, for `hermes process`.
-    let id = run.stdout.trim_end().to_string();
-    assert!(
-        id.len() == 8 && id.bytes().all(|c| c.is_ascii_hexdigit()),
-        "{name}: {run:?}"
-    );
-    b.await_process(&id, "running");
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "{name}: {:?}",
-        started.elapsed()
-    );
-    assert_eq!(
-        b.out(&["cat bg-marker 2>/dev/null || echo not yet"]),
-        "not yet\n",
-        "{name}"
-    );
-    assert_eq!(b.out(&["touch bg-go"]), "", "{name}");
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        let now = b.out(&["cat bg-marker 2>/dev/null || echo not yet"]);
-        if now == "done\n" {
-            break;
+    if name == "local_bwrap" {
+        // A bwrap sandbox ends with its exec: --background is refused,
+        // saying so, and nothing runs.
+        let run = b.exec(&["--background", "--", "touch bg-ran"]);
+        assert_ne!(run.code, 0, "{name}: {run:?}");
+        assert!(
+            run.stderr
+                .contains("--background is not supported under terminal.local_sandbox: bwrap"),
+            "{name}: {run:?}"
+        );
+        assert!(!b.cwd.path().join("bg-ran").exists(), "{name}");
+    } else {
+        // --background starts the command and returns at once, leaving it
+        // running: here it runs until the test lets it go (at most a minute),
+        // and says whether it was let go.
+        let started = Instant::now();
+        let run = b.exec(&[
+            "--background",
+            "--",
+            "echo waiting; i=0; while [ ! -e bg-go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; \
+             if [ -e bg-go ]; then echo done; else echo gave up; fi > bg-marker; echo let go >&2; exit 5",
+        ]);
+        assert_eq!(run.code, 0, "{name}: {run:?}");
+        assert!(
+            run.stderr.contains("started in the background"),
+            "{name}: {run:?}"
+        );
+        // Its id alone on stdout, for `hermes process`.
+        let id = run.stdout.trim_end().to_string();
+        assert!(
+            id.len() == 8 && id.bytes().all(|c| c.is_ascii_hexdigit()),
+            "{name}: {run:?}"
+        );
+        b.await_process(&id, "running");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{name}: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            b.out(&["cat bg-marker 2>/dev/null || echo not yet"]),
+            "not yet\n",
+            "{name}"
+        );
+        assert_eq!(b.out(&["touch bg-go"]), "", "{name}");
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = b.out(&["cat bg-marker 2>/dev/null || echo not yet"]);
+            if now == "done\n" {
+                break;
+            }
+            assert_ne!(
+                now, "gave up\n",
+                "{name}: the background command was not let go"
+            );
+            assert!(
+                Instant::now() < until,
+                "{name}: the background command did not run"
+            );
+            std::thread::sleep(Duration::from_millis(300));
         }
-        assert_ne!(
-            now, "gave up\n",
-            "{name}: the background command was not let go"
+        // Its exit code and output are kept: list and logs read them.
+        b.await_process(&id, "exited");
+        assert!(
+            b.processes()
+                .contains(&(id.clone(), "exited".to_string(), Some(5))),
+            "{name}: {:?}",
+            b.processes()
+        );
+        let logs = b.process(&["logs", &id]);
+        assert_eq!(
+            (logs.code, logs.stdout.as_str()),
+            (0, "waiting\nlet go\n"),
+            "{name}: {logs:?}"
         );
         assert!(
-            Instant::now() < until,
-            "{name}: the background command did not run"
+            logs.stderr.contains(&format!("process {id} exited 5")),
+            "{name}: {logs:?}"
         );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    // Its exit code and output are kept: list and logs read them.
-    b.await_process(&id, "exited");
-    assert!(
-        b.processes()
-            .contains(&(id.clone(), "exited".to_string(), Some(5))),
-        "{name}: {:?}",
-        b.processes()
-    );
-    let logs = b.process(&["logs", &id]);
-    assert_eq!(
-        (logs.code, logs.stdout.as_str()),
-        (0, "waiting\nlet go\n"),
-        "{name}: {logs:?}"
-    );
-    assert!(
-        logs.stderr.contains(&format!("process {id} exited 5")),
-        "{name}: {logs:?}"
-    );
-    let tail = b.process(&["logs", "--tail", "1", &id]);
-    assert_eq!(tail.stdout, "let go\n", "{name}: {tail:?}");
-    // Kill stops it and what it started; an unknown id is an error.
-    let run = b.exec(&["--background", "--", "sleep 3124 & sleep 3125"]);
-    assert_eq!(run.code, 0, "{name}: {run:?}");
-    let sleeper = run.stdout.trim_end().to_string();
-    b.await_process(&sleeper, "running");
-    let killed = b.process(&["kill", &sleeper]);
-    assert_eq!(
-        (killed.code, killed.stdout.starts_with("Killed process")),
-        (0, true),
-        "{name}: {killed:?}"
-    );
-    b.await_process(&sleeper, "killed");
-    for left in ["sleep 3124", "sleep 3125"] {
-        let still = eventually_empty(|| b.out(&["sh", "-c", FIND_PROC, "-", left]));
-        assert_eq!(still, "", "{name}: {left} outlived the kill");
-    }
-    let again = b.process(&["kill", "--output", "json", &sleeper]);
-    assert!(
-        again.stdout.contains("\"not running\""),
-        "{name}: {again:?}"
-    );
-    let unknown = b.process(&["logs", "0badc0de"]);
-    assert_eq!(unknown.code, 1, "{name}: {unknown:?}");
-    assert!(
-        unknown.stderr.contains("no background process 0badc0de"),
-        "{name}: {unknown:?}"
-    );
+        let tail = b.process(&["logs", "--tail", "1", &id]);
+        assert_eq!(tail.stdout, "let go\n", "{name}: {tail:?}");
+        // Kill stops it and what it started; an unknown id is an error.
+        let run = b.exec(&["--background", "--", "sleep 3124 & sleep 3125"]);
+        assert_eq!(run.code, 0, "{name}: {run:?}");
+        let sleeper = run.stdout.trim_end().to_string();
+        b.await_process(&sleeper, "running");
+        let killed = b.process(&["kill", &sleeper]);
+        assert_eq!(
+            (killed.code, killed.stdout.starts_with("Killed process")),
+            (0, true),
+            "{name}: {killed:?}"
+        );
+        b.await_process(&sleeper, "killed");
+        for left in ["sleep 3124", "sleep 3125"] {
+            let still = eventually_empty(|| b.out(&["sh", "-c", FIND_PROC, "-", left]));
+            assert_eq!(still, "", "{name}: {left} outlived the kill");
+        }
+        let again = b.process(&["kill", "--output", "json", &sleeper]);
+        assert!(
+            again.stdout.contains("\"not running\""),
+            "{name}: {again:?}"
+        );
+        let unknown = b.process(&["logs", "0badc0de"]);
+        assert_eq!(unknown.code, 1, "{name}: {unknown:?}");
+        assert!(
+            unknown.stderr.contains("no background process 0badc0de"),
+            "{name}: {unknown:?}"
+        );
 
-    let run = b.exec(&["--background", "--", "no-such-command-x", "a"]);
-    assert_eq!(run.code, 127, "{name}: {run:?}");
+        let run = b.exec(&["--background", "--", "no-such-command-x", "a"]);
+        assert_eq!(run.code, 127, "{name}: {run:?}");
+    }
 
     // The per-command environment: --env reaches that command only, and a
     // forwarded variable has this process's value each time.
@@ -662,6 +685,11 @@ fn eventually_empty(look: impl Fn() -> String) -> String {
 #[test]
 fn the_terminal_contract_on_local() {
     contract(&Backend::local());
+}
+
+#[test]
+fn the_terminal_contract_on_local_under_bubblewrap() {
+    contract(&Backend::local_bwrap());
 }
 
 #[test]

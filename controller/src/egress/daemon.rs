@@ -213,6 +213,12 @@ fn load_settings(home: &Home, paths: &Paths) -> anyhow::Result<Settings> {
         }
     }
     let mut settings = Settings::new(&file, listen, credentials, ca, upstream_ca);
+    // A Unix socket's path has room for 107 bytes; a home deeper than
+    // that has no socket, and its bubblewrap sandboxes say so.
+    let socket = paths.socket();
+    if socket.as_os_str().len() < 100 {
+        settings.unix_listen = Some(socket);
+    }
     if file.enforce_network
         && let Some(gateway) = ProxyNetwork::for_home(home).gateway()
     {

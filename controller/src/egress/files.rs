@@ -75,6 +75,12 @@ impl Paths {
     pub(crate) fn state(&self) -> PathBuf {
         self.dir.join("state.json")
     }
+    /// The proxy's Unix socket, which the `local` backend's bubblewrap
+    /// sandboxes reach it through (bound into each at
+    /// [`hermes_backends::local::sandbox::PROXY_SOCKET`]).
+    pub(crate) fn socket(&self) -> PathBuf {
+        self.dir.join("proxy.sock")
+    }
     pub(crate) fn log(&self) -> PathBuf {
         self.dir.join("proxy.log")
     }

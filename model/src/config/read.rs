@@ -86,6 +86,9 @@ impl Config {
                 docker_forward_env: r.strings(schema_key!("terminal.docker_forward_env")),
                 docker_extra_args: r.strings(schema_key!("terminal.docker_extra_args")),
                 docker_runtime: r.string(schema_key!("terminal.docker_runtime")),
+                local_sandbox: r.string(schema_key!("terminal.local_sandbox")),
+                local_sandbox_writable: r.strings(schema_key!("terminal.local_sandbox_writable")),
+                local_sandbox_hidden: r.strings(schema_key!("terminal.local_sandbox_hidden")),
                 env_passthrough: r.strings(schema_key!("terminal.env_passthrough")),
                 docker_run_as_host_user: r.bool(schema_key!("terminal.docker_run_as_host_user")),
                 docker_mount_cwd_to_workspace: r

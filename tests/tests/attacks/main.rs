@@ -16,11 +16,14 @@
 //! - [`gvisor`]: all of the above that a runtime could change, under
 //!   gVisor's runsc: a fork bomb, the kernel and syscalls seen, escapes,
 //!   the proxy-only network on gVisor's own network stack;
+//! - [`bwrap`]: the `local` backend under bubblewrap: secrets, other
+//!   tasks, the host's processes and loopback, escapes, the proxy;
 //! - [`controls`]: the exec environment, the metrics listener, the files
 //!   and logs hermes writes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod bwrap;
 mod controls;
 mod disk;
 mod gvisor;

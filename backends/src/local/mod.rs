@@ -1,7 +1,15 @@
 //! The `local` backend as an [`Executor`]: commands run on this host, each
 //! in a process group of its own, a watch's, which a timeout kills whole,
 //! and which the watch kills when the calling process dies before the
-//! command ended ([`watch_group`]). No isolation: the command is the user's.
+//! command ended ([`watch_group`]). Without a sandbox the command is the
+//! user's; with one it runs under bubblewrap ([`bwrap`]), its first
+//! process hermes's [`init`].
+
+pub mod bwrap;
+pub mod init;
+pub mod seccomp;
+
+use std::sync::Arc;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -26,20 +34,70 @@ pub enum LocalError {
     Output(std::io::Error),
     #[error("cannot open a terminal for the command: {0}")]
     Pty(std::io::Error),
+    #[error(transparent)]
+    Refused(#[from] bwrap::Refusal),
+    #[error(transparent)]
+    Filter(#[from] seccomp::FilterError),
+    #[error("cannot hand the sandbox its seccomp filter: {0}")]
+    FilterFd(std::io::Error),
 }
 
 /// This host. `default_cwd`: where a command runs when the request names
-/// no directory (`None`: the caller's own).
+/// no directory (`None`: the caller's own). `sandbox`: the bubblewrap
+/// sandbox each command runs in (`terminal.local_sandbox: bwrap`).
 #[derive(Debug, Clone, Default)]
 pub struct Local {
     pub default_cwd: Option<PathBuf>,
+    pub sandbox: Option<Arc<bwrap::Bwrap>>,
 }
+
+/// What a sandboxed command needs kept until it has started: its seccomp
+/// filters' descriptors.
+struct Sandboxed {
+    _filters: Vec<std::fs::File>,
+}
+
+/// The environment a sandboxed command starts with, from the caller's:
+/// these names only (no key, no token, nothing the sandbox may not see);
+/// the request's own values come on top.
+const SANDBOX_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TERM",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "COLORTERM",
+];
 
 impl Executor for Local {
     type Error = LocalError;
 
     async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, LocalError> {
         let (program, rest) = req.cmd.split_first().ok_or(LocalError::NoCommand)?;
+        let start = req
+            .cwd
+            .as_ref()
+            .map(PathBuf::from)
+            .or(self.default_cwd.clone());
+        // Made (and refused) before anything starts.
+        let (mut cmd, sandboxed) = match &self.sandbox {
+            None => {
+                let mut cmd = tokio::process::Command::new(program);
+                cmd.args(rest).envs(req.env.iter().map(|(k, v)| (k, v)));
+                if let Some(cwd) = &start {
+                    cmd.current_dir(cwd);
+                }
+                (cmd, None)
+            }
+            Some(sandbox) => {
+                let (cmd, kept) = sandboxed_command(sandbox, req, start.as_deref()).await?;
+                (cmd, Some(kept))
+            }
+        };
         // The watch first, the command then in its group: no moment exists
         // where this process can die with the command started and unwatched.
         let mut watch = watch_group().map_err(LocalError::Watch)?;
@@ -49,10 +107,7 @@ impl Executor for Local {
             .ok_or_else(|| {
                 LocalError::Watch(std::io::Error::other("the watch has no process id"))
             })?;
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(rest)
-            .envs(req.env.iter().map(|(k, v)| (k, v)))
-            .process_group(group)
+        cmd.process_group(group)
             .kill_on_drop(true)
             .stdin(if io.stdin.is_some() {
                 Stdio::piped()
@@ -61,14 +116,6 @@ impl Executor for Local {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        if let Some(cwd) = req
-            .cwd
-            .as_ref()
-            .map(PathBuf::from)
-            .or(self.default_cwd.clone())
-        {
-            cmd.current_dir(cwd);
-        }
         let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(source) => {
@@ -111,9 +158,15 @@ impl Executor for Local {
             // wait for the end of a stderr the command keeps open.
             tokio::try_join!(out, err).map(|_| ())
         };
+        // The filters were read when bwrap started.
+        drop(sandboxed);
         let run = async {
             copy.await.map_err(LocalError::Output)?;
-            child.wait().await.map_err(LocalError::Output)
+            child
+                .wait()
+                .await
+                .map(|status| i64::from(status.code().unwrap_or(128 + signal_of(&status))))
+                .map_err(LocalError::Output)
         };
         let result = {
             tokio::pin!(feed);
@@ -141,8 +194,8 @@ impl Executor for Local {
                 let _ = child.wait().await;
                 Err(e)
             }
-            Ok(Ok(status)) => Ok(ExecOutcome {
-                exit_code: i64::from(status.code().unwrap_or(128 + signal_of(&status))),
+            Ok(Ok(exit_code)) => Ok(ExecOutcome {
+                exit_code,
                 timed_out: false,
             }),
             Err(_) => {
@@ -170,17 +223,31 @@ impl Local {
         io: TtyIo<'_>,
     ) -> Result<ExecOutcome, LocalError> {
         let (program, rest) = req.cmd.split_first().ok_or(LocalError::NoCommand)?;
-        let mut cmd = pty_process::Command::new(program)
-            .args(rest)
-            .envs(req.env.iter().map(|(k, v)| (k, v)));
-        if let Some(cwd) = req
+        let start = req
             .cwd
             .as_ref()
             .map(PathBuf::from)
-            .or(self.default_cwd.clone())
-        {
-            cmd = cmd.current_dir(cwd);
-        }
+            .or(self.default_cwd.clone());
+        let mut _kept = None;
+        let cmd = match &self.sandbox {
+            None => {
+                let mut cmd = pty_process::Command::new(program)
+                    .args(rest)
+                    .envs(req.env.iter().map(|(k, v)| (k, v)));
+                if let Some(cwd) = start {
+                    cmd = cmd.current_dir(cwd);
+                }
+                cmd
+            }
+            Some(sandbox) => {
+                let (parts, kept) = sandboxed_parts(sandbox, req, start.as_deref(), true).await?;
+                _kept = Some(kept);
+                pty_process::Command::new(&parts.program)
+                    .args(&parts.args)
+                    .env_clear()
+                    .envs(parts.env)
+            }
+        };
         match crate::pty::run(cmd, io, req.timeout).await {
             Ok(crate::pty::Ended::Exited(status)) => Ok(ExecOutcome {
                 exit_code: i64::from(status.code().unwrap_or(128 + signal_of(&status))),
@@ -198,6 +265,100 @@ impl Local {
             Err(crate::pty::PtyError::Output(e)) => Err(LocalError::Output(e)),
         }
     }
+}
+
+/// The command of `req` in its bubblewrap sandbox: `bwrap ARGS -- hermes
+/// sandbox-init … -- CMD…`, with the environment of [`SANDBOX_ENV`] and
+/// the request's values. Refused (nothing started) when bwrap cannot make
+/// a sandbox here, or the sandbox would expose what it hides.
+async fn sandboxed_command(
+    sandbox: &bwrap::Bwrap,
+    req: &ExecRequest,
+    start: Option<&std::path::Path>,
+) -> Result<(tokio::process::Command, Sandboxed), LocalError> {
+    let (parts, kept) = sandboxed_parts(sandbox, req, start, false).await?;
+    let mut cmd = tokio::process::Command::new(&parts.program);
+    cmd.args(&parts.args).env_clear().envs(parts.env);
+    Ok((cmd, kept))
+}
+
+/// A sandboxed command's program, arguments and whole environment.
+struct Parts {
+    program: PathBuf,
+    args: Vec<std::ffi::OsString>,
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+}
+
+/// [`sandboxed_command`]'s parts; `tty`: on a terminal of its own (which
+/// a new session would take from it: `TIOCSTI` is refused by the filter
+/// instead).
+async fn sandboxed_parts(
+    sandbox: &bwrap::Bwrap,
+    req: &ExecRequest,
+    start: Option<&std::path::Path>,
+    tty: bool,
+) -> Result<(Parts, Sandboxed), LocalError> {
+    use std::io::{Seek, Write};
+    let start = match start {
+        Some(dir) => dir.to_path_buf(),
+        None => std::env::current_dir().map_err(LocalError::Output)?,
+    };
+    let start = std::fs::canonicalize(&start).unwrap_or(start);
+    sandbox.check(&start)?;
+    let program = sandbox.program.clone();
+    tokio::task::spawn_blocking(move || bwrap::probe(&program))
+        .await
+        .map_err(|e| LocalError::Watch(std::io::Error::other(e)))?
+        .map_err(bwrap::Refusal::Unavailable)?;
+    if crate::exec::is_background(&req.cmd) {
+        return Err(bwrap::Refusal::Background.into());
+    }
+    let mut filters = Vec::new();
+    for program in seccomp::programs()? {
+        // Not close-on-exec: bwrap reads it.
+        let fd =
+            nix::sys::memfd::memfd_create(c"hermes-seccomp", nix::sys::memfd::MFdFlags::empty())
+                .map_err(|e| LocalError::FilterFd(e.into()))?;
+        let mut file = std::fs::File::from(fd);
+        file.write_all(&program).map_err(LocalError::FilterFd)?;
+        file.rewind().map_err(LocalError::FilterFd)?;
+        filters.push(file);
+    }
+    let fds: Vec<i32> = filters
+        .iter()
+        .map(std::os::fd::AsRawFd::as_raw_fd)
+        .collect();
+    let mut args = sandbox.args(&start, &fds);
+    if tty {
+        args.retain(|a| a != "--new-session");
+    }
+    args.push("--".into());
+    args.push(sandbox.init.clone().into_os_string());
+    args.push("sandbox-init".into());
+    if sandbox.proxy.is_some() {
+        args.push("--proxy".into());
+    }
+    args.push("--".into());
+    args.extend(req.cmd.iter().map(Into::into));
+    let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = Vec::new();
+    for name in SANDBOX_ENV {
+        if let Some(value) = std::env::var_os(name) {
+            env.push((name.into(), value));
+        }
+    }
+    env.extend(
+        std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(|k| k.starts_with("LC_"))),
+    );
+    env.push(("TMPDIR".into(), "/tmp".into()));
+    env.extend(req.env.iter().map(|(k, v)| (k.into(), v.into())));
+    Ok((
+        Parts {
+            program: sandbox.program.clone(),
+            args,
+            env,
+        },
+        Sandboxed { _filters: filters },
+    ))
 }
 
 /// A watch over a local command: a small `sh` in a process group of its
