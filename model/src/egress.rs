@@ -236,6 +236,7 @@ impl SandboxSpec {
             // resolve to the proxy, so programs that ignore HTTPS_PROXY
             // reach it too (transparent egress).
             self.dns = vec![wiring.gateway.to_string()];
+            self.own_resolv_conf();
         }
         self.labels
             .insert(LABEL_EGRESS.to_string(), wiring.fingerprint());

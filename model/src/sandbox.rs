@@ -211,6 +211,11 @@ pub struct SandboxSpec {
     /// Directories on the host that the binds need, each below `home` or
     /// below `sandbox_dir` ([`SandboxSpec::base_of`]).
     pub host_dirs: Vec<PathBuf>,
+    /// A file the create writes before the container is made: `(path on
+    /// the host, contents)`, the path in one of `host_dirs` (a gVisor
+    /// sandbox's `/etc/resolv.conf`: see [`SandboxSpec::own_resolv_conf`]).
+    /// Its bind is in `binds`, which the hash covers.
+    pub host_file: Option<(PathBuf, String)>,
     /// The hermes home: `host_dirs` are made from there without following
     /// a symbolic link. Not part of the spec hash (the binds are).
     pub home: PathBuf,
@@ -388,6 +393,7 @@ impl SandboxSpec {
             egress_tokens: Vec::new(),
             binds,
             host_dirs,
+            host_file: None,
             home: home.to_path_buf(),
             sandbox_dir,
             disk_mb: t.container_disk_mb,
@@ -428,6 +434,38 @@ impl SandboxSpec {
         }
         spec.rehash();
         spec
+    }
+
+    /// Under a runtime with a kernel of its own, name servers of the
+    /// sandbox's own (`dns`, the proxy's responder with
+    /// `proxy.enforce_network`) cannot be reached through the engine's
+    /// embedded resolver: its `127.0.0.11` is redirected by rules of the
+    /// container's network namespace, which the guest's own network stack
+    /// never meets (measured under gVisor: no name resolved). So such a
+    /// sandbox gets a `resolv.conf` of its own naming them, bound
+    /// read-only over `/etc/resolv.conf`.
+    pub fn own_resolv_conf(&mut self) {
+        if runs_on_host_kernel(self.runtime.as_deref()) || self.dns.is_empty() {
+            return;
+        }
+        let dir = self.home.join("run").join("resolv").join(&self.name);
+        let file = dir.join("resolv.conf");
+        let text: String = self
+            .dns
+            .iter()
+            .map(|ns| format!("nameserver {ns}\n"))
+            .chain(std::iter::once("options ndots:0\n".to_string()))
+            .collect();
+        self.binds.retain(|b| b.container != "/etc/resolv.conf");
+        self.binds.push(Bind {
+            host: file.display().to_string(),
+            container: "/etc/resolv.conf".to_string(),
+            options: Some("ro".to_string()),
+        });
+        if !self.host_dirs.contains(&dir) {
+            self.host_dirs.push(dir);
+        }
+        self.host_file = Some((file, text));
     }
 
     /// Under a runtime with a kernel of its own: the guest's processes
@@ -721,6 +759,33 @@ mod tests {
         for runtime in ["runsc", "kata", "runsc-debug"] {
             assert!(!runs_on_host_kernel(Some(runtime)), "{runtime}");
         }
+    }
+
+    #[test]
+    fn a_gvisor_sandbox_with_name_servers_of_its_own_gets_its_own_resolv_conf() {
+        let mut runc = spec("terminal:\n  docker_runtime: runc\n");
+        runc.dns = vec!["172.30.0.1".to_string()];
+        runc.own_resolv_conf();
+        assert!(runc.host_file.is_none());
+        let mut gvisor = spec("terminal:\n  docker_runtime: runsc\n");
+        gvisor.own_resolv_conf();
+        assert!(gvisor.host_file.is_none(), "no name servers: the engine's");
+        gvisor.dns = vec!["172.30.0.1".to_string()];
+        gvisor.own_resolv_conf();
+        let (path, text) = gvisor.host_file.clone().unwrap();
+        assert_eq!(text, "nameserver 172.30.0.1\noptions ndots:0\n");
+        assert!(
+            gvisor
+                .host_dirs
+                .contains(&path.parent().unwrap().to_path_buf())
+        );
+        let bind = gvisor
+            .binds
+            .iter()
+            .find(|b| b.container == "/etc/resolv.conf")
+            .unwrap();
+        assert_eq!(bind.host, path.display().to_string());
+        assert_eq!(bind.options.as_deref(), Some("ro"));
     }
 
     #[test]

@@ -35,6 +35,14 @@ struct Enforced {
 
 impl Enforced {
     fn new(tag: &str, upstream: &Upstream) -> Enforced {
+        Enforced::with_runtime(tag, upstream, None)
+    }
+
+    /// As [`Enforced::new`], the sandbox under the OCI `runtime`.
+    fn with_runtime(tag: &str, upstream: &Upstream, runtime: Option<&str>) -> Enforced {
+        let runtime = runtime
+            .map(|r| format!("  docker_runtime: {r}\n"))
+            .unwrap_or_default();
         let profile = format!("{tag}{}", std::process::id());
         let home = TestHome::with_profile(&profile);
         let ca = home.path().join("upstream-ca.pem");
@@ -43,7 +51,7 @@ impl Enforced {
         let ip = upstream.addr.ip();
         let resolve: String = NAMES.iter().map(|n| format!("    {n}: {ip}\n")).collect();
         home.write_config(format!(
-            "terminal:\n  backend: docker\n  docker_image: {}\nsecurity:\n  redact_secrets: false\nreconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n  enforce_network: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
+            "terminal:\n  backend: docker\n  docker_image: {}\n{runtime}security:\n  redact_secrets: false\nreconcile:\n  resync_seconds: 300\nproxy:\n  enabled: true\n  enforce_network: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n{resolve}",
             hermes_tests::test_image(),
             ca.display()
         ));
@@ -190,8 +198,24 @@ fn echoed(stdout: &str, tag: &str) -> serde_json::Value {
 
 #[test]
 fn programs_that_ignore_the_proxy_variables_reach_providers_through_the_proxy() {
-    let upstream = Upstream::start(format!("{}:443", loopback(1)).parse().unwrap(), NAMES);
-    let host = Enforced::new("trc", &upstream);
+    ignoring_the_proxy_variables_reaches_providers_through_the_proxy("trc", None, 1);
+}
+
+/// The same under gVisor, whose network stack is its own: the redirect
+/// of ports 443/80 and the DNS responder work on its packets too.
+#[test]
+fn under_gvisor_programs_that_ignore_the_proxy_variables_reach_providers_through_the_proxy() {
+    let runsc = hermes_tests::runsc_runtime();
+    ignoring_the_proxy_variables_reaches_providers_through_the_proxy("trg", Some(&runsc), 5);
+}
+
+fn ignoring_the_proxy_variables_reaches_providers_through_the_proxy(
+    tag: &str,
+    runtime: Option<&str>,
+    address: u32,
+) {
+    let upstream = Upstream::start(format!("{}:443", loopback(address)).parse().unwrap(), NAMES);
+    let host = Enforced::with_runtime(tag, &upstream, runtime);
     let apply = host.hermes(&["reconcile"]);
     let network = docker(&[
         "inspect",

@@ -54,6 +54,23 @@ pub enum ImageOutcome {
 /// A device of `--device host[:container[:perms]]`.
 pub type DeviceMapping = bollard::models::DeviceMapping;
 
+/// Writes a file of the spec's (in a directory hermes made, bound
+/// read-only): beside it, then renamed over it, never through a link.
+fn write_host_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("new");
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    file.write_all(text.as_bytes())?;
+    std::fs::rename(&tmp, path)
+}
+
 impl Engine {
     /// Creates the container of `spec` (not started). Makes the host
     /// directories the binds need first (mode 0700, parents included),
@@ -79,6 +96,16 @@ impl Engine {
                     path: dir.clone(),
                     source,
                 })?;
+        }
+        if let Some((path, text)) = &spec.host_file {
+            write_host_file(path, text).map_err(|source| DockerError::HostDir {
+                container: spec.name.clone(),
+                path: path.clone(),
+                source: crate::host_dir::HostDirError::Io {
+                    path: path.clone(),
+                    source,
+                },
+            })?;
         }
         // As the image wants it started (an s6-overlay `/init`).
         let spec = &spec.for_entrypoint(&self.image_entrypoint(&spec.image).await);
