@@ -324,6 +324,16 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
     {
         blocked.push(format!("exec on the docker backend: {reason}"));
     }
+    // A bwrap sandbox this host cannot make: `hermes exec` refuses.
+    if desired.backend() == Backend::Local && desired.config.terminal.local_sandbox == "bwrap" {
+        use hermes_backends::local::bwrap;
+        if let Err(why) = bwrap::probe(&bwrap::program()) {
+            blocked.push(format!(
+                "exec on the local backend: {}",
+                bwrap::Refusal::Unavailable(why)
+            ));
+        }
+    }
     // A failed operation of the last `hermes reconcile`, while the plan
     // still wants its target changed.
     for failed in crate::failures::read(home) {

@@ -288,3 +288,50 @@ fn under_bwrap_the_proxy_is_the_way_out_and_the_sandbox_holds_no_key() {
     let denied = hermes_tests::egress::section(&run.stdout, "denied");
     assert!(denied.contains("403"), "{}", run.stdout);
 }
+
+/// Where bwrap cannot make a sandbox (here: no user namespace may be made,
+/// as on a host that turned them off), nothing runs, unsandboxed least of
+/// all: `hermes exec` says why and how to fix it, and `status` shows it
+/// blocked.
+#[test]
+fn under_bwrap_without_user_namespaces_nothing_runs_and_status_says_why() {
+    let host = Host::new("abn", "");
+    let hermes = hermes_tests::cli::hermes_bin();
+    let marker = host.workspace.path().join("ran");
+    // A user namespace of the test's own whose limit of nested ones is 0.
+    let run = |args: &str| -> Run {
+        let cmd = host.command(&[]);
+        Command::new("unshare")
+            .args(["-U", "-r", "sh", "-c"])
+            .arg(format!(
+                "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" --home {} --profile {} {args}",
+                host.home.path().display(),
+                host.profile
+            ))
+            .arg(&hermes)
+            .envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .current_dir(host.workspace.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+            .into()
+    };
+    let exec = run(&format!("exec -- touch {}", marker.display()));
+    assert_ne!(exec.code, 0, "{exec:?}");
+    assert!(
+        exec.stderr
+            .contains("terminal.local_sandbox is bwrap, but bwrap cannot make a sandbox here")
+            && exec.stderr.contains("max_*_namespaces"),
+        "{exec:?}"
+    );
+    assert!(!marker.exists(), "the command ran");
+    let status = run("status");
+    assert!(
+        status.stdout.contains("exec on the local backend: terminal.local_sandbox is bwrap, but bwrap cannot make a sandbox here"),
+        "{status:?}"
+    );
+    // Outside that namespace it runs, sandboxed.
+    let fine = host.sh(&format!("touch {}", marker.display()));
+    assert_eq!(fine.code, 0, "{fine:?}");
+    assert!(marker.exists());
+}
