@@ -13,6 +13,8 @@
 //!   host` or `container:…` (the host's or another container's network),
 //!   `--runtime` other than `runc` and `runsc` (gVisor), the runtimes under
 //!   which the sandbox keeps its hardening;
+//! - a `local_sandbox_writable` path (bubblewrap) that is any of the
+//!   volumes above: an error in every mode;
 //! - a secret that is not a provider key (`GITHUB_TOKEN`, `*_SECRET*`,
 //!   `*_PASSWORD`, …) in `docker_env`, `docker_forward_env`,
 //!   `env_passthrough` or an `--env`.
@@ -113,6 +115,20 @@ pub fn check(root: &Node, home: &[&Path], errors: &mut Vec<Issue>, warnings: &mu
         }
         if let Some(what) = target_problem(&volume.container) {
             sink.error(path, item.start, format!("`{text}`: {what}"));
+        }
+    }
+    // What a bwrap sandbox may write: never what hands it the host, in
+    // every mode (it hides the hermes home; a writable one would undo it).
+    for (i, item) in seq(terminal, "local_sandbox_writable") {
+        let Value::Str(text) = item.to_value() else {
+            continue;
+        };
+        if let Some(what) = host_side_problem(&text, home) {
+            sink.error(
+                format!("terminal.local_sandbox_writable[{i}]"),
+                item.start,
+                format!("`{text}` {what}"),
+            );
         }
     }
     if let Some(env) = terminal.get("docker_env") {
