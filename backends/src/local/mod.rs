@@ -78,11 +78,7 @@ impl Executor for Local {
 
     async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, LocalError> {
         let (program, rest) = req.cmd.split_first().ok_or(LocalError::NoCommand)?;
-        let start = req
-            .cwd
-            .as_ref()
-            .map(PathBuf::from)
-            .or(self.default_cwd.clone());
+        let start = self.start_dir(req);
         // Made (and refused) before anything starts.
         let (mut cmd, sandboxed) = match &self.sandbox {
             None => {
@@ -215,6 +211,15 @@ impl Executor for Local {
 }
 
 impl Local {
+    /// Where `req` starts: its directory, else the default (`None`: the
+    /// caller's own).
+    fn start_dir(&self, req: &ExecRequest) -> Option<PathBuf> {
+        req.cwd
+            .as_ref()
+            .map(PathBuf::from)
+            .or(self.default_cwd.clone())
+    }
+
     /// Runs `req` on a terminal of its own ([`crate::pty`]); on timeout
     /// the command's process group is killed.
     pub async fn exec_tty(
@@ -223,11 +228,7 @@ impl Local {
         io: TtyIo<'_>,
     ) -> Result<ExecOutcome, LocalError> {
         let (program, rest) = req.cmd.split_first().ok_or(LocalError::NoCommand)?;
-        let start = req
-            .cwd
-            .as_ref()
-            .map(PathBuf::from)
-            .or(self.default_cwd.clone());
+        let start = self.start_dir(req);
         let mut _kept = None;
         let cmd = match &self.sandbox {
             None => {

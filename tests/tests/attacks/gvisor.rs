@@ -14,7 +14,7 @@ use hermes_tests::cli::{Run, TestHome};
 use hermes_tests::docker_cli::{ProfileCleanup, docker};
 use hermes_tests::egress::{bridge_gateway, free_port_pair, network_gateway};
 
-use super::isolation::{EnforcedCleanup, address_on, connects};
+use super::isolation::{EnforcedCleanup, connects, serve_on};
 
 /// One home with a Docker profile of its own under `runtime` (`None`: the
 /// default, runc), `extra` lines added to the config.
@@ -332,23 +332,7 @@ tcp("{gateway}", {port})
     let other = host.hermes(&["exec", "--task", "other", "--", "true"]);
     assert_eq!(other.code, 0, "{other:?}");
     let b = format!("hermes-{}-other", host.profile);
-    docker(&[
-        "exec",
-        "-d",
-        &a,
-        "python3",
-        "-m",
-        "http.server",
-        "8000",
-        "--bind",
-        "0.0.0.0",
-    ]);
-    let a_ip = address_on(&a, &network);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while connects(&a, &a_ip, 8000).is_err() {
-        assert!(Instant::now() < deadline, "the server did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let a_ip = serve_on(&a, &network);
     assert!(
         connects(&b, &a_ip, 8000).is_err(),
         "a gVisor sandbox reached another one"

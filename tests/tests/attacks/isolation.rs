@@ -336,8 +336,34 @@ pub(super) fn connects(container: &str, ip: &str, port: u16) -> Result<(), Strin
     Err(kind.to_string())
 }
 
+/// Starts an HTTP server on port 8000 in `container` and waits (10 s at
+/// most) until it answers there; returns its address on `network`.
+pub(super) fn serve_on(container: &str, network: &str) -> String {
+    docker(&[
+        "exec",
+        "-d",
+        container,
+        "python3",
+        "-m",
+        "http.server",
+        "8000",
+        "--bind",
+        "0.0.0.0",
+    ]);
+    let ip = address_on(container, network);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while connects(container, &ip, 8000).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    ip
+}
+
 /// The address of `container` on `network`.
-pub(super) fn address_on(container: &str, network: &str) -> String {
+fn address_on(container: &str, network: &str) -> String {
     docker(&[
         "inspect",
         "-f",
@@ -422,26 +448,7 @@ fn sandboxes_on_the_proxy_only_network_reach_neither_each_other_nor_is_the_proxy
     let other = hermes(&home, &profile, &["exec", "--task", "other", "--", "true"]);
     assert_eq!(other.code, 0, "{other:?}");
     let b = format!("hermes-{profile}-other");
-    docker(&[
-        "exec",
-        "-d",
-        &a,
-        "python3",
-        "-m",
-        "http.server",
-        "8000",
-        "--bind",
-        "0.0.0.0",
-    ]);
-    let a_ip = address_on(&a, &network);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while connects(&a, &a_ip, 8000).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let a_ip = serve_on(&a, &network);
     // Refused (the bridge's reject), not dropped into a timeout.
     assert_eq!(
         connects(&b, &a_ip, 8000),
