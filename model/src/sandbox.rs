@@ -431,6 +431,8 @@ impl SandboxSpec {
         }
         if !runs_on_host_kernel(spec.runtime.as_deref()) {
             spec.bound_processes_inside();
+            // `--dns` of `docker_extra_args`.
+            spec.own_resolv_conf();
         }
         spec.rehash();
         spec
