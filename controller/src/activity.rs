@@ -93,16 +93,21 @@ impl Activity {
         Ok(records)
     }
 
-    /// Drops the record of a container that no longer exists, and its
+    /// Drops the record of a container that no longer exists, its
     /// runner's directory (`run/sandboxes/<name>`, which the container could
-    /// write: removed without following any link in it).
+    /// write: removed without following any link in it) and its own
+    /// `resolv.conf` (gVisor's, `run/resolv/<name>`).
     pub fn forget(&self, container: &str) -> io::Result<()> {
         if !is_plain_name(container) {
             return Ok(());
         }
         let runner = hermes_model::sandbox::runner_dir(&self.home, container);
         let host_side = hermes_backends::docker::runner_host_dir(&runner);
-        for dir in std::iter::once(runner).chain(host_side) {
+        let resolv = hermes_model::sandbox::resolv_dir(&self.home, container);
+        for dir in std::iter::once(runner)
+            .chain(host_side)
+            .chain(std::iter::once(resolv))
+        {
             match fs::remove_dir_all(&dir) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     tracing::debug!(dir = %dir.display(), error = %e, "cannot remove a runner's directory");

@@ -268,6 +268,12 @@ pub struct SandboxSpec {
     pub runner_dir: Option<PathBuf>,
 }
 
+/// The host directory of a gVisor sandbox's own `resolv.conf`
+/// ([`SandboxSpec::own_resolv_conf`]), removed with the container.
+pub fn resolv_dir(home: &Path, container: &str) -> PathBuf {
+    home.join("run").join("resolv").join(container)
+}
+
 /// The host directory of a sandbox's runner: runtime state, not data, so
 /// it lives under `run/`, by container name, for persistent and session
 /// sandboxes alike.
@@ -450,7 +456,7 @@ impl SandboxSpec {
         if runs_on_host_kernel(self.runtime.as_deref()) || self.dns.is_empty() {
             return;
         }
-        let dir = self.home.join("run").join("resolv").join(&self.name);
+        let dir = resolv_dir(&self.home, &self.name);
         let file = dir.join("resolv.conf");
         let text: String = self
             .dns
