@@ -115,9 +115,15 @@ node /t/get.js generativelanguage.googleapis.com {port} "/echo?alt=sse&key=$GEMI
         let mut dirs = vec![proxy.dir()];
         while let Some(dir) = dirs.pop() {
             for entry in std::fs::read_dir(&dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
+                let entry = entry.unwrap();
+                let path = entry.path();
+                let kind = entry.file_type().unwrap();
+                if kind.is_dir() {
                     dirs.push(path);
+                    continue;
+                }
+                // The proxy's Unix socket holds nothing to read.
+                if !kind.is_file() {
                     continue;
                 }
                 let text = std::fs::read(&path).unwrap();
