@@ -18,7 +18,7 @@ use std::os::unix::net::UnixStream;
 
 use super::bwrap::{PROXY_PORT, PROXY_SOCKET};
 
-/// Connections carried at once, at most; more wait in the listen queue.
+/// Connections carried at once, at most; one past them is closed at once.
 const MAX_CONNECTIONS: usize = 512;
 
 /// Runs the init with its arguments (after the subcommand's name);
