@@ -49,6 +49,9 @@ struct Fixture {
     lines: Lines,
     /// The proxy's pool of upstream connections.
     pool: Arc<Pool>,
+    /// Its Unix socket (in `_dir`).
+    socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -96,6 +99,9 @@ async fn fixture_full(limits: crate::settings::Limits, h2: bool) -> Fixture {
     );
     settings.tunnel_port = 0;
     settings.http_port = 0;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("proxy.sock");
+    settings.unix_listen = Some(socket.clone());
     let lines = Lines::default();
     let server = bind(settings, Box::new(lines.clone())).await.unwrap();
     let bound = server.bound().clone();
@@ -113,6 +119,8 @@ async fn fixture_full(limits: crate::settings::Limits, h2: bool) -> Fixture {
         upstream,
         lines,
         pool,
+        socket,
+        _dir: dir,
         _stop: stop,
     }
 }
@@ -733,4 +741,46 @@ async fn an_http2_upstream_connection_is_shared_by_concurrent_tunnels() {
         assert_eq!(echo["connection"], 1, "{echo}");
     }
     assert_eq!(f.upstream.accepted(), 1);
+}
+
+/// The Unix socket (bwrap sandboxes' way to the proxy): mode 0600, CONNECT
+/// decided as on the tunnel port (an allowed host tunnelled, another
+/// refused), a socket left by a dead proxy replaced, anything else there
+/// refused.
+#[tokio::test]
+async fn the_unix_socket_serves_connect_as_the_tunnel_port_does() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture().await;
+    let mode = std::fs::metadata(&f.socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let ask = |target: String| {
+        let socket = f.socket.clone();
+        async move {
+            let mut s = tokio::net::UnixStream::connect(&socket).await.unwrap();
+            s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut head = vec![0u8; 12];
+            s.read_exact(&mut head).await.unwrap();
+            String::from_utf8_lossy(&head).into_owned()
+        }
+    };
+    let allowed = ask(format!("api.openai.com:{}", f.upstream.addr.port())).await;
+    assert_eq!(allowed, "HTTP/1.1 200", "{allowed}");
+    let refused = ask("evil.example:443".to_string()).await;
+    assert_eq!(refused, "HTTP/1.1 403", "{refused}");
+
+    // A socket left behind is replaced; a file in its place is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let stale = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(listen_unix(&stale).is_ok());
+    let file = dir.path().join("file.sock");
+    std::fs::write(&file, "x").unwrap();
+    let err = listen_unix(&file).unwrap_err().to_string();
+    assert!(
+        err.contains("something other than a socket is there"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
 }
