@@ -116,10 +116,12 @@ impl Executor for Local {
             Ok(child) => child,
             Err(source) => {
                 let _ = watch.kill().await;
-                return Err(LocalError::Spawn {
-                    program: program.clone(),
-                    source,
-                });
+                // What failed to start: bwrap itself, for a sandboxed one.
+                let program = match &self.sandbox {
+                    Some(sandbox) => sandbox.program.display().to_string(),
+                    None => program.clone(),
+                };
+                return Err(LocalError::Spawn { program, source });
             }
         };
         let mut child_out = child.stdout.take();
