@@ -28,9 +28,11 @@
 //!
 //! A command's sandbox ends with it: what it leaves running is killed
 //! then (stricter than the unsandboxed `local` backend, where it stays).
-//! So `hermes exec --background` is refused under bwrap: a command that
-//! outlives its exec needs a sandbox that outlives it, which `hermes
-//! process` could reach; that is not built yet.
+//! A `hermes exec --background` command gets a sandbox of its own that
+//! outlives the exec ([`super::launch`]): no `--die-with-parent`, hermes's
+//! init as its PID 1, alive while any of its processes is; hermes keeps
+//! its record outside every sandbox, and `hermes process` reads and stops
+//! it from the host ([`super::jobs`]).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -80,6 +82,9 @@ pub struct Bwrap {
     pub tmp: PathBuf,
     /// The task's exec state on the host, bound at [`STATE_DIR`].
     pub state: PathBuf,
+    /// Where hermes records the task's background sandboxes, on the host
+    /// and in no sandbox ([`super::jobs`]).
+    pub launched: PathBuf,
     /// Writable besides the starting directory and `/tmp`.
     pub writable: Vec<PathBuf>,
     /// Hidden: each an existing path on the host, its links resolved
@@ -113,10 +118,6 @@ pub enum Refusal {
         "terminal.local_sandbox_writable: {} would expose {}, which bwrap hides", writable.display(), hidden.display()
     )]
     WritableHolds { writable: PathBuf, hidden: PathBuf },
-    #[error(
-        "--background is not supported under terminal.local_sandbox: bwrap (a command's sandbox ends with its exec); run it in the foreground, or in a docker sandbox"
-    )]
-    Background,
 }
 
 impl Bwrap {
@@ -144,15 +145,24 @@ impl Bwrap {
 
     /// bwrap's arguments for a command starting in `start`, before the
     /// init's. `seccomp_fds`: the descriptors its filters are read from.
+    /// `life`: whether the sandbox ends with the hermes that runs it.
     /// No value of the command's environment is among them (bwrap passes
     /// its own environment on).
-    pub fn args(&self, start: &Path, seccomp_fds: &[i32]) -> Vec<OsString> {
+    pub fn args(&self, start: &Path, seccomp_fds: &[i32], life: Life) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::new();
         let mut push =
             |parts: &[&std::ffi::OsStr]| a.extend(parts.iter().map(|p| p.to_os_string()));
         let os = |s: &'static str| std::ffi::OsStr::new(s);
+        match life {
+            Life::WithItsExec => push(&[os("--die-with-parent")]),
+            // hermes's init is PID 1, the sandbox ends with its last
+            // process; bwrap says which process that is on the host.
+            Life::Background { info_fd } => {
+                let fd = OsString::from(info_fd.to_string());
+                push(&[os("--as-pid-1"), os("--info-fd"), &fd]);
+            }
+        }
         push(&[
-            os("--die-with-parent"),
             // Run as root, bwrap would keep every capability.
             os("--cap-drop"),
             os("ALL"),
@@ -213,6 +223,16 @@ impl Bwrap {
         }
         a
     }
+}
+
+/// How long a sandbox lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    /// It ends with the hermes that runs its command (`--die-with-parent`).
+    WithItsExec,
+    /// A background command's: it ends with its last process; bwrap
+    /// writes its PID 1's host pid on `info_fd`.
+    Background { info_fd: i32 },
 }
 
 /// The paths to hide under `user_home`, the hermes home and `extra`: each
@@ -314,6 +334,7 @@ mod tests {
             init: PathBuf::from("/usr/bin/hermes"),
             tmp: dir.join("tmp"),
             state: dir.join("state"),
+            launched: dir.join("launched"),
             writable: vec![PathBuf::from("/srv/out")],
             hidden: vec![dir.join("hermes-home")],
             proxy: None,
@@ -372,7 +393,7 @@ mod tests {
             ca: dir.path().join("ca.crt"),
         });
         let args: Vec<String> = b
-            .args(Path::new("/srv/project"), &[5, 6])
+            .args(Path::new("/srv/project"), &[5, 6], Life::WithItsExec)
             .into_iter()
             .map(|a| a.into_string().unwrap())
             .collect();
@@ -388,5 +409,20 @@ mod tests {
         assert!(args.contains(&PROXY_SOCKET.to_string()));
         assert_eq!(args.iter().filter(|a| *a == "--add-seccomp-fd").count(), 2);
         assert!(!args.iter().any(|a| a == "--setenv"), "{args:?}");
+        assert!(!args.iter().any(|a| a == "--as-pid-1"), "{args:?}");
+        // A background command's sandbox outlives its exec.
+        let bg: Vec<String> = b
+            .args(
+                Path::new("/srv/project"),
+                &[],
+                Life::Background { info_fd: 9 },
+            )
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        assert!(!bg.iter().any(|a| a == "--die-with-parent"), "{bg:?}");
+        let info = bg.iter().position(|a| a == "--info-fd").unwrap();
+        assert_eq!(bg[info + 1], "9");
+        assert!(bg.iter().any(|a| a == "--as-pid-1"), "{bg:?}");
     }
 }

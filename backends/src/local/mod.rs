@@ -3,10 +3,14 @@
 //! and which the watch kills when the calling process dies before the
 //! command ended ([`watch_group`]). Without a sandbox the command is the
 //! user's; with one it runs under bubblewrap ([`bwrap`]), its first
-//! process hermes's [`init`].
+//! process hermes's [`init`]; a background command there gets a sandbox
+//! of its own ([`launch`]), which `hermes process` reaches from the host
+//! ([`jobs`]).
 
 pub mod bwrap;
 pub mod init;
+pub mod jobs;
+mod launch;
 pub mod seccomp;
 
 use std::sync::Arc;
@@ -40,6 +44,8 @@ pub enum LocalError {
     Filter(#[from] seccomp::FilterError),
     #[error("cannot hand the sandbox its seccomp filter: {0}")]
     FilterFd(std::io::Error),
+    #[error("cannot launch the background command's sandbox: {0}")]
+    Launch(String),
 }
 
 /// This host. `default_cwd`: where a command runs when the request names
@@ -53,7 +59,7 @@ pub struct Local {
 
 /// What a sandboxed command needs kept until it has started: its seccomp
 /// filters' descriptors.
-struct Sandboxed {
+pub(super) struct Sandboxed {
     _filters: Vec<std::fs::File>,
 }
 
@@ -79,6 +85,22 @@ impl Executor for Local {
     async fn exec(&self, req: &ExecRequest, io: ExecIo<'_>) -> Result<ExecOutcome, LocalError> {
         let (program, rest) = req.cmd.split_first().ok_or(LocalError::NoCommand)?;
         let start = self.start_dir(req);
+        if let Some(sandbox) = &self.sandbox {
+            // hermes's own scripts for `hermes process`: answered on the
+            // host, where the background sandboxes are seen.
+            if let Some((script, args)) = jobs::script_of(&req.cmd) {
+                let jobs = jobs::Jobs {
+                    launched: sandbox.launched.clone(),
+                    state: sandbox.state.clone(),
+                };
+                return jobs::answer(&jobs, script, args, io, req.timeout)
+                    .await
+                    .map_err(LocalError::Output);
+            }
+            if crate::exec::is_background(&req.cmd) {
+                return launch::launch(sandbox, req, start.as_deref(), io).await;
+            }
+        }
         // Made (and refused) before anything starts.
         let (mut cmd, sandboxed) = match &self.sandbox {
             None => {
@@ -243,7 +265,14 @@ impl Local {
                 cmd
             }
             Some(sandbox) => {
-                let (parts, kept) = sandboxed_parts(sandbox, req, start.as_deref(), true).await?;
+                let (parts, kept) = sandboxed_parts(
+                    sandbox,
+                    req,
+                    start.as_deref(),
+                    true,
+                    bwrap::Life::WithItsExec,
+                )
+                .await?;
                 _kept = Some(kept);
                 pty_process::Command::new(&parts.program)
                     .args(&parts.args)
@@ -279,14 +308,15 @@ async fn sandboxed_command(
     req: &ExecRequest,
     start: Option<&std::path::Path>,
 ) -> Result<(tokio::process::Command, Sandboxed), LocalError> {
-    let (parts, kept) = sandboxed_parts(sandbox, req, start, false).await?;
+    let (parts, kept) =
+        sandboxed_parts(sandbox, req, start, false, bwrap::Life::WithItsExec).await?;
     let mut cmd = tokio::process::Command::new(&parts.program);
     cmd.args(&parts.args).env_clear().envs(parts.env);
     Ok((cmd, kept))
 }
 
 /// A sandboxed command's program, arguments and whole environment.
-struct Parts {
+pub(super) struct Parts {
     program: PathBuf,
     args: Vec<std::ffi::OsString>,
     env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
@@ -294,12 +324,13 @@ struct Parts {
 
 /// [`sandboxed_command`]'s parts; `tty`: on a terminal of its own (which
 /// a new session would take from it: `TIOCSTI` is refused by the filter
-/// instead).
-async fn sandboxed_parts(
+/// instead); `life`: how long its sandbox lives.
+pub(super) async fn sandboxed_parts(
     sandbox: &bwrap::Bwrap,
     req: &ExecRequest,
     start: Option<&std::path::Path>,
     tty: bool,
+    life: bwrap::Life,
 ) -> Result<(Parts, Sandboxed), LocalError> {
     use std::io::{Seek, Write};
     let start = match start {
@@ -313,9 +344,6 @@ async fn sandboxed_parts(
         .await
         .map_err(|e| LocalError::Watch(std::io::Error::other(e)))?
         .map_err(bwrap::Refusal::Unavailable)?;
-    if crate::exec::is_background(&req.cmd) {
-        return Err(bwrap::Refusal::Background.into());
-    }
     let mut filters = Vec::new();
     for program in seccomp::programs()? {
         // Not close-on-exec: bwrap reads it.
@@ -331,7 +359,7 @@ async fn sandboxed_parts(
         .iter()
         .map(std::os::fd::AsRawFd::as_raw_fd)
         .collect();
-    let mut args = sandbox.args(&start, &fds);
+    let mut args = sandbox.args(&start, &fds, life);
     if tty {
         args.retain(|a| a != "--new-session");
     }
@@ -340,6 +368,9 @@ async fn sandboxed_parts(
     args.push("sandbox-init".into());
     if sandbox.proxy.is_some() {
         args.push("--proxy".into());
+    }
+    if matches!(life, bwrap::Life::Background { .. }) {
+        args.push("--background".into());
     }
     args.push("--".into());
     args.extend(req.cmd.iter().map(Into::into));

@@ -2,8 +2,9 @@
 //! nothing of its own to observe or converge; its sessions' sandboxes, if
 //! any, are this engine's containers. With `terminal.local_sandbox:
 //! bwrap` each command runs under bubblewrap
-//! ([`hermes_backends::local::bwrap`]): its task's `/tmp` and exec state
-//! live under `$HERMES_HOME/run/local-sandbox/<task>/`, and with the
+//! ([`hermes_backends::local::bwrap`]): its task's `/tmp`, exec state and
+//! the records of its background sandboxes live under
+//! `$HERMES_HOME/run/local-sandbox/<task>/`, and with the
 //! egress proxy on it gets the proxy's variables and tokens, reaching the
 //! proxy through its Unix socket.
 
@@ -89,8 +90,8 @@ fn host(home: &Home, desired: &Desired, which: &Which<'_>) -> anyhow::Result<Loc
         .join("run")
         .join("local-sandbox")
         .join(which.key(desired));
-    let (tmp, state) = (dir.join("tmp"), dir.join("state"));
-    for d in [&tmp, &state] {
+    let (tmp, state, launched) = (dir.join("tmp"), dir.join("state"), dir.join("launched"));
+    for d in [&tmp, &state, &launched] {
         crate::fsio::ensure_dir(d, 0o700)
             .with_context(|| format!("cannot make the sandbox's directory {}", d.display()))?;
     }
@@ -109,6 +110,7 @@ fn host(home: &Home, desired: &Desired, which: &Which<'_>) -> anyhow::Result<Loc
             .context("cannot find hermes's own binary for the sandbox's init")?,
         tmp,
         state,
+        launched,
         writable: t.local_sandbox_writable.iter().map(Into::into).collect(),
         hidden: bwrap::hidden_paths(user_home.as_deref(), home.root(), &extra),
         proxy,

@@ -335,3 +335,150 @@ fn under_bwrap_without_user_namespaces_nothing_runs_and_status_says_why() {
     assert_eq!(fine.code, 0, "{fine:?}");
     assert!(marker.exists());
 }
+
+/// A background command's sandbox (which outlives its exec, and whose
+/// files hermes reads from the host for `hermes process`) attacked from
+/// inside: its output made a link to a file of the hermes home (which the
+/// host's hermes could read), its command line a FIFO, a job directory
+/// forged with no launch behind it, its init (PID 1, hermes's) sent
+/// SIGKILL and its descriptors looked into. `process list` and `logs`
+/// show none of it and never block; `process kill` ends the whole
+/// sandbox, daemonized children included, as the host's `ps` sees.
+#[test]
+fn under_bwrap_a_background_sandbox_cannot_turn_hermes_s_reads_against_the_host() {
+    let host = Host::new("abg", "");
+    let secret = host.home.path().join("launch-secret");
+    std::fs::write(&secret, "HERMES-HOME-CANARY").unwrap();
+    let ws = host.workspace.path().display().to_string();
+    let tag = format!("7{}", std::process::id() % 100000);
+    let script = format!(
+        "d=$(ls -d /run/hermes/state/jobs/*/ | head -n 1); d=${{d%/}}; \
+         cat {secret} > {ws}/leak 2>&1; \
+         rm -f \"$d/out\"; ln -s {secret} \"$d/out\"; \
+         rm -f \"$d/cmd\"; mkfifo \"$d/cmd\"; \
+         mkdir -p /run/hermes/state/jobs/0badf00d; echo 0 > /run/hermes/state/jobs/0badf00d/exit; \
+         kill -KILL 1 2>/dev/null; ls -l /proc/1/fd/ > {ws}/fds 2>&1; \
+         sleep {tag}1 & setsid sleep {tag}2 & touch {ws}/ready; wait",
+        secret = secret.display()
+    );
+    let run = host.hermes(&["exec", "--background", "--", &script]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let id = run.stdout.trim_end().to_string();
+    let ready = host.workspace.path().join("ready");
+    let until = Instant::now() + Duration::from_secs(20);
+    while !ready.exists() {
+        assert!(
+            Instant::now() < until,
+            "the background command never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let read = |name: &str| std::fs::read_to_string(host.workspace.path().join(name)).unwrap();
+    assert!(!read("leak").contains("CANARY"), "{}", read("leak"));
+    let fds = read("fds");
+    assert!(
+        fds.contains("denied") && !fds.contains("socket:"),
+        "its init is open: {fds}"
+    );
+
+    let t = Instant::now();
+    let list = host.hermes(&["process", "list", "--output", "json"]);
+    assert_eq!(list.code, 0, "{list:?}");
+    let list: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    let procs = list["processes"].as_array().unwrap();
+    // Its own launch only (the forged one has no record), still running:
+    // the SIGKILL from inside did not reach the init.
+    assert_eq!(procs.len(), 1, "{list}");
+    assert_eq!(procs[0]["id"], id.as_str(), "{list}");
+    assert_eq!(procs[0]["state"], "running", "{list}");
+    let logs = host.hermes(&["process", "logs", &id]);
+    assert_eq!(logs.code, 0, "{logs:?}");
+    assert!(!logs.stdout.contains("CANARY"), "{logs:?}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    let forged = host.hermes(&["process", "kill", "0badf00d"]);
+    assert_eq!(forged.code, 1, "{forged:?}");
+
+    let killed = host.hermes(&["process", "kill", &id]);
+    assert!(killed.stdout.starts_with("Killed process"), "{killed:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+        let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
+        let left: Vec<&str> = ps
+            .lines()
+            .filter(|l| l.contains(&format!("sleep {tag}")))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left on the host: {left:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let list = host.hermes(&["process", "list"]);
+    assert!(list.stdout.contains("killed"), "{list:?}");
+}
+
+/// A descriptor hermes's caller left open (here one of a directory the
+/// sandbox hides, the hermes home) would lead out of every mount of the
+/// sandbox: neither a command's sandbox nor a background one keeps it.
+#[test]
+fn under_bwrap_descriptors_left_open_by_the_caller_do_not_reach_the_sandbox() {
+    let host = Host::new("abf", "");
+    std::fs::write(host.home.path().join("fd-secret"), "FD-CANARY").unwrap();
+    let ws = host.workspace.path().display().to_string();
+    // Every descriptor past the standard three, and what it leads to.
+    let probe = format!(
+        "for f in /proc/self/fd/*; do n=${{f##*/}}; [ \"$n\" -gt 2 ] || continue; \
+         cat \"$f/fd-secret\" 2>/dev/null; readlink \"$f\"; done > {ws}/seen-$1 2>&1; touch {ws}/done-$1"
+    );
+    for (mode, args) in [
+        (
+            "fg",
+            vec!["exec", "--", "sh", "-c", probe.as_str(), "-", "fg"],
+        ),
+        (
+            "bg",
+            vec![
+                "exec",
+                "--background",
+                "--",
+                "sh",
+                "-c",
+                probe.as_str(),
+                "-",
+                "bg",
+            ],
+        ),
+    ] {
+        let mut cmd = Command::new("python3");
+        cmd.args([
+            "-c",
+            "import os, subprocess, sys\n\
+             fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n\
+             sys.exit(subprocess.run(sys.argv[2:], pass_fds=[fd]).returncode)",
+        ])
+        .arg(host.home.path())
+        .arg(hermes_tests::cli::hermes_bin());
+        let hermes = host.command(&args);
+        cmd.args(hermes.get_args())
+            .envs(hermes.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .current_dir(host.workspace.path())
+            .stdin(Stdio::null());
+        let run: Run = cmd.output().unwrap().into();
+        assert_eq!(run.code, 0, "{mode}: {run:?}");
+        let done = host.workspace.path().join(format!("done-{mode}"));
+        let until = Instant::now() + Duration::from_secs(20);
+        while !done.exists() {
+            assert!(Instant::now() < until, "{mode}: the probe never ran");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let seen =
+            std::fs::read_to_string(host.workspace.path().join(format!("seen-{mode}"))).unwrap();
+        assert!(!seen.contains("FD-CANARY"), "{mode}: {seen}");
+        // The listing's own descriptor only.
+        assert!(
+            seen.lines().all(|l| l.starts_with("/proc/")),
+            "{mode}: the sandbox holds {seen}"
+        );
+    }
+}
