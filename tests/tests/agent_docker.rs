@@ -82,15 +82,36 @@ fn hermes(home: &TestHome, args: &[&str]) -> Run {
     home.run(args)
 }
 
+/// The first line of the kernel's log inside the sandbox: gVisor's own
+/// ("Starting gVisor...") under runsc, nothing under runc (denied).
+const KERNEL_LOG: &str = "dmesg 2>/dev/null | head -n 1; true";
+
 #[test]
 fn hermes_first_the_agent_reuses_its_sandbox_and_both_see_the_files() {
-    let (home, profile, _cleanup) = home("agh", "");
+    hermes_first("agh", "");
+}
+
+#[test]
+fn hermes_first_under_gvisor_the_agent_s_commands_run_in_its_gvisor_sandbox() {
+    hermes_first(
+        "agg",
+        &format!("  docker_runtime: {}\n", hermes_tests::runsc_runtime()),
+    );
+}
+
+fn hermes_first(tag: &str, extra: &str) {
+    let (home, profile, _cleanup) = home(tag, extra);
     let apply = hermes(&home, &["reconcile"]);
     assert_eq!(apply.code, 0, "{apply:?}");
     let ours = id_of(&format!("hermes-{profile}-default"));
-    let run = agent_runs(&home, &["echo from-agent > /workspace/a; echo ok"]);
+    let run = agent_runs(
+        &home,
+        &["echo from-agent > /workspace/a; echo ok", KERNEL_LOG],
+    );
     assert_eq!(run.container, ours, "the agent made a container of its own");
     assert_eq!(run.results[0], ("ok\n".to_string(), 0));
+    let gvisor = run.results[1].0.contains("gVisor");
+    assert_eq!(gvisor, !extra.is_empty(), "{:?}", run.results[1]);
     let read = hermes(&home, &["exec", "--", "cat", "/workspace/a"]);
     assert_eq!(
         (read.code, read.stdout.as_str()),
@@ -151,15 +172,27 @@ fn the_agent_first_hermes_adopts_its_sandbox_with_its_files_and_the_two_alternat
 
 #[test]
 fn the_agent_s_own_commands_go_through_the_proxy_with_a_token_never_the_key() {
+    through_the_proxy("age", None);
+}
+
+#[test]
+fn under_gvisor_the_agent_s_own_commands_go_through_the_proxy_with_a_token_never_the_key() {
+    through_the_proxy("agv", Some(&hermes_tests::runsc_runtime()));
+}
+
+fn through_the_proxy(tag: &str, runtime: Option<&str>) {
     let upstream = Upstream::start("127.0.0.1:0".parse().unwrap(), &["api.openai.com"]);
     let port = free_port_pair(Some(bridge_gateway()));
-    let profile = format!("age{}", std::process::id());
+    let profile = format!("{tag}{}", std::process::id());
     let home = TestHome::with_profile(&profile);
     let _cleanup = ProfileCleanup(profile.clone());
     let ca = home.path().join("upstream-ca.pem");
     std::fs::write(&ca, &upstream.ca_pem).unwrap();
+    let runtime_line = runtime
+        .map(|r| format!("  docker_runtime: {r}\n"))
+        .unwrap_or_default();
     home.write_config(format!(
-        "terminal:\n  backend: docker\n  docker_image: {}\nsecurity:\n  redact_secrets: false\nproxy:\n  enabled: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n    api.openai.com: 127.0.0.1\n",
+        "terminal:\n  backend: docker\n  docker_image: {}\n{runtime_line}security:\n  redact_secrets: false\nproxy:\n  enabled: true\n  tunnel_port: {port}\n  upstream_deny_cidrs: [169.254.0.0/16, 10.0.0.0/8]\n  upstream_ca_file: {}\n  resolve:\n    api.openai.com: 127.0.0.1\n",
         hermes_tests::test_image(),
         ca.display()
     ));
@@ -188,7 +221,14 @@ PY"
             "printenv HTTPS_PROXY https_proxy SSL_CERT_FILE REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS",
             "printenv OPENAI_API_KEY",
             &call,
+            KERNEL_LOG,
         ],
+    );
+    assert_eq!(
+        run.results[3].0.contains("gVisor"),
+        runtime.is_some(),
+        "{:?}",
+        run.results[3]
     );
     let _stop = StopProxy(&home);
     let (env, code) = &run.results[0];

@@ -263,12 +263,13 @@ fn docker_config() -> String {
     )
 }
 
-/// Everything a client does through `hermes mcp`, and what it must see.
-fn scenario(client: Client, tag: &str) {
+/// Everything a client does through `hermes mcp`, and what it must see;
+/// `extra`: more of `terminal:` (the sandbox's runtime).
+fn scenario(client: Client, tag: &str, extra: &str) {
     let profile = format!("{tag}{}", std::process::id());
     let _cleanup = ProfileCleanup(profile.clone());
     let home = TestHome::with_profile(&profile);
-    home.write_config(docker_config());
+    home.write_config(format!("{}{extra}", docker_config()));
     let procs = r#"for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c 'echo [t]ick'"#;
     let steps = json!([
         { "op": "list" },
@@ -433,12 +434,24 @@ fn scenario(client: Client, tag: &str) {
 
 #[test]
 fn python_sdk_drives_the_docker_sandbox() {
-    scenario(Client::Python, "mcpy");
+    scenario(Client::Python, "mcpy", "");
+}
+
+/// The same under gVisor: its processes are listed from the guest's
+/// `/proc` (the engine's `top` shows the sandbox's VM), the kill is the
+/// inside one.
+#[test]
+fn python_sdk_drives_the_docker_sandbox_under_gvisor() {
+    scenario(
+        Client::Python,
+        "mcpg",
+        &format!("  docker_runtime: {}\n", hermes_tests::runsc_runtime()),
+    );
 }
 
 #[test]
 fn typescript_sdk_drives_the_docker_sandbox() {
-    scenario(Client::TypeScript, "mcts");
+    scenario(Client::TypeScript, "mcts", "");
 }
 
 #[test]
