@@ -186,7 +186,8 @@ fn under_gvisor_the_sandbox_runs_on_a_kernel_of_its_own_and_sees_no_host_process
 
 /// A file of the host outside the sandbox's mounts, looked for by every
 /// way out of the sandbox's view: `/proc/*/root`, a new user and mount
-/// namespace with a fresh `proc`, a mount, a ptrace of the init.
+/// namespace with a fresh `proc`, a mount, a ptrace of the init, a
+/// setuid program run by an unprivileged user.
 #[test]
 fn under_gvisor_namespaces_mounts_and_proc_roots_reach_nothing_of_the_host() {
     let host = Host::gvisor("age", "");
@@ -205,12 +206,17 @@ libc = ctypes.CDLL(None, use_errno=True)
 print("ptrace", libc.ptrace(16, 1, 0, 0))
 '
 grep -rlsF {secret} / --exclude-dir=proc --exclude-dir=sys 2>/dev/null
+grep NoNewPrivs /proc/self/status
+cp /usr/bin/id /opt/suid-id && chmod u+s /opt/suid-id && su -s /bin/sh nobody -c 'echo "setuid-gave uid $(/opt/suid-id -u)"'
 echo end
 "#
     );
     let out = host.sh(&script);
     assert!(!out.contains(&secret), "the host's file was read: {out}");
     assert!(!out.contains("MOUNTED"), "a mount worked: {out}");
+    // A setuid program gains nothing: no new privileges.
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    assert!(out.contains("setuid-gave uid 65534"), "{out}");
     assert!(out.ends_with("end\n"), "{out}");
 }
 
