@@ -209,6 +209,24 @@ echo end
     let _ = canary.wait();
 }
 
+/// Waits (10 s at most) until no process of the host runs `sleep TAG…`.
+fn no_sleep_left(tag: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+        let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
+        let left: Vec<&str> = ps
+            .lines()
+            .filter(|l| l.contains(&format!("sleep {tag}")))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left on the host: {left:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn under_bwrap_a_timeout_kills_the_command_s_whole_sandbox() {
     let host = Host::new("abt", "");
@@ -226,20 +244,7 @@ fn under_bwrap_a_timeout_kills_the_command_s_whole_sandbox() {
     assert_eq!(run.code, 124, "{run:?}");
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
     // Seen from the host: nothing of it is left, daemonized ones included.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
-        let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
-        let left: Vec<&str> = ps
-            .lines()
-            .filter(|l| l.contains(&format!("sleep {tag}")))
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "left on the host: {left:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    no_sleep_left(&tag);
 }
 
 /// The proxy is the only way out: a provider's name reaches the test's
@@ -400,20 +405,7 @@ fn under_bwrap_a_background_sandbox_cannot_turn_hermes_s_reads_against_the_host(
 
     let killed = host.hermes(&["process", "kill", &id]);
     assert!(killed.stdout.starts_with("Killed process"), "{killed:?}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
-        let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
-        let left: Vec<&str> = ps
-            .lines()
-            .filter(|l| l.contains(&format!("sleep {tag}")))
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "left on the host: {left:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    no_sleep_left(&tag);
     let list = host.hermes(&["process", "list"]);
     assert!(list.stdout.contains("killed"), "{list:?}");
 }
