@@ -88,8 +88,10 @@ done
 
 /// Prints a process's output: `$1` the jobs directory, `$2` the id, `$3`
 /// the last lines only (empty: all), `$4` `follow` to keep printing what
-/// it writes until it ends. Exits 3 when there is no such process; at
-/// its end prints, on stderr, `hermes-process: STATE`.
+/// it writes until it ends, `$5` the last bytes only (empty: as `$3`
+/// says). Exits 3 when there is no such process; at its end prints, on
+/// stderr, `hermes-process-bytes: SIZE` (the whole output's size) and
+/// `hermes-process: STATE`.
 pub const LOGS: &str = r#"live() { kill -0 "$1" 2>/dev/null || return 1; z=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null); case $z in Z*) return 1 ;; esac; }
 j=$1
 case $j in /*) ;; *) j=$HOME/$j ;; esac
@@ -97,7 +99,8 @@ d=$j/$2
 [ -d "$d" ] && [ ! -L "$d" ] || exit 3
 size() { wc -c <"$d/out" 2>/dev/null | tr -dc 0-9; }
 z=$(size); z=${z:-0}
-if [ -n "$3" ]; then head -c "$z" "$d/out" 2>/dev/null | tail -n "$3"
+if [ -n "$5" ]; then head -c "$z" "$d/out" 2>/dev/null | tail -c "$5"
+elif [ -n "$3" ]; then head -c "$z" "$d/out" 2>/dev/null | tail -n "$3"
 else head -c "$z" "$d/out" 2>/dev/null; fi
 o=$z
 p=$(head -c 16 "$d/pid" 2>/dev/null | tr -dc 0-9)
@@ -114,7 +117,7 @@ fi
 if [ -f "$d/exit" ]; then s="exited $(head -c 12 "$d/exit" | tr -dc 0-9)"
 elif alive; then s=running
 else s=killed; fi
-printf 'hermes-process: %s\n' "$s" >&2
+printf 'hermes-process-bytes: %s\nhermes-process: %s\n' "$z" "$s" >&2
 "#;
 
 /// Stops a process and everything it started: `$1` the jobs directory,
@@ -345,9 +348,12 @@ mod tests {
         assert!(job.started.is_some() && job.pid.is_some(), "{job:?}");
         let (code, out, err) = run(&script_argv(LOGS, &[".jobs", &id, "", ""]), at);
         assert_eq!((code, out.as_str()), (0, "one\ntwo\n"));
-        assert_eq!(err, "hermes-process: exited 7\n");
+        assert_eq!(err, "hermes-process-bytes: 8\nhermes-process: exited 7\n");
         let (_, last, _) = run(&script_argv(LOGS, &[".jobs", &id, "1", ""]), at);
         assert_eq!(last, "two\n");
+        let (_, bytes, err) = run(&script_argv(LOGS, &[".jobs", &id, "", "", "3"]), at);
+        assert_eq!(bytes, "wo\n");
+        assert!(err.starts_with("hermes-process-bytes: 8\n"), "{err}");
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(at.join(".jobs").join(&id))
                 .unwrap()
@@ -412,7 +418,7 @@ mod tests {
         assert_eq!(String::from_utf8_lossy(&out.stdout), "a\nb\n");
         assert_eq!(
             String::from_utf8_lossy(&out.stderr),
-            "hermes-process: exited 0\n"
+            "hermes-process-bytes: 4\nhermes-process: exited 0\n"
         );
     }
 

@@ -283,7 +283,7 @@ fn scenario(client: Client, tag: &str, extra: &str) {
         // 5-9: a background process polled and killed, its tree gone.
         call("terminal", json!({ "command": "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done", "background": true })),
         // Until the background's output holds a second tick (a minute at most).
-        call("terminal", json!({ "command": "i=0; until grep -qx 'tick 1' \"${TMPDIR:-/tmp}\"/hermes-bg.*/out 2>/dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done" })),
+        call("terminal", json!({ "command": "i=0; until grep -qx 'tick 1' /tmp/.hermes-background/*/out 2>/dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done" })),
         call("process", json!({ "action": "poll", "process_id": "proc_1" })),
         call("process", json!({ "action": "kill", "process_id": "proc_1" })),
         call("process", json!({ "action": "poll", "process_id": "proc_1" })),
@@ -447,6 +447,64 @@ fn python_sdk_drives_the_docker_sandbox_under_gvisor() {
         "mcpg",
         &format!("  docker_runtime: {}\n", hermes_tests::runsc_runtime()),
     );
+}
+
+/// On the local backend under bubblewrap a background process gets a
+/// sandbox of its own, which outlives the command that started it: the
+/// process tool polls it and kills it (nothing of it left on the host).
+#[test]
+fn a_background_process_under_bwrap_is_polled_and_killed() {
+    let profile = format!("mcpb{}", std::process::id());
+    let home = TestHome::with_profile(&profile);
+    home.write_config("terminal:\n  backend: local\n  local_sandbox: bwrap\n");
+    let tag = format!("tick-{}", std::process::id());
+    let steps = json!([
+        call("terminal", json!({ "command": "cd /tmp" })),
+        call(
+            "terminal",
+            json!({ "command": format!("i=0; while true; do echo {tag} $i; i=$((i+1)); sleep 0.2; done"), "background": true })
+        ),
+        call(
+            "terminal",
+            json!({ "command": format!("i=0; until grep -qx '{tag} 1' /run/hermes/state/jobs/*/out 2>/dev/null || [ $i -ge 600 ]; do sleep 0.1; i=$((i+1)); done; pwd") })
+        ),
+        call(
+            "process",
+            json!({ "action": "poll", "process_id": "proc_1" })
+        ),
+        call(
+            "process",
+            json!({ "action": "kill", "process_id": "proc_1" })
+        ),
+        call(
+            "process",
+            json!({ "action": "poll", "process_id": "proc_1" })
+        ),
+    ]);
+    let r = drive(Client::Python, &home, &profile, &[], steps);
+    assert_eq!(ok(&r[1])["process_id"], "proc_1", "{}", r[1]);
+    assert_eq!(ok(&r[2])["output"], "/tmp\n", "{}", r[2]);
+    let polled = ok(&r[3]);
+    assert_eq!(polled["state"], "running", "{polled}");
+    assert!(
+        polled["output"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{tag} 0\n{tag} 1\n")),
+        "{polled}"
+    );
+    assert_eq!(ok(&r[4])["state"], "killed", "{}", r[4]);
+    assert_eq!(ok(&r[5])["state"], "killed", "{}", r[5]);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+        let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
+        if !ps.lines().any(|l| l.contains(&tag)) {
+            break;
+        }
+        assert!(Instant::now() < until, "left on the host:\n{ps}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]

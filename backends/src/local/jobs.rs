@@ -310,7 +310,10 @@ pub async fn answer(
             if matches!(jobs.seen(id), Seen::Unknown) {
                 NO_SUCH_PROCESS
             } else {
-                let tail = arg(2).parse::<u64>().ok();
+                let tail = match arg(4).parse::<u64>() {
+                    Ok(bytes) => Some(Tail::Bytes(bytes)),
+                    Err(_) => arg(2).parse::<u64>().ok().map(Tail::Lines),
+                };
                 let follow = arg(3) == "follow";
                 match tokio::time::timeout(
                     timeout,
@@ -338,20 +341,28 @@ pub async fn answer(
     })
 }
 
+/// How much of the output's end [`logs`] starts with.
+#[derive(Debug, Clone, Copy)]
+enum Tail {
+    Lines(u64),
+    Bytes(u64),
+}
+
 /// [`background::LOGS`] from the host: the output (its last `tail`
-/// lines), then, with `follow`, what the job writes until it ends; its
-/// state last, on `stderr`.
+/// lines or bytes), then, with `follow`, what the job writes until it
+/// ends; its size and state last, on `stderr`.
 async fn logs(
     jobs: &Jobs,
     id: &str,
-    tail: Option<u64>,
+    tail: Option<Tail>,
     follow: bool,
     stdout: &mut (dyn AsyncWrite + Unpin + Send),
     stderr: &mut (dyn AsyncWrite + Unpin + Send),
 ) -> std::io::Result<()> {
     let mut out = jobs.open(id, "out");
     let mut at = match (&mut out, tail) {
-        (Some(file), Some(lines)) => start_of_last_lines(file, lines)?,
+        (Some(file), Some(Tail::Lines(lines))) => start_of_last_lines(file, lines)?,
+        (Some(file), Some(Tail::Bytes(bytes))) => file.metadata()?.len().saturating_sub(bytes),
         _ => 0,
     };
     let running = |jobs: &Jobs| match jobs.seen(id) {
@@ -381,7 +392,7 @@ async fn logs(
         _ => "killed".to_string(),
     };
     stderr
-        .write_all(format!("hermes-process: {state}\n").as_bytes())
+        .write_all(format!("hermes-process-bytes: {at}\nhermes-process: {state}\n").as_bytes())
         .await
 }
 

@@ -389,24 +389,115 @@ async fn kill(
         sandbox,
         flags,
     } = found(home, desired, at, id).await?;
-    let (code, out) = capture(
-        home,
-        desired,
-        &target,
-        script_argv(background::KILL, &[&jobs, id]),
-    )
-    .await?;
-    let result = match (i32::from(code), String::from_utf8_lossy(&out).trim_end()) {
-        (0, "killed") => "killed",
-        (0, "not running") => "not running",
-        (background::NO_SUCH_PROCESS, _) => return Err(no_such(id, &sandbox, &flags)),
-        (code, _) => anyhow::bail!("cannot kill process {id} in {sandbox}: exit {code}"),
-    };
+    let result = kill_in(home, desired, &target, &jobs, id)
+        .await
+        .map_err(|e| e.context(format!("cannot kill process {id} in {sandbox}")))?
+        .ok_or_else(|| no_such(id, &sandbox, &flags))?;
     Ok(Killed {
         id: id.to_string(),
         sandbox,
         result,
     })
+}
+
+/// A background process as `hermes mcp`'s process tool reads it.
+pub(crate) struct Polled {
+    pub state: background::State,
+    /// The size of its whole output.
+    pub output_bytes: u64,
+    /// Its output's last bytes (as many as asked for), redacted.
+    pub tail: Vec<u8>,
+}
+
+/// Process `id` of `which`, with the last `keep` bytes of its output;
+/// `None` when the sandbox is not running or has no such process.
+pub(crate) async fn poll(
+    home: &Home,
+    desired: &Desired,
+    which: &Which<'_>,
+    id: &str,
+    keep: usize,
+) -> anyhow::Result<Option<Polled>> {
+    let id = check_id(id)?;
+    let Some((target, jobs)) = target(home, desired, which).await? else {
+        return Ok(None);
+    };
+    let out = Shared::new(Captured::new(0, keep));
+    let said = Shared::new(Captured::new(4096, 0));
+    let (mut o, mut e) = (out.writer(), said.writer());
+    let streams = Streams {
+        stdout: &mut o,
+        stderr: &mut e,
+        stdin: Stdin::Empty,
+    };
+    let keep = keep.to_string();
+    let argv = script_argv(background::LOGS, &[&jobs, id, "", "", &keep]);
+    let code = run_own(home, desired, &target, argv, SCRIPT_TIMEOUT, streams).await?;
+    match i32::from(code) {
+        0 => {}
+        background::NO_SUCH_PROCESS => return Ok(None),
+        other => anyhow::bail!("cannot read the output of process {id}: exit {other}"),
+    }
+    let said = String::from_utf8_lossy(&said.lock().bytes()).into_owned();
+    let field = |prefix: &str| {
+        said.lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(prefix))
+            .map(str::to_string)
+    };
+    let state = field("hermes-process: ")
+        .and_then(|s| background::State::parse(&s))
+        .ok_or_else(|| anyhow::anyhow!("cannot read the state of process {id}"))?;
+    let output_bytes = field("hermes-process-bytes: ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let tail = out.lock().bytes();
+    Ok(Some(Polled {
+        state,
+        output_bytes,
+        tail,
+    }))
+}
+
+/// Stops process `id` of `which` as `hermes process kill` does:
+/// `killed`, `not running`, or `None` when there is no such process.
+pub(crate) async fn stop(
+    home: &Home,
+    desired: &Desired,
+    which: &Which<'_>,
+    id: &str,
+) -> anyhow::Result<Option<&'static str>> {
+    let id = check_id(id)?;
+    let Some((target, jobs)) = target(home, desired, which).await? else {
+        return Ok(None);
+    };
+    kill_in(home, desired, &target, &jobs, id)
+        .await
+        .map_err(|e| e.context(format!("cannot kill process {id}")))
+}
+
+/// Runs [`background::KILL`] for `id` in `target`: `killed`, `not
+/// running`, or `None` when it has no such process.
+async fn kill_in(
+    home: &Home,
+    desired: &Desired,
+    target: &ExecTarget,
+    jobs: &str,
+    id: &str,
+) -> anyhow::Result<Option<&'static str>> {
+    let (code, out) = capture(
+        home,
+        desired,
+        target,
+        script_argv(background::KILL, &[jobs, id]),
+    )
+    .await?;
+    match (i32::from(code), String::from_utf8_lossy(&out).trim_end()) {
+        (0, "killed") => Ok(Some("killed")),
+        (0, "not running") => Ok(Some("not running")),
+        (background::NO_SUCH_PROCESS, _) => Ok(None),
+        (code, _) => anyhow::bail!("the kill exited {code}"),
+    }
 }
 
 #[cfg(test)]

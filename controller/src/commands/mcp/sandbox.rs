@@ -49,7 +49,34 @@ pub async fn exec(
     timeout: u64,
     capture: &Shared,
 ) -> Result<u8, ExecError> {
-    let args = ExecArgs {
+    let args = exec_args(target, argv, timeout);
+    run(target, args, capture, capture).await
+}
+
+/// Starts `command` (a command line) in the background as `hermes exec
+/// --background` does, the same on every backend
+/// ([`hermes_backends::background`]), in `cwd` when given: its exit code,
+/// what it printed on stdout (the process's id) and on stderr.
+pub async fn start(
+    target: &Target,
+    command: &str,
+    cwd: Option<&str>,
+    timeout: u64,
+) -> Result<(u8, Vec<u8>, Vec<u8>), ExecError> {
+    let mut args = exec_args(target, vec![command.to_string()], timeout);
+    args.background = true;
+    args.cwd = cwd.map(str::to_string);
+    let (out, err) = (
+        Shared::new(Captured::new(64, 0)),
+        Shared::new(Captured::new(4096, 0)),
+    );
+    let code = run(target, args, &out, &err).await?;
+    let (out, err) = (out.lock().bytes(), err.lock().bytes());
+    Ok((code, out, err))
+}
+
+fn exec_args(target: &Target, command: Vec<String>, timeout: u64) -> ExecArgs {
+    ExecArgs {
         task: target.task.clone(),
         timeout: Some(timeout),
         cwd: None,
@@ -57,10 +84,13 @@ pub async fn exec(
         session: target.session.clone(),
         background: false,
         tty: false,
-        command: argv,
-    };
-    let mut out = capture.writer();
-    let mut err = capture.writer();
+        command,
+    }
+}
+
+async fn run(target: &Target, args: ExecArgs, out: &Shared, err: &Shared) -> Result<u8, ExecError> {
+    let mut out = out.writer();
+    let mut err = err.writer();
     let streams = Streams {
         stdout: &mut out,
         stderr: &mut err,
@@ -68,15 +98,15 @@ pub async fn exec(
     };
     match run_with(&target.home, &target.profile, args, streams).await {
         Ok(code) => Ok(code),
-        Err(e) => {
-            let text = match e.downcast_ref::<FailClosed>() {
-                Some(refused) => {
-                    return Err(ExecError::Refused(redact(target, &refused.to_string())));
-                }
-                None => crate::chain::Chain(&e).to_string(),
-            };
-            Err(ExecError::Failed(redact(target, &text)))
-        }
+        Err(e) => Err(failed(target, &e)),
+    }
+}
+
+/// An exec's error as the tools tell it, redacted.
+pub fn failed(target: &Target, e: &anyhow::Error) -> ExecError {
+    match e.downcast_ref::<FailClosed>() {
+        Some(refused) => ExecError::Refused(redact(target, &refused.to_string())),
+        None => ExecError::Failed(redact(target, &crate::chain::Chain(e).to_string())),
     }
 }
 
@@ -134,41 +164,6 @@ trap 'printf %s "
 $__hermes_m$PWD
 "' EXIT
 eval "$__hermes_c""#;
-
-/// Starts a background command: `$1` the command line, `$2` the working
-/// directory. Its output goes to a fresh directory (`mktemp -d`, 0700)
-/// whose path is printed: `out` (stdout and stderr), `pid` (its process
-/// group, a session of its own), `exit` (its exit code, once it ended).
-pub const START: &str = r#"command -v setsid >/dev/null 2>&1 || { echo 'no setsid in the sandbox'; exit 90; }
-d=$(mktemp -d "${TMPDIR:-/tmp}/hermes-bg.XXXXXXXXXX") || { echo 'cannot make a directory for the output'; exit 90; }
-if [ -n "$2" ]; then cd -- "$2" 2>/dev/null || cd /; fi
-s=sh; command -v bash >/dev/null 2>&1 && s=bash
-setsid "$s" -c 'echo $$ > "$0/pid"; "$1" -c "$2" > "$0/out" 2>&1 < /dev/null; echo $? > "$0/exit.new"; mv -f "$0/exit.new" "$0/exit"' "$d" "$s" "$1" > /dev/null 2>&1 < /dev/null &
-i=0; while [ ! -s "$d/pid" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
-printf 'dir %s\n' "$d""#;
-
-/// A background command's state and the tail of its output: `$1` its
-/// directory, `$2` how many bytes of output. Prints `running`,
-/// `exited CODE`, `ended` (killed: no exit code) or `gone`, then the size
-/// of the output, then its last bytes.
-pub const POLL: &str = r#"d=$1
-[ -d "$d" ] || { echo gone; exit 0; }
-p=$(head -c 16 "$d/pid" 2>/dev/null | tr -dc 0-9)
-if [ -f "$d/exit" ]; then printf 'exited %s\n' "$(head -c 12 "$d/exit" | tr -dc 0-9)"
-elif [ -n "$p" ] && kill -0 "-$p" 2>/dev/null; then echo running
-else echo ended; fi
-wc -c < "$d/out" 2>/dev/null || echo 0
-tail -c "$2" "$d/out" 2>/dev/null"#;
-
-/// Kills a background command's process group: `$1` its directory.
-/// SIGTERM, then SIGKILL after up to 2 s. Prints `killed` or
-/// `not running`.
-pub const KILL: &str = r#"d=$1
-p=$(head -c 16 "$d/pid" 2>/dev/null | tr -dc 0-9)
-if [ -z "$p" ] || [ "$p" -le 1 ] || ! kill -TERM "-$p" 2>/dev/null; then echo 'not running'; exit 0; fi
-i=0; while kill -0 "-$p" 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done
-kill -KILL "-$p" 2>/dev/null
-echo killed"#;
 
 /// Reads a text file: `$1` its path, `$2` the first line (1-based), `$3`
 /// how many lines, `$4` how many bytes at most, `$5` the working

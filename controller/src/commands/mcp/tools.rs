@@ -26,6 +26,7 @@ use serde::Deserialize;
 
 use super::capture::{Captured, MAX_OUTPUT, Shared};
 use super::sandbox::{self, ExecError, Target};
+use crate::exec_target::Which;
 
 /// The longest command line a `terminal` call takes.
 pub const MAX_COMMAND: usize = 64 * 1024;
@@ -94,8 +95,9 @@ impl Session {
 #[derive(Debug, Clone)]
 struct Process {
     command: String,
-    /// Its directory in the sandbox (output, pid, exit code).
-    dir: String,
+    /// Its id, as `hermes exec --background` gives it (`hermes process`
+    /// knows it by it).
+    job: String,
     started: std::time::SystemTime,
     /// The last state seen.
     state: String,
@@ -566,7 +568,8 @@ impl Hermes {
 }
 
 impl Hermes {
-    /// Starts a background command ([`sandbox::START`]) and records it.
+    /// Starts a background command (as `hermes exec --background`) and
+    /// records it.
     async fn start_background(&self, command: String) -> CallToolResult {
         let count = self
             .session
@@ -579,37 +582,28 @@ impl Hermes {
                 "this session already has {MAX_PROCESSES} background processes; kill some first"
             ));
         }
-        let cwd = self.session.cwd().unwrap_or_default();
-        let ran = sandbox::script(
+        let cwd = self.session.cwd();
+        let ran = sandbox::start(
             &self.session.target,
-            sandbox::START,
-            &[&command, &cwd],
+            &command,
+            cwd.as_deref(),
             HELPER_TIMEOUT,
-            MAX_PATH + 64,
         )
         .await;
-        let (code, bytes, _) = match ran {
+        let (code, out, err) = match ran {
             Ok(ran) => ran,
             Err(e) => return exec_error(e),
         };
-        let said = String::from_utf8_lossy(&bytes);
-        let said = said.trim_end();
-        let dir = match said.strip_prefix("dir ") {
-            Some(dir)
-                if code == 0
-                    && dir.starts_with('/')
-                    && dir.len() <= MAX_PATH
-                    && !dir.contains('\n') =>
-            {
-                dir.to_string()
-            }
-            _ => {
-                return tool_error(format!(
-                    "cannot start the background process: {}",
-                    super::capture::clean(&said[..floor_char(said, 500)])
-                ));
-            }
-        };
+        let out = String::from_utf8_lossy(&out);
+        let job = out.trim_end();
+        if code != 0 || hermes_backends::background::check_id(job).is_err() {
+            let said = String::from_utf8_lossy(&err);
+            let said = said.trim_end();
+            return tool_error(format!(
+                "cannot start the background process (exit {code}): {}",
+                super::capture::clean(&said[..floor_char(said, 500)])
+            ));
+        }
         let id = format!(
             "proc_{}",
             self.session.next_process.fetch_add(1, Ordering::Relaxed)
@@ -622,7 +616,7 @@ impl Hermes {
                 id.clone(),
                 Process {
                     command: command.clone(),
-                    dir,
+                    job: job.to_string(),
                     started: std::time::SystemTime::now(),
                     state: "running".to_string(),
                 },
@@ -634,79 +628,79 @@ impl Hermes {
         }))
     }
 
-    async fn poll(&self, id: &str, proc: &Process) -> Result<CallToolResult, ExecError> {
-        let limit = MAX_OUTPUT.to_string();
-        let (code, bytes, _) = sandbox::script(
-            &self.session.target,
-            sandbox::POLL,
-            &[&proc.dir, &limit],
-            HELPER_TIMEOUT,
-            MAX_OUTPUT + 128,
-        )
-        .await?;
-        let (state, rest) = split_line(&bytes);
-        let (size, output) = split_line(rest);
-        let state = String::from_utf8_lossy(state).to_string();
-        let state = match (code, state.as_str()) {
-            (0, "running" | "ended" | "gone") => state,
-            (0, s) if s.starts_with("exited ") && s.len() < 20 => state,
-            _ => {
-                return Ok(tool_error(format!(
-                    "cannot poll {id}: {}",
-                    super::capture::clean(&String::from_utf8_lossy(&bytes[..bytes.len().min(500)]))
-                )));
-            }
+    /// The session's config and which sandbox it runs in, for the
+    /// process verbs.
+    fn place(&self) -> Result<(hermes_model::desired::Desired, Which<'_>), ExecError> {
+        let t = &self.session.target;
+        let desired =
+            crate::load::load_desired(&t.home, &t.profile).map_err(|e| sandbox::failed(t, &e))?;
+        let which = Which {
+            task: &t.task,
+            session: t.session.as_deref(),
         };
-        let size: u64 = String::from_utf8_lossy(size).trim().parse().unwrap_or(0);
+        Ok((desired, which))
+    }
+
+    async fn poll(&self, id: &str, proc: &Process) -> Result<CallToolResult, ExecError> {
+        let t = &self.session.target;
+        let (desired, which) = self.place()?;
+        let polled =
+            crate::commands::process::poll(&t.home, &desired, &which, &proc.job, MAX_OUTPUT)
+                .await
+                .map_err(|e| sandbox::failed(t, &e))?;
+        let Some(polled) = polled else {
+            self.set_state(id, "gone");
+            return Ok(json_result(serde_json::json!({
+                "process_id": id,
+                "state": "gone",
+                "exit_code": null,
+                "output": "",
+            })));
+        };
         let mut text = String::new();
-        if size > output.len() as u64 {
+        let shown = polled.tail.len() as u64;
+        if polled.output_bytes > shown {
             text.push_str(&format!(
                 "... [{} earlier bytes not shown] ...\n",
-                size - output.len() as u64
+                polled.output_bytes - shown
             ));
         }
-        text.push_str(&super::capture::clean(&String::from_utf8_lossy(output)));
-        let exit_code: Option<u8> = state.strip_prefix("exited ").and_then(|c| c.parse().ok());
-        let shown = match (&exit_code, state.as_str()) {
-            (Some(_), _) => "exited".to_string(),
-            (None, "ended") => "killed".to_string(),
-            _ => state.clone(),
-        };
-        self.set_state(id, &shown);
+        text.push_str(&super::capture::clean(&String::from_utf8_lossy(
+            &polled.tail,
+        )));
+        let state = polled.state.as_str();
+        self.set_state(id, state);
         Ok(json_result(serde_json::json!({
             "process_id": id,
-            "state": shown,
-            "exit_code": exit_code,
+            "state": state,
+            "exit_code": polled.state.exit_code(),
             "output": text,
         })))
     }
 
     async fn kill(&self, id: &str, proc: &Process) -> Result<CallToolResult, ExecError> {
-        let (code, bytes, _) = sandbox::script(
-            &self.session.target,
-            sandbox::KILL,
-            &[&proc.dir],
-            HELPER_TIMEOUT,
-            256,
-        )
-        .await?;
-        let said = String::from_utf8_lossy(&bytes);
-        let said = said.trim_end();
-        match (code, said) {
-            (0, "killed") => {
+        let t = &self.session.target;
+        let (desired, which) = self.place()?;
+        let stopped = crate::commands::process::stop(&t.home, &desired, &which, &proc.job)
+            .await
+            .map_err(|e| sandbox::failed(t, &e))?;
+        match stopped {
+            Some("killed") => {
                 self.set_state(id, "killed");
                 Ok(json_result(
                     serde_json::json!({ "process_id": id, "state": "killed" }),
                 ))
             }
-            (0, "not running") => Ok(json_result(serde_json::json!({
+            Some(_) => Ok(json_result(serde_json::json!({
                 "process_id": id,
                 "state": "not running",
             }))),
-            _ => Ok(tool_error(format!(
-                "cannot kill {id}: {}",
-                super::capture::clean(&said[..floor_char(said, 500)])
-            ))),
+            None => {
+                self.set_state(id, "gone");
+                Ok(json_result(
+                    serde_json::json!({ "process_id": id, "state": "gone" }),
+                ))
+            }
         }
     }
 
