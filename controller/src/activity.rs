@@ -101,6 +101,22 @@ impl Activity {
         if !is_plain_name(container) {
             return Ok(());
         }
+        self.forget_run_state(container);
+        match fs::remove_file(self.dir.join(container)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Drops what lives under `run/` by the name `container` was made
+    /// with: its runner's directories, its `resolv.conf`, a warm-pool
+    /// member's ready record. (A claimed pool member is named another way
+    /// now; its activity record is by that name.)
+    pub fn forget_run_state(&self, container: &str) {
+        if !is_plain_name(container) {
+            return;
+        }
+        crate::pool::forget(&self.home, container);
         let runner = hermes_model::sandbox::runner_dir(&self.home, container);
         let host_side = hermes_backends::docker::runner_host_dir(&runner);
         let resolv = hermes_model::sandbox::resolv_dir(&self.home, container);
@@ -114,10 +130,6 @@ impl Activity {
                 }
                 _ => {}
             }
-        }
-        match fs::remove_file(self.dir.join(container)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
         }
     }
 }

@@ -229,17 +229,31 @@ pub async fn apply(
             if options.stopping() {
                 return (op, action, started, None);
             }
-            (op, action, started, Some(apply_with(engine, action).await))
+            // A claimed warm-pool member's run state is by the name it
+            // was made with.
+            let made_as = match (engine, action) {
+                (Some(engine), SandboxAction::Remove { id, .. }) => made_as(engine, id).await,
+                _ => None,
+            };
+            (
+                op,
+                action,
+                started,
+                Some((apply_with(engine, action).await, made_as)),
+            )
         })
         .buffer_unordered(REMOVE_CONCURRENCY);
     while let Some((op, action, started, result)) = removing.next().await {
-        let Some(result) = result else {
+        let Some((result, made_as)) = result else {
             applied.skip(op);
             continue;
         };
         if let (Ok(true), SandboxAction::Remove { name, .. }) = (&result, action) {
             if let Err(e) = activity.forget(name) {
                 tracing::debug!(container = %name, error = %e, "cannot drop an activity record");
+            }
+            if let Some(member) = made_as {
+                activity.forget_run_state(&member);
             }
         }
         applied.record(op, started, result, verbose);
@@ -254,6 +268,16 @@ pub async fn apply(
         applied.record(op, started, result, verbose);
     }
     applied
+}
+
+/// The name a claimed warm-pool member was made with (its
+/// [`hermes_model::sandbox::LABEL_POOL`]), when `id` is one.
+async fn made_as(engine: &Engine, id: &str) -> Option<String> {
+    let found = engine.find_named(id).await.ok().flatten()?;
+    found.claimed_by()?;
+    found
+        .label(hermes_model::sandbox::LABEL_POOL)
+        .map(str::to_string)
 }
 
 /// [`apply_sandbox`] when there is an engine; an error when there is none.
@@ -338,6 +362,12 @@ pub async fn apply_sandbox(engine: &Engine, action: &SandboxAction) -> Result<()
             }
         }
         SandboxAction::ReleaseDisk(disk) => crate::disk::release(engine, disk).await?,
+        SandboxAction::Warm(spec) => {
+            ensure_image(engine, spec).await?;
+            let id = create_and_start(engine, spec).await?;
+            crate::pool::warm(engine, spec, &id).await?;
+        }
+        SandboxAction::Stop { id } => engine.stop(id).await?,
     }
     Ok(())
 }
@@ -556,7 +586,7 @@ pub async fn create_and_start(engine: &Engine, spec: &SandboxSpec) -> Result<Str
     let id = loop {
         match engine.create(spec).await? {
             CreateOutcome::Created { id } => break id,
-            CreateOutcome::AlreadyExists => match engine.find(&spec.key).await? {
+            CreateOutcome::AlreadyExists => match engine.find_named(&spec.name).await? {
                 Some(found) if found.spec_hash() == Some(spec.hash()) => break found.id,
                 Some(found) if waits_for(&found, deadline, holder_deadline) => {
                     tokio::time::sleep(Duration::from_millis(100)).await;

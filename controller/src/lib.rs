@@ -45,6 +45,7 @@ mod migrate;
 mod notices;
 mod observe;
 mod pass;
+mod pool;
 mod proxy_ops;
 mod redacting;
 mod sandbox_locks;

@@ -40,6 +40,10 @@ pub struct ContainerRow {
     /// Seconds since the last use, for a running sandbox with nothing inside.
     pub idle_seconds: Option<i64>,
     pub processes: Option<u32>,
+    /// An unclaimed warm-pool member's state: `ready` (a session's first
+    /// command may claim it) or `starting`; `null` for any other
+    /// container (a claimed member is its session's sandbox).
+    pub pool: Option<&'static str>,
     /// The AGE column.
     #[serde(skip)]
     pub age: String,

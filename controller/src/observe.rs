@@ -58,8 +58,13 @@ pub async fn observe_for(
     let mut observed = with_activity(containers, home).await?;
     merge_exec_activity(engine, &profile, &mut observed).await;
     observed.legacy = crate::migrate::observe_legacy(home, desired);
-    let images: std::collections::BTreeSet<&str> =
-        desired.sandboxes.iter().map(|s| s.image.as_str()).collect();
+    let pool = (desired.pool_size() > 0).then(|| desired.pool_member(0));
+    let images: std::collections::BTreeSet<&str> = desired
+        .sandboxes
+        .iter()
+        .chain(pool.as_ref())
+        .map(|s| s.image.as_str())
+        .collect();
     for image in images {
         // An engine that cannot say is no cost to print.
         if let Ok(false) = engine.has_image(image).await {
@@ -67,7 +72,12 @@ pub async fn observe_for(
         }
     }
     // Asked only when a sandbox names a runtime (`docker_runtime`).
-    if desired.sandboxes.iter().any(|s| s.runtime.is_some()) {
+    if desired
+        .sandboxes
+        .iter()
+        .chain(pool.as_ref())
+        .any(|s| s.runtime.is_some())
+    {
         observed.runtimes = engine.runtimes().await.ok();
     }
     // Whatever the backend: an image left by an earlier Docker config is
@@ -124,6 +134,8 @@ async fn with_activity(
         containers,
         activity,
         proxy: crate::egress::pass::observe(home).await,
+        pool_ready: crate::pool::read_ready(home),
+        pool_names_held: crate::pool::names_held(home),
         ..Observed::default()
     })
 }

@@ -81,6 +81,14 @@ pub enum SandboxAction {
     /// from the data directory and free its loop device. The image file,
     /// and so the sandbox's files, stay; the next create mounts it again.
     ReleaseDisk(Box<MountedDisk>),
+    /// Make a warm-pool member: create the container, start it, run a
+    /// first command in it (through its runner), and record it ready once
+    /// that answered. Until then no session claims it.
+    Warm(Box<SandboxSpec>),
+    /// Stop an idle sandbox's container (`terminal.idle_action: stop`):
+    /// its processes end, its memory is given back, its files stay; the
+    /// next command starts it again.
+    Stop { id: String },
 }
 
 /// An operation on the egress proxy daemon.
@@ -257,9 +265,11 @@ impl SandboxAction {
     pub fn made(&self) -> Option<&SandboxSpec> {
         match self {
             SandboxAction::Create(spec)
+            | SandboxAction::Warm(spec)
             | SandboxAction::Recreate { spec, .. }
             | SandboxAction::Migrate { spec, .. } => Some(spec),
             SandboxAction::Start { .. }
+            | SandboxAction::Stop { .. }
             | SandboxAction::Adopt { .. }
             | SandboxAction::Remove { .. }
             | SandboxAction::ReleaseDisk(_) => None,
@@ -270,7 +280,8 @@ impl SandboxAction {
 impl Describe for SandboxAction {
     fn kind(&self) -> Kind {
         match self {
-            SandboxAction::Create(_) => Kind::Create,
+            SandboxAction::Create(_) | SandboxAction::Warm(_) => Kind::Create,
+            SandboxAction::Stop { .. } => Kind::Change,
             // A stopped container exists: starting it changes it.
             SandboxAction::Start { .. }
             | SandboxAction::Recreate { .. }
@@ -282,8 +293,9 @@ impl Describe for SandboxAction {
 
     fn verb(&self) -> &'static str {
         match self {
-            SandboxAction::Create(_) => "create",
+            SandboxAction::Create(_) | SandboxAction::Warm(_) => "create",
             SandboxAction::Start { .. } => "start",
+            SandboxAction::Stop { .. } => "stop",
             SandboxAction::Recreate { .. } => "recreate",
             SandboxAction::Adopt { .. } => "adopt",
             SandboxAction::Migrate { .. } => "migrate",

@@ -133,6 +133,19 @@ pub struct Config {
     pub sandbox_errors: Vec<Issue>,
 }
 
+/// The most session sandboxes `terminal.warm_pool` keeps ready.
+pub const MAX_WARM_POOL: u64 = 64;
+
+/// `terminal.idle_action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdleAction {
+    /// The container is removed (a persistent sandbox's files are kept).
+    #[default]
+    Remove,
+    /// The container is stopped, and started again by the next command.
+    Stop,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Terminal {
     pub backend: Backend,
@@ -160,6 +173,11 @@ pub struct Terminal {
     /// `docker_runtime`: the sandboxes' OCI runtime (`runc`: the engine's
     /// own default, as before the key).
     pub docker_runtime: String,
+    /// `warm_pool`: how many unclaimed session sandboxes are kept ready
+    /// (at most [`MAX_WARM_POOL`]).
+    pub warm_pool: u64,
+    /// `idle_action`: an idle persistent sandbox is removed, or stopped.
+    pub idle_action: IdleAction,
     /// `local_sandbox`: `none`, or `bwrap` ([`crate::local_sandbox`]).
     pub local_sandbox: String,
     /// `local_sandbox_writable`: extra paths a bwrap sandbox may write.
@@ -732,6 +750,22 @@ fn skipped_volumes(root: &Node, warnings: &mut Vec<Issue>) {
     }
 }
 
+/// `warm_pool`: at most [`MAX_WARM_POOL`].
+fn check_warm_pool(terminal: &crate::yaml::Entry, errors: &mut Vec<Issue>) {
+    let Some(pool) = terminal.value.get("warm_pool") else {
+        return;
+    };
+    if let Value::Int(n) = pool.value.to_value()
+        && n > i64::try_from(MAX_WARM_POOL).unwrap_or(i64::MAX)
+    {
+        errors.push(Issue::new(
+            crate::schema_key!("terminal.warm_pool").path,
+            pool.value.start,
+            format!("{n} sandboxes: at most {MAX_WARM_POOL} are kept ready"),
+        ));
+    }
+}
+
 /// `docker_runtime`: a runtime's name (what the engine's `Runtimes` keys
 /// are), and not one that contradicts a `--runtime` of `docker_extra_args`.
 fn check_runtime(terminal: &crate::yaml::Entry, errors: &mut Vec<Issue>) {
@@ -843,6 +877,7 @@ fn check_extra_args(root: &Node, errors: &mut Vec<Issue>) {
     };
     check_runtime(terminal, errors);
     check_local_sandbox_paths(terminal, errors);
+    check_warm_pool(terminal, errors);
     let Some(args) = terminal.value.get("docker_extra_args") else {
         return;
     };

@@ -21,6 +21,14 @@ pub const DEFAULT_TASK: &str = "default";
 /// no session is named.
 pub const DEFAULT_SESSION: &str = "default";
 
+/// The task of the warm pool's sandboxes (`terminal.warm_pool`): a new
+/// session of this task claims one; a session of another makes its own.
+pub const POOL_TASK: &str = DEFAULT_TASK;
+
+/// The session a warm-pool member's spec is made from; its label is not
+/// the member's ([`SandboxSpec::into_pool_member`]).
+const POOL_SESSION: &str = "pool";
+
 /// The environment values a desired state may read: the host process's
 /// environment and the `.env` file, for `docker_forward_env`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -395,6 +403,35 @@ impl Desired {
             }
             None => self.sandbox_for_task(task),
         }
+    }
+
+    /// How many ready, unclaimed session sandboxes the warm pool keeps
+    /// (`terminal.warm_pool`, on the docker backend; 0 elsewhere).
+    pub fn pool_size(&self) -> u32 {
+        if self.config.terminal.backend != Backend::Docker {
+            return 0;
+        }
+        u32::try_from(self.config.terminal.warm_pool).unwrap_or(u32::MAX)
+    }
+
+    /// The spec of warm-pool member `index`.
+    pub fn pool_member(&self, index: u32) -> SandboxSpec {
+        self.pool_member_named(&sandbox::pool_member_name(&self.profile, POOL_TASK, index))
+    }
+
+    /// The spec of the warm-pool member made as `name` (its
+    /// [`sandbox::LABEL_POOL`]), as the current config has it: what a
+    /// member is compared with, and where its runner's directory is once
+    /// a session claimed it.
+    pub fn pool_member_named(&self, name: &str) -> SandboxSpec {
+        self.sandbox(SandboxKey::session(&self.profile, POOL_TASK, POOL_SESSION))
+            .into_pool_member(name)
+    }
+
+    /// Whether the sandbox of `key` may be a claimed warm-pool member: a
+    /// session's of the pool's task, while the pool is on.
+    pub fn pool_serves(&self, key: &SandboxKey) -> bool {
+        self.pool_size() > 0 && key.session.is_some() && key.task == POOL_TASK
     }
 
     /// What the config says about a labelled container of the active

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::sandbox::{
-    LABEL_EGRESS, LABEL_PROFILE, LABEL_RUNNER, LABEL_SESSION, LABEL_SESSION_TASK, LABEL_SPEC_HASH,
-    LABEL_TASK,
+    LABEL_EGRESS, LABEL_POOL, LABEL_PROFILE, LABEL_RUNNER, LABEL_SESSION, LABEL_SESSION_TASK,
+    LABEL_SPEC_HASH, LABEL_TASK,
 };
 
 /// The task of the container Hermes Agent starts, at each start of its
@@ -133,8 +133,33 @@ impl ObservedContainer {
         }
     }
 
+    /// Its session: a session sandbox's label, or, for a warm-pool member
+    /// a session claimed, the session its name is now
+    /// (`hermes-<profile>-<task>-<session>`).
     pub fn session(&self) -> Option<&str> {
-        self.label(LABEL_SESSION)
+        self.label(LABEL_SESSION).or_else(|| self.claimed_by())
+    }
+
+    /// The session that claimed this warm-pool member (renamed it to its
+    /// container name); `None` for an unclaimed member and any other
+    /// container.
+    pub fn claimed_by(&self) -> Option<&str> {
+        let member = self.label(LABEL_POOL)?;
+        if self.name == member {
+            return None;
+        }
+        let prefix = format!(
+            "hermes-{}-{}-",
+            self.profile()?,
+            self.label(LABEL_SESSION_TASK)?
+        );
+        self.name.strip_prefix(&prefix).filter(|s| !s.is_empty())
+    }
+
+    /// Whether this is a warm-pool member no session claimed yet.
+    pub fn is_unclaimed_pool_member(&self) -> bool {
+        self.label(LABEL_POOL)
+            .is_some_and(|member| member == self.name)
     }
 
     /// Whether Hermes Agent made it: its three labels (`hermes-agent=1`,
@@ -193,6 +218,35 @@ pub struct Observed {
     /// wanted sandbox names one (`terminal.docker_runtime`); `None`: not
     /// asked, or the engine did not say.
     pub runtimes: Option<std::collections::BTreeSet<String>>,
+    /// The warm-pool members that answered their first command, by name:
+    /// the id of the container that answered and when it was started
+    /// then (an engine's restart starts nothing: a member stopped since
+    /// is not ready).
+    pub pool_ready: BTreeMap<String, PoolReady>,
+    /// The warm-pool member names whose runner directory is on the host
+    /// (a claimed member's keeps it until its container is removed): no
+    /// new member is made under one.
+    pub pool_names_held: std::collections::BTreeSet<String>,
+}
+
+/// A warm-pool member's record of its first command answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolReady {
+    pub id: String,
+    /// The container's start (Unix seconds) when it answered.
+    pub started_at: i64,
+}
+
+impl Observed {
+    /// Whether the unclaimed pool member `c` answered a command since its
+    /// last start.
+    pub fn pool_member_ready(&self, c: &ObservedContainer) -> bool {
+        c.state == ContainerState::Running
+            && self
+                .pool_ready
+                .get(&c.name)
+                .is_some_and(|r| r.id == c.id && Some(r.started_at) == c.started_at)
+    }
 }
 
 /// A persistent sandbox's disk image mounted on its data directory

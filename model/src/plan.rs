@@ -51,6 +51,9 @@ pub enum Target {
         task: String,
         session: Option<String>,
     },
+    /// The warm pool of a profile's session sandboxes of a task
+    /// (`terminal.warm_pool`): its unclaimed members.
+    Pool { profile: String, task: String },
     /// The sandbox of a profile and task on a cloud service (`service` is
     /// modal, daytona or vercel_sandbox).
     Cloud {
@@ -96,6 +99,7 @@ impl fmt::Display for Target {
                 task,
                 session: Some(session),
             } => write!(f, "kubernetes {profile}/{task}@{session}"),
+            Target::Pool { profile, task } => write!(f, "pool {profile}/{task}"),
             Target::Cloud {
                 service,
                 profile,

@@ -28,6 +28,11 @@ pub const LABEL_SESSION_TASK: &str = "hermes-session-task";
 pub const LABEL_SESSION: &str = "hermes-session";
 pub const LABEL_EGRESS: &str = "hermes-egress";
 pub const LABEL_SPEC_HASH: &str = "hermes-spec-hash";
+/// A warm-pool member's label (`terminal.warm_pool`): the name it was made
+/// with ([`pool_member_name`]). A session that claims it renames it to the
+/// session's container name (labels cannot change after create): a
+/// member whose name is its label's is unclaimed.
+pub const LABEL_POOL: &str = "hermes-pool";
 /// `hermes-runner=1`: the container has the runner's directory mounted at
 /// [`RUNNER_MOUNT`], so commands can run through the runner instead of an
 /// engine exec each. Not part of the spec hash (see [`SandboxSpec::runner_dir`]).
@@ -132,6 +137,22 @@ impl SandboxKey {
         name
     }
 }
+
+/// The name of member `index` of the warm pool of (profile, task):
+/// `hermes_pool-<profile>-<task>-<index>`, outside every `hermes-…` name
+/// hermes or Hermes Agent gives a sandbox, so no session's name is ever
+/// one.
+pub fn pool_member_name(profile: &str, task: &str, index: u32) -> String {
+    format!(
+        "hermes_pool-{}-{}-{index}",
+        sanitize(profile),
+        sanitize(task)
+    )
+}
+
+/// The name a warm-pool member's spec is hashed under: one hash for every
+/// member, whatever its name.
+const POOL_HASH_NAME: &str = "hermes_pool";
 
 /// A label value or one path component: `[A-Za-z0-9_.-]`, at most 63
 /// characters, the first a letter or a digit. The names that reach it were
@@ -551,6 +572,7 @@ impl SandboxSpec {
             // before it existed is adopted, not recreated for it.
             .filter(|(k, _)| {
                 *k != LABEL_SPEC_HASH
+                    && *k != LABEL_POOL
                     && *k != LABEL_RUNNER
                     && *k != crate::homes::LABEL_HOME
                     && *k != crate::settings::LABEL_SETTINGS
@@ -671,6 +693,67 @@ impl SandboxSpec {
 
     pub fn hash(&self) -> &str {
         self.labels.get(LABEL_SPEC_HASH).map_or("", String::as_str)
+    }
+
+    /// This session sandbox's spec as warm-pool member `name`: without
+    /// the session's label, with [`LABEL_POOL`], its runner's (and a gVisor
+    /// sandbox's `resolv.conf`'s) directory by that name, hashed as every
+    /// member is ([`POOL_HASH_NAME`]): a session that claims it gets
+    /// exactly this container.
+    pub fn into_pool_member(mut self, name: &str) -> SandboxSpec {
+        self.labels.remove(LABEL_SESSION);
+        self.labels.insert(LABEL_POOL.to_string(), name.to_string());
+        self.rename(POOL_HASH_NAME);
+        self.rehash();
+        self.rename(name);
+        self
+    }
+
+    /// Gives the sandbox another container name, with the host
+    /// directories named after it (its runner's, its `resolv.conf`'s).
+    /// The spec hash is left as it was.
+    fn rename(&mut self, to: &str) {
+        let moves = [
+            (
+                runner_dir(&self.home, &self.name),
+                runner_dir(&self.home, to),
+            ),
+            (
+                resolv_dir(&self.home, &self.name),
+                resolv_dir(&self.home, to),
+            ),
+        ];
+        let moved = |path: &Path| -> Option<PathBuf> {
+            moves.iter().find_map(|(from, to)| {
+                let rest = path.strip_prefix(from).ok()?;
+                Some(if rest.as_os_str().is_empty() {
+                    to.clone()
+                } else {
+                    to.join(rest)
+                })
+            })
+        };
+        for bind in &mut self.binds {
+            if let Some(new) = moved(Path::new(&bind.host)) {
+                bind.host = new.display().to_string();
+            }
+        }
+        for dir in &mut self.host_dirs {
+            if let Some(new) = moved(dir) {
+                *dir = new;
+            }
+        }
+        if let Some(dir) = &mut self.runner_dir
+            && let Some(new) = moved(dir)
+        {
+            *dir = new;
+        }
+        if let Some((file, _)) = &mut self.host_file
+            && let Some(new) = moved(file)
+        {
+            *file = new;
+        }
+        self.name = to.to_string();
     }
 }
 

@@ -286,6 +286,19 @@ pub const KEYS: &[KeySpec] = &[
         Ty::NonEmptyStr,
         Default::Str("runc"),
     ),
+    // Session sandboxes kept made, started and answering, unclaimed, so a
+    // new session's first command claims one instead of making its own
+    // (Docker; at most MAX_WARM_POOL).
+    key("terminal.warm_pool", Ty::LimitInt, Default::Int(0)),
+    // What becomes of a persistent Docker sandbox idle longer than its
+    // limit: `remove` (its files kept, the container made again on the
+    // next command) or `stop` (the container stopped, started again on the
+    // next command).
+    key(
+        "terminal.idle_action",
+        Ty::Enum(&["remove", "stop"]),
+        Default::Str("remove"),
+    ),
     // The `local` backend's sandbox: `none` (the command is the user's, as
     // Hermes Agent runs it) or `bwrap` (bubblewrap: the host read-only,
     // the working directory and /tmp writable, secrets invisible, no

@@ -35,6 +35,7 @@ pub mod disks;
 pub mod down;
 pub mod kubernetes;
 pub mod persistence;
+pub mod pool;
 pub mod proxy;
 pub mod reaping;
 pub mod singularity;
@@ -179,6 +180,24 @@ fn after_sandboxes(observed: &mut Observed, ops: &[hermes_model::plan::Op<Action
                 uses_its_disk(observed, spec, &c.id);
                 observed.containers.push(c);
             }
+            // Made and answering, as its apply leaves it.
+            SandboxAction::Warm(spec) => {
+                let c = made(spec);
+                observed.pool_ready.insert(
+                    c.name.clone(),
+                    hermes_model::observed::PoolReady {
+                        id: c.id.clone(),
+                        started_at: now,
+                    },
+                );
+                observed.containers.push(c);
+            }
+            SandboxAction::Stop { id } => {
+                for c in observed.containers.iter_mut().filter(|c| &c.id == id) {
+                    c.state = ContainerState::Exited;
+                    c.finished_at = Some(now);
+                }
+            }
             SandboxAction::Recreate { old_id, spec } => {
                 observed.containers.retain(|c| &c.id != old_id);
                 for disk in &mut observed.disks {
@@ -270,8 +289,12 @@ pub fn plan_all_with(
     // docker leaves them to be reported, never silently forgotten.
     ops.extend(proxy::plan(desired, observed));
     let warm = persistence::plan(desired, observed, now);
+    let pool = pool::plan(desired, observed, now);
     let mut sandbox_ops = warm.ops;
-    sandbox_ops.extend(reaping::plan(desired, observed, now, &warm.claimed));
+    sandbox_ops.extend(pool.ops);
+    let mut claimed = warm.claimed;
+    claimed.extend(pool.claimed);
+    sandbox_ops.extend(reaping::plan(desired, observed, now, &claimed));
     disks::plan(observed, &mut sandbox_ops);
     sandbox_ops.extend(instance_ops);
     if let Some(reason) = &desired.docker_blocked {
@@ -312,6 +335,7 @@ fn block_refused(ops: &mut Vec<hermes_model::plan::Op<Action>>, desired: &Desire
         // removal or a disk's release goes on.
         if let Action::Sandbox(
             SandboxAction::Create(_)
+            | SandboxAction::Warm(_)
             | SandboxAction::Start { .. }
             | SandboxAction::Recreate { .. }
             | SandboxAction::Migrate { .. }
@@ -382,6 +406,8 @@ pub fn processes_needed(desired: &Desired, observed: &Observed) -> Vec<String> {
         .containers
         .iter()
         .filter(|c| c.state == ContainerState::Running && c.profile() == Some(profile.as_str()))
+        // A pool member's count decides nothing.
+        .filter(|c| !c.is_unclaimed_pool_member())
         .filter(|c| {
             !desired
                 .sandboxes

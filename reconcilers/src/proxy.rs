@@ -220,11 +220,13 @@ pub fn block_sandboxes(ops: &mut [Op<Action>], reason: &str) {
         let runs_a_sandbox = match &op.action {
             Action::Sandbox(a) => match a {
                 SandboxAction::Create(_)
+                | SandboxAction::Warm(_)
                 | SandboxAction::Start { .. }
                 | SandboxAction::Recreate { .. }
                 | SandboxAction::Migrate { .. } => true,
                 SandboxAction::Remove { .. }
                 | SandboxAction::ReleaseDisk(_)
+                | SandboxAction::Stop { .. }
                 | SandboxAction::Adopt { .. } => false,
             },
             Action::Instance(a) => match a {

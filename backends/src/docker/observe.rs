@@ -151,7 +151,12 @@ impl Engine {
     /// scoped to a home) [`DockerError::OtherHome`]: hermes neither adopts
     /// nor replaces them.
     pub async fn find(&self, key: &SandboxKey) -> Result<Option<ObservedContainer>, DockerError> {
-        let name = key.container_name();
+        self.find_named(&key.container_name()).await
+    }
+
+    /// As [`Engine::find`], by the container's name (a warm-pool member's).
+    pub async fn find_named(&self, name: &str) -> Result<Option<ObservedContainer>, DockerError> {
+        let name = name.to_string();
         let info = match self.docker.inspect_container(&name, None).await {
             Ok(info) => info,
             Err(e) if is_not_found(&e) => return Ok(None),
@@ -171,6 +176,51 @@ impl Engine {
                 })?;
         }
         Ok(Some(container))
+    }
+
+    /// The running, unclaimed warm-pool members of `profile` (sanitized),
+    /// as one list call shows them (no inspect: what a claim reads is in
+    /// the list, and it must be quick).
+    pub async fn pool_members(&self, profile: &str) -> Result<Vec<ObservedContainer>, DockerError> {
+        let filters = HashMap::from([
+            (
+                "label",
+                vec![
+                    format!("{LABEL_AGENT}=1"),
+                    format!("{}={profile}", hermes_model::sandbox::LABEL_PROFILE),
+                    hermes_model::sandbox::LABEL_POOL.to_string(),
+                ],
+            ),
+            ("status", vec!["running".to_string()]),
+        ]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let summaries = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| DockerError::engine("list containers", "of the warm pool", e))?;
+        let mut members = Vec::new();
+        for summary in summaries {
+            let sources = mount_sources(summary.mounts.as_deref());
+            let Some(container) = from_summary(summary) else {
+                continue;
+            };
+            if let Some(scope) = self.scope()
+                && scope
+                    .owns(&container.labels, sources.iter().map(String::as_str))
+                    .is_err()
+            {
+                continue;
+            }
+            if container.is_unclaimed_pool_member() && container.state == ContainerState::Running {
+                members.push(container);
+            }
+        }
+        members.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(members)
     }
 
     /// Adds what only inspect knows to a container seen in the list, and

@@ -59,11 +59,12 @@ impl Backend for Docker {
         }
         let spec = desired.exec_sandbox(which.task, which.session);
         let engine = Engine::connect().await?.for_home(home.scope());
-        let (found, in_use) = ensure_sandbox(&engine, desired, &spec)
+        let (found, in_use) = ensure_sandbox(&engine, home, desired, &spec)
             .await
             .map_err(|e| racing(e, &spec.name))?;
+        let runs = crate::pool::runner_spec(desired, &found, &spec);
         let runner =
-            hermes_backends::docker::runner_dir(&found, &spec).map(std::path::Path::to_path_buf);
+            hermes_backends::docker::runner_dir(&found, &runs).map(std::path::Path::to_path_buf);
         let target = DockerTarget {
             container: Container {
                 engine,
@@ -96,8 +97,9 @@ impl Backend for Docker {
             return Ok(None);
         };
         let in_use = crate::sandbox_locks::in_use(&spec).await?;
+        let runs = crate::pool::runner_spec(desired, &found, &spec);
         let runner =
-            hermes_backends::docker::runner_dir(&found, &spec).map(std::path::Path::to_path_buf);
+            hermes_backends::docker::runner_dir(&found, &runs).map(std::path::Path::to_path_buf);
         Ok(Some(Box::new(DockerTarget {
             container: Container {
                 engine,
@@ -222,15 +224,29 @@ pub async fn list_containers(
         .containers
         .iter()
         .map(|c| {
-            let task = c.task().unwrap_or("-");
+            let ours = c.profile() == Some(desired.profile.as_str());
+            let member = c.is_unclaimed_pool_member();
+            let task = match c.task() {
+                Some(task) => task,
+                None if member => hermes_model::desired::POOL_TASK,
+                None => "-",
+            };
             let matches = match c.spec_hash() {
-                Some(h)
-                    if c.profile() == Some(desired.profile.as_str()) && c.session().is_none() =>
-                {
+                Some(h) if ours && (member || c.claimed_by().is_some()) => {
+                    Some(desired.pool_member(0).hash() == h)
+                }
+                Some(h) if ours && c.session().is_none() => {
                     Some(desired.sandbox_for_task(task).hash() == h)
                 }
                 _ => None,
             };
+            let pool = member.then(|| {
+                if observed.pool_member_ready(c) {
+                    "ready"
+                } else {
+                    "starting"
+                }
+            });
             let spec = match (c.spec_hash(), matches) {
                 (None, _) => "unmanaged",
                 (_, Some(true)) => "yes",
@@ -254,8 +270,12 @@ pub async fn list_containers(
                     _ => None,
                 },
                 processes: c.processes,
+                pool,
                 age: hermes_reconcilers::age(now - c.created),
-                idle: idle_text(idleness, c, now),
+                idle: match pool {
+                    Some(state) => format!("pool: {state}"),
+                    None => idle_text(idleness, c, now),
+                },
             }
         })
         .collect();
@@ -314,11 +334,12 @@ fn racing(e: anyhow::Error, name: &str) -> anyhow::Error {
 /// makes a replacement that comes next wait for the command.
 async fn ensure_sandbox(
     engine: &Engine,
+    home: &Home,
     desired: &Desired,
     spec: &SandboxSpec,
 ) -> anyhow::Result<(ObservedContainer, crate::sandbox_locks::Held)> {
     let _gate = crate::sandbox_locks::gate(spec).await?;
-    let found = ready(engine, desired, spec).await?;
+    let found = ready(engine, home, desired, spec).await?;
     let in_use = crate::sandbox_locks::in_use(spec).await?;
     Ok((found, in_use))
 }
@@ -326,6 +347,7 @@ async fn ensure_sandbox(
 /// [`ensure_sandbox`]'s work, under the gate.
 async fn ready(
     engine: &Engine,
+    home: &Home,
     desired: &Desired,
     spec: &SandboxSpec,
 ) -> anyhow::Result<ObservedContainer> {
@@ -333,6 +355,32 @@ async fn ready(
         Some(c) => Some(c),
         None => made_by_agent(engine, spec).await?,
     };
+    // A new session's sandbox: a ready warm-pool member, when there is
+    // one (its plan's operation, as exec's create prints its own).
+    if found.is_none() && desired.pool_serves(&spec.key) {
+        let started = std::time::Instant::now();
+        if let Some(c) = crate::pool::claim(engine, home, desired, spec).await? {
+            eprintln!(
+                "~ {}   {:<10}  {}, ready in the warm pool ({} ms)",
+                hermes_model::plan::Target::Sandbox {
+                    profile: spec.key.profile.clone(),
+                    task: spec.key.task.clone(),
+                    session: spec.key.session.clone(),
+                },
+                "claim",
+                c.label(hermes_model::sandbox::LABEL_POOL)
+                    .unwrap_or("a member"),
+                started.elapsed().as_millis()
+            );
+            return Ok(c);
+        }
+    }
+    // A claimed member is compared with the pool's spec.
+    let expected = match &found {
+        Some(c) => crate::pool::expected_spec(desired, c, spec),
+        None => spec.clone(),
+    };
+
     if let Some(c) = &found
         && c.spec_hash().is_none()
     {
@@ -365,7 +413,7 @@ async fn ready(
     }
     if let Some(c) = &found
         && desired.egress_enforced()
-        && egress_stale(spec, c)
+        && egress_stale(&expected, c)
     {
         // Fail closed: its commands would run without the proxy's route
         // or CA (or with a stale one), the variables saying otherwise.
@@ -381,11 +429,11 @@ async fn ready(
     if let Some(c) = &found {
         match c.state {
             ContainerState::Running => {
-                warn_if_stale(spec, c);
+                warn_if_stale(&expected, c);
                 return Ok(c.clone());
             }
             ContainerState::Created | ContainerState::Exited if c.spec_hash().is_some() => {
-                let stale = c.spec_hash() != Some(spec.hash());
+                let stale = c.spec_hash() != Some(expected.hash());
                 let op = Op {
                     changes: Vec::new(),
                     target: hermes_model::plan::Target::Sandbox {
@@ -399,10 +447,10 @@ async fn ready(
                 say(&op);
                 apply_one(engine, &op).await?;
                 if stale {
-                    warn_if_stale(spec, c);
+                    warn_if_stale(&expected, c);
                 }
                 return engine
-                    .find(&spec.key)
+                    .find_named(&c.name)
                     .await?
                     .with_context(|| format!("sandbox {} vanished as it started", spec.name));
             }
@@ -549,7 +597,7 @@ pub fn stale_line(spec: &SandboxSpec, c: &ObservedContainer) -> String {
     });
     format!(
         "hermes: sandbox {} runs a stale spec ({what}); the command runs in it as it is: `hermes reconcile` recreates it ({})",
-        spec.name,
+        c.name,
         recreate_keeps(spec)
     )
 }

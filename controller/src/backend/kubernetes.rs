@@ -611,6 +611,7 @@ impl Backend for Kubernetes {
                     // Not looked inside: the time since the last command.
                     idle_seconds: running.then(|| p.unused_since().map(|t| now - t)).flatten(),
                     processes: None,
+                    pool: None,
                     age: p
                         .started_at
                         .map_or("-".to_string(), |t| hermes_reconcilers::age(now - t)),

@@ -86,6 +86,13 @@ impl Config {
                 docker_forward_env: r.strings(schema_key!("terminal.docker_forward_env")),
                 docker_extra_args: r.strings(schema_key!("terminal.docker_extra_args")),
                 docker_runtime: r.string(schema_key!("terminal.docker_runtime")),
+                warm_pool: r
+                    .uint(schema_key!("terminal.warm_pool"))
+                    .min(crate::config::MAX_WARM_POOL),
+                idle_action: match r.string(schema_key!("terminal.idle_action")).as_str() {
+                    "stop" => crate::config::IdleAction::Stop,
+                    _ => crate::config::IdleAction::Remove,
+                },
                 local_sandbox: r.string(schema_key!("terminal.local_sandbox")),
                 local_sandbox_writable: r.strings(schema_key!("terminal.local_sandbox_writable")),
                 local_sandbox_hidden: r.strings(schema_key!("terminal.local_sandbox_hidden")),
