@@ -449,6 +449,11 @@ impl Desired {
         if !t.container_persistent {
             return Role::NotDesired;
         }
+        if let Some(limit) = self.idle_stop_after() {
+            return Role::OnDemand {
+                idle_limit: Some(limit),
+            };
+        }
         Role::OnDemand {
             idle_limit: if t.docker_persist_across_processes {
                 t.persistent_max_idle_seconds
@@ -456,6 +461,16 @@ impl Desired {
                 Some(t.lifetime_seconds)
             },
         }
+    }
+
+    /// With `terminal.idle_action: stop`, how long a persistent sandbox may
+    /// be idle before its container is stopped (the warm one's too):
+    /// `persistent_max_idle_seconds`, else `lifetime_seconds`. `None`: an
+    /// idle persistent sandbox is removed, if ever.
+    pub fn idle_stop_after(&self) -> Option<u64> {
+        let t = &self.config.terminal;
+        (t.idle_action == crate::config::IdleAction::Stop)
+            .then(|| t.persistent_max_idle_seconds.unwrap_or(t.lifetime_seconds))
     }
 
     pub fn backend(&self) -> Backend {

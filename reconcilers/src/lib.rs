@@ -408,11 +408,14 @@ pub fn processes_needed(desired: &Desired, observed: &Observed) -> Vec<String> {
         .filter(|c| c.state == ContainerState::Running && c.profile() == Some(profile.as_str()))
         // A pool member's count decides nothing.
         .filter(|c| !c.is_unclaimed_pool_member())
+        // A warm sandbox exactly as desired: only when it may be stopped
+        // for idleness (`terminal.idle_action: stop`).
         .filter(|c| {
-            !desired
-                .sandboxes
-                .iter()
-                .any(|spec| spec.name == c.name && c.spec_hash() == Some(spec.hash()))
+            desired.idle_stop_after().is_some()
+                || !desired
+                    .sandboxes
+                    .iter()
+                    .any(|spec| spec.name == c.name && c.spec_hash() == Some(spec.hash()))
         })
         .map(|c| c.id.clone())
         .collect()

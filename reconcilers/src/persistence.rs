@@ -117,7 +117,9 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
             ));
             match keep {
                 Some(keep) => {
-                    if let Some(op) = converge_one(spec, keep, target, observed, now) {
+                    if let Some(op) =
+                        converge_one(spec, keep, target, observed, now, desired.idle_stop_after())
+                    {
                         ops.push(op);
                     }
                 }
@@ -166,7 +168,7 @@ pub fn plan(desired: &Desired, observed: &Observed, now: i64) -> Planned {
                 ops.push(duplicate_of(c, Some(keep), &target));
             }
         }
-        if let Some(op) = converge_one(spec, keep, target, observed, now) {
+        if let Some(op) = converge_one(spec, keep, target, observed, now, None) {
             ops.push(op);
         }
     }
@@ -278,12 +280,16 @@ fn pick_keeper<'a>(managed: &[&'a ObservedContainer]) -> Option<&'a ObservedCont
     })
 }
 
+/// `idle_stop`: with `terminal.idle_action: stop`, how long the sandbox
+/// may be idle before it is stopped (and a stopped one is left stopped:
+/// the next command starts it).
 fn converge_one(
     spec: &SandboxSpec,
     keep: &ObservedContainer,
     target: Target,
     observed: &Observed,
     now: i64,
+    idle_stop: Option<u64>,
 ) -> Option<Op<Action>> {
     let observed_hash = keep.spec_hash().unwrap_or_default();
     if observed_hash != spec.hash() || keep.name != spec.name {
@@ -313,7 +319,20 @@ fn converge_one(
         });
     }
     let (action, cause) = match keep.state {
-        ContainerState::Running | ContainerState::Restarting | ContainerState::Removing => {
+        ContainerState::Running => {
+            let limit = i64::try_from(idle_stop?).unwrap_or(i64::MAX);
+            match observed.idleness(keep) {
+                hermes_model::observed::Idleness::IdleSince(t) if now - t > limit => (
+                    Action::Sandbox(SandboxAction::Stop {
+                        id: keep.id.clone(),
+                    }),
+                    idle_stop_cause(now - t, limit, "terminal.lifetime_seconds"),
+                ),
+                _ => return None,
+            }
+        }
+        ContainerState::Exited if idle_stop.is_some() => return None,
+        ContainerState::Restarting | ContainerState::Removing => {
             return None;
         }
         ContainerState::Paused => (
@@ -405,6 +424,15 @@ fn create_cause(desired: &Desired, observed: &Observed, spec: &SandboxSpec) -> S
         ),
         None => cause,
     }
+}
+
+/// The cause of an idle sandbox's stop (`terminal.idle_action: stop`).
+pub(crate) fn idle_stop_cause(idle: i64, limit: i64, key: &str) -> String {
+    format!(
+        "idle {} (> {}, {key}); stopped, as terminal.idle_action says: its files stay, the next command starts it",
+        age(idle),
+        age(limit)
+    )
 }
 
 /// `; pulls image X first (not on this engine)` when the engine lacks

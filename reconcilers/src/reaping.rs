@@ -96,7 +96,13 @@ fn plan_one(
     if let Some(op) = egress_recreate(desired, c) {
         return Some(op);
     }
+    // Stopped when idle (`terminal.idle_action: stop`): the next command
+    // starts it; it is no orphan.
+    let stopped_on_purpose = desired.idle_stop_after().is_some()
+        && c.session().is_none()
+        && c.state == ContainerState::Exited;
     if desired.config.terminal.docker_orphan_reaper
+        && !stopped_on_purpose
         && matches!(c.state, ContainerState::Exited | ContainerState::Dead)
     {
         let finished = c.finished_at.unwrap_or(c.created);
@@ -116,6 +122,31 @@ fn plan_one(
         } => {
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             match observed.idleness(c) {
+                Idleness::IdleSince(t)
+                    if now - t > limit
+                        && c.session().is_none()
+                        && desired.idle_stop_after().is_some() =>
+                {
+                    Some(Op {
+                        changes: Vec::new(),
+                        target: target(c),
+                        action: Action::Sandbox(SandboxAction::Stop { id: c.id.clone() }),
+                        cause: crate::persistence::idle_stop_cause(
+                            now - t,
+                            limit,
+                            if desired
+                                .config
+                                .terminal
+                                .persistent_max_idle_seconds
+                                .is_some()
+                            {
+                                "terminal.persistent_max_idle_seconds"
+                            } else {
+                                "terminal.lifetime_seconds"
+                            },
+                        ),
+                    })
+                }
                 Idleness::IdleSince(t) if now - t > limit => remove(format!(
                     "idle {} (> {}, {})",
                     age(now - t),

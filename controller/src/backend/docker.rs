@@ -445,7 +445,16 @@ async fn ready(
                     cause: format!("{} since {}", c.state.as_str(), ago(c)),
                 };
                 say(&op);
+                let started = std::time::Instant::now();
                 apply_one(engine, &op).await?;
+                // A stopped sandbox resumed: the wait said when it is one.
+                if started.elapsed() > std::time::Duration::from_millis(100) {
+                    eprintln!(
+                        "hermes: sandbox {} started again in {:.2} s",
+                        c.name,
+                        started.elapsed().as_secs_f64()
+                    );
+                }
                 if stale {
                     warn_if_stale(&expected, c);
                 }

@@ -574,3 +574,82 @@ fn while_the_network_is_enforced_the_agent_s_idle_containers_off_it_go_at_once()
     let on = plan(agents("prompt-backend-probe"), true);
     assert!(!on.to_string().contains("remove "), "{on}");
 }
+
+#[test]
+fn with_idle_action_stop_an_idle_persistent_sandbox_is_stopped_and_stays_stopped() {
+    let d = desired("  lifetime_seconds: 300\n  idle_action: stop\n");
+    let idle = |secs: i64| {
+        plan_with(
+            &d,
+            vec![sandbox("t", None)],
+            &[("hermes-default-t", NOW - secs)],
+        )
+        .to_string()
+    };
+    assert_eq!(idle(300), CONVERGED);
+    assert_eq!(
+        idle(301),
+        "~ sandbox default/t   stop        idle 5m1s (> 5m, terminal.lifetime_seconds); stopped, as terminal.idle_action says: its files stay, the next command starts it\n\
+         Plan: 0 to create, 1 to change, 0 to remove."
+    );
+    // Stopped long ago: no orphan, left for the next command.
+    let mut stopped = sandbox("t", None);
+    stopped.state = ContainerState::Exited;
+    stopped.finished_at = Some(NOW - 86_400);
+    assert_eq!(text(&d, vec![stopped]), CONVERGED);
+    // A session's files are on tmpfs: it is removed, as before.
+    assert!(session_idle(&d, 301).contains("- sandbox default/t@s1   remove"));
+}
+
+#[test]
+fn with_idle_action_stop_the_warm_sandbox_is_stopped_when_idle_and_never_started_by_a_pass() {
+    let d = desired("  lifetime_seconds: 60\n  idle_action: stop\n");
+    let warm = d.sandboxes[0].clone();
+    let c = |state: ContainerState| ObservedContainer {
+        id: "w".into(),
+        name: warm.name.clone(),
+        labels: warm.labels.clone(),
+        state,
+        created: NOW - 3_600,
+        started_at: Some(NOW - 3_600),
+        finished_at: Some(NOW - 60),
+        processes: Some(0),
+        made_by_agent: None,
+        adopted_hash: None,
+    };
+    let plan = |state| {
+        crate::plan_all(
+            &d,
+            &Observed {
+                containers: vec![c(state)],
+                activity: [(warm.name.clone(), NOW - 61)].into_iter().collect(),
+                ..Observed::default()
+            },
+            UNIX_EPOCH + Duration::from_secs(NOW as u64),
+        )
+        .to_string()
+    };
+    assert!(
+        plan(ContainerState::Running).starts_with(
+            "~ sandbox default/default   stop        idle 1m1s (> 1m, terminal.lifetime_seconds); stopped"
+        ),
+        "{}",
+        plan(ContainerState::Running)
+    );
+    assert_eq!(plan(ContainerState::Exited), CONVERGED);
+    // Without it, a pass starts a stopped warm sandbox.
+    let plain = desired("  lifetime_seconds: 60\n");
+    let observed = Observed {
+        containers: vec![c(ContainerState::Exited)],
+        ..Observed::default()
+    };
+    assert!(
+        crate::plan_all(
+            &plain,
+            &observed,
+            UNIX_EPOCH + Duration::from_secs(NOW as u64)
+        )
+        .to_string()
+        .contains("start"),
+    );
+}
