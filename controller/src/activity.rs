@@ -102,6 +102,14 @@ impl Activity {
             return Ok(());
         }
         self.forget_run_state(container);
+        self.forget_record(container)
+    }
+
+    /// Drops the activity record of `container` alone.
+    pub fn forget_record(&self, container: &str) -> io::Result<()> {
+        if !is_plain_name(container) {
+            return Ok(());
+        }
         match fs::remove_file(self.dir.join(container)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),

@@ -257,10 +257,23 @@ const CONVERGED: &str = "No changes. The host is converged.";
 /// Drops the activity records of containers that no longer exist. A stale
 /// record would do no harm (a new container counts from its own start), but
 /// records should not pile up.
+/// A name a claimed warm-pool member was made with has no container any
+/// more, but its runner's directory is that member's still: only the
+/// record goes.
 fn forget_removed(activity: &Activity, observed: &Observed) {
+    let made_as: std::collections::BTreeSet<&str> = observed
+        .containers
+        .iter()
+        .filter_map(|c| c.label(hermes_model::sandbox::LABEL_POOL))
+        .collect();
     for name in observed.activity.keys() {
         if !observed.containers.iter().any(|c| &c.name == name) {
-            if let Err(e) = activity.forget(name) {
+            let forgotten = if made_as.contains(name.as_str()) {
+                activity.forget_record(name)
+            } else {
+                activity.forget(name)
+            };
+            if let Err(e) = forgotten {
                 tracing::debug!(container = %name, error = %e, "cannot drop an activity record");
             }
         }
