@@ -16,8 +16,6 @@ use std::time::{Duration, Instant};
 use hermes_tests::cli::{Run, TestHome};
 use hermes_tests::docker_cli::{ProfileCleanup, docker};
 
-const POOL_LABEL: &str = "hermes-pool";
-
 /// A home on the Docker backend with no warm task sandbox (sessions
 /// only) and `extra` under `terminal:`.
 fn pool_home(tag: &str, extra: &str) -> (TestHome, String, ProfileCleanup) {
