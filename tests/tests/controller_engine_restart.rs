@@ -1,6 +1,8 @@
 //! The engine going away under a running controller: dockerd is stopped and
 //! started again (with the same command line) while `hermes controller`
-//! runs, and the controller converges again without being restarted.
+//! runs, and the controller converges again without being restarted; the
+//! warm pool it kept full is full again, of new members (the old ones
+//! stopped with the engine and are never handed out).
 //!
 //! This file holds this one test on purpose: test binaries run one after
 //! another, so no other test sees the engine disappear.
@@ -56,7 +58,7 @@ fn the_controller_converges_again_after_the_engine_restarts() {
     let _cleanup = ProfileCleanup(profile.clone());
     let home = TestHome::with_profile(&profile);
     home.write_config(format!(
-        "terminal:\n  backend: docker\n  docker_image: {}\n",
+        "terminal:\n  backend: docker\n  docker_image: {}\n  warm_pool: 2\n",
         hermes_tests::test_image()
     ));
     let mut controller = home
@@ -66,8 +68,12 @@ fn the_controller_converges_again_after_the_engine_restarts() {
         .spawn()
         .unwrap();
     let name = format!("hermes-{profile}-default");
-    let running = || containers_of(&profile) == [(name.clone(), "running".to_string())];
+    let running = || containers_of(&profile).contains(&(name.clone(), "running".to_string()));
     eventually(Duration::from_secs(30), "the sandbox runs", running);
+    eventually(Duration::from_secs(60), "the pool is full", || {
+        ready_members(&home).len() == 2
+    });
+    let before = ready_members(&home);
 
     let (pid, args) = dockerd();
     nix::sys::signal::kill(
@@ -124,6 +130,34 @@ fn the_controller_converges_again_after_the_engine_restarts() {
         "{}",
         status.stdout
     );
+    // The members stopped with the engine: replaced, never handed out.
+    eventually(Duration::from_secs(60), "the pool is full again", || {
+        let now = ready_members(&home);
+        now.len() == 2 && now.iter().all(|m| !before.contains(m))
+    });
+    let claim = home.run(["exec", "--session", "after", "--", "true"]);
+    assert_eq!(claim.code, 0, "{claim:?}");
+    assert!(claim.stderr.contains("   claim  "), "{claim:?}");
     let _ = controller.kill();
     let _ = controller.wait();
+}
+
+/// (name, container id) of each unclaimed member `sandbox list` calls
+/// ready.
+fn ready_members(home: &TestHome) -> Vec<(String, String)> {
+    let list = home.run(["sandbox", "list", "--output", "json"]);
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&list.stdout) else {
+        return Vec::new();
+    };
+    v["sandboxes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["pool"] == "ready")
+        .map(|s| {
+            let name = s["name"].as_str().unwrap_or_default().to_string();
+            let id = hermes_tests::docker_cli::docker(&["inspect", "-f", "{{.Id}}", &name]);
+            (name, id.trim().to_string())
+        })
+        .collect()
 }
