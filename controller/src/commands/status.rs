@@ -383,7 +383,9 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
         .filter(|c| c.profile() == Some(profile_label.as_str()))
         .map(|c| {
             let task = c.task().unwrap_or("-");
+            // A warm-pool member's spec is the pool's, claimed or not.
             let wanted = match c.session() {
+                _ if c.label(hermes_model::sandbox::LABEL_POOL).is_some() => desired.pool_member(0),
                 Some(s) => desired.exec_sandbox(task, Some(s)),
                 None => desired.sandbox_for_task(task),
             };
