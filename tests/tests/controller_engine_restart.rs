@@ -124,11 +124,15 @@ fn the_controller_converges_again_after_the_engine_restarts() {
         controller.try_wait().unwrap().is_none(),
         "the controller exited"
     );
-    let status = home.run(["status"]);
-    assert!(
-        status.stdout.contains("Engine:      answering"),
-        "{}",
-        status.stdout
+    // Once the pass that refills the pool ended, status says so too.
+    eventually(
+        Duration::from_secs(30),
+        "status says the engine answers",
+        || {
+            home.run(["status"])
+                .stdout
+                .contains("Engine:      answering")
+        },
     );
     // The members stopped with the engine: replaced, never handed out.
     eventually(Duration::from_secs(60), "the pool is full again", || {
