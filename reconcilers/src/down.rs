@@ -36,12 +36,20 @@ pub fn plan(observed: &Observed, backend: Vec<Op<Action>>) -> StagedPlan {
                 name: c.name.clone(),
                 disk: None,
             }),
-            cause: format!(
-                "hermes down: {} ({}), its data kept{}",
-                c.name,
-                c.state.as_str(),
-                reaping::removal_cost(c)
-            ),
+            cause: if c.is_unclaimed_pool_member() {
+                format!(
+                    "hermes down: {} ({}), a warm-pool member no session claimed",
+                    c.name,
+                    c.state.as_str()
+                )
+            } else {
+                format!(
+                    "hermes down: {} ({}), its data kept{}",
+                    c.name,
+                    c.state.as_str(),
+                    reaping::removal_cost(c)
+                )
+            },
         })
         .collect();
     disks::plan(observed, &mut sandboxes);

@@ -449,6 +449,15 @@ pub fn end_session(profile: &str, session: &str, observed: &Observed) -> Vec<Op<
 }
 
 pub(crate) fn target(c: &ObservedContainer) -> Target {
+    if c.is_unclaimed_pool_member() {
+        return Target::Pool {
+            profile: c.profile().unwrap_or_default().to_string(),
+            task: c
+                .label(hermes_model::sandbox::LABEL_SESSION_TASK)
+                .unwrap_or_default()
+                .to_string(),
+        };
+    }
     Target::Sandbox {
         profile: c.profile().unwrap_or_default().to_string(),
         task: c.task().unwrap_or_default().to_string(),

@@ -247,3 +247,18 @@ fn a_claimed_member_is_found_by_its_session_and_only_then() {
     };
     assert!(other.claimed_by().is_none());
 }
+
+#[test]
+fn down_removes_the_members_under_the_pool_s_name() {
+    let d = desired("  warm_pool: 1\n");
+    let o = Observed {
+        containers: vec![member(&d.pool_member(0), NOW)],
+        ..Observed::default()
+    };
+    let plan = crate::down::plan(&o, Vec::new());
+    let text = plan.to_string();
+    assert!(
+        text.contains("- pool default/default   remove      hermes down: hermes_pool-default-default-0 (running), a warm-pool member no session claimed"),
+        "{text}"
+    );
+}
