@@ -355,6 +355,20 @@ pub struct CloudDesired {
 /// timeout: an hour).
 pub const CLOUD_LIFETIME: Duration = Duration::from_secs(3600);
 
+/// How long the service keeps the sandbox unused: [`CLOUD_LIFETIME`];
+/// on Daytona, with `terminal.idle_action: stop`, `lifetime_seconds` (at
+/// least a minute, its unit): Daytona's auto-stop is idleness, as hermes's
+/// is, and a stopped Daytona sandbox keeps its files and is resumed by the
+/// next command. Modal's and Vercel's timeouts count from the start, busy
+/// or not, so they stay as they are there.
+fn lifetime(t: &crate::config::Terminal) -> Duration {
+    if t.backend == Backend::Daytona && t.idle_action == crate::config::IdleAction::Stop {
+        Duration::from_secs(t.lifetime_seconds.max(60))
+    } else {
+        CLOUD_LIFETIME
+    }
+}
+
 impl CloudDesired {
     /// The cloud side of the config, when the backend is a cloud; the
     /// warnings (a forwarded name set nowhere, a provider key forwarded)
@@ -411,7 +425,7 @@ impl CloudDesired {
             cpu: t.container_cpu,
             memory_mb: t.container_memory_mb,
             disk_mb,
-            lifetime: CLOUD_LIFETIME,
+            lifetime: lifetime(t),
             env: values,
             credentials: credentials(t.backend, env),
         })
@@ -670,6 +684,32 @@ mod tests {
         assert!(check_credentials(text, &env(&[("DAYTONA_API_KEY", "k")])).is_empty());
         assert!(
             check_credentials("terminal:\n  backend: docker\n", &HostEnv::default()).is_empty()
+        );
+    }
+
+    #[test]
+    fn idle_action_stop_is_daytona_s_own_auto_stop_and_nothing_elsewhere() {
+        let cloud = |text: &str| {
+            let loaded = load(text).unwrap();
+            CloudDesired::from_config(&loaded.config, &HostEnv::default(), &mut Vec::new())
+                .unwrap()
+                .lifetime
+        };
+        assert_eq!(
+            cloud("terminal:\n  backend: daytona\n  lifetime_seconds: 600\n  idle_action: stop\n"),
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            cloud("terminal:\n  backend: daytona\n  lifetime_seconds: 5\n  idle_action: stop\n"),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            cloud("terminal:\n  backend: daytona\n  lifetime_seconds: 600\n"),
+            CLOUD_LIFETIME
+        );
+        assert_eq!(
+            cloud("terminal:\n  backend: modal\n  lifetime_seconds: 600\n  idle_action: stop\n"),
+            CLOUD_LIFETIME
         );
     }
 
