@@ -75,30 +75,10 @@ impl Engine {
         profile: Option<&str>,
     ) -> Result<(Vec<ObservedContainer>, HashMap<String, Seen>), DockerError> {
         let filters = HashMap::from([("label", vec![format!("{LABEL_AGENT}=1")])]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let summaries = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| DockerError::engine("list containers", "labelled hermes-agent=1", e))?;
-
-        let mut seen = Vec::with_capacity(summaries.len());
+        let listed = self.list_owned(&filters, "labelled hermes-agent=1").await?;
+        let mut seen = Vec::with_capacity(listed.len());
         let mut to_complete = Vec::new();
-        for summary in summaries {
-            let sources = mount_sources(summary.mounts.as_deref());
-            let Some(container) = from_summary(summary) else {
-                continue;
-            };
-            if let Some(scope) = self.scope() {
-                if let Err(why) = scope.owns(&container.labels, sources.iter().map(String::as_str))
-                {
-                    tracing::trace!(container = %container.name, %why, "another home's container, left out");
-                    continue;
-                }
-            }
+        for container in listed {
             let other_profile = profile.is_some_and(|p| container.profile() != Some(p));
             if container.state == ContainerState::Created || other_profile {
                 seen.push(container);
@@ -193,34 +173,48 @@ impl Engine {
             ),
             ("status", vec!["running".to_string()]),
         ]);
+        let mut members: Vec<ObservedContainer> = self
+            .list_owned(&filters, "of the warm pool")
+            .await?
+            .into_iter()
+            .filter(|c| c.is_unclaimed_pool_member() && c.state == ContainerState::Running)
+            .collect();
+        members.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(members)
+    }
+
+    /// The containers the engine lists for `filters` that are this
+    /// home's (its scope), as the list shows them; `what`: the listing,
+    /// for an error.
+    async fn list_owned(
+        &self,
+        filters: &HashMap<&str, Vec<String>>,
+        what: &str,
+    ) -> Result<Vec<ObservedContainer>, DockerError> {
         let options = ListContainersOptionsBuilder::default()
             .all(true)
-            .filters(&filters)
+            .filters(filters)
             .build();
         let summaries = self
             .docker
             .list_containers(Some(options))
             .await
-            .map_err(|e| DockerError::engine("list containers", "of the warm pool", e))?;
-        let mut members = Vec::new();
+            .map_err(|e| DockerError::engine("list containers", what, e))?;
+        let mut owned = Vec::with_capacity(summaries.len());
         for summary in summaries {
             let sources = mount_sources(summary.mounts.as_deref());
             let Some(container) = from_summary(summary) else {
                 continue;
             };
             if let Some(scope) = self.scope()
-                && scope
-                    .owns(&container.labels, sources.iter().map(String::as_str))
-                    .is_err()
+                && let Err(why) = scope.owns(&container.labels, sources.iter().map(String::as_str))
             {
+                tracing::trace!(container = %container.name, %why, "another home's container, left out");
                 continue;
             }
-            if container.is_unclaimed_pool_member() && container.state == ContainerState::Running {
-                members.push(container);
-            }
+            owned.push(container);
         }
-        members.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(members)
+        Ok(owned)
     }
 
     /// Adds what only inspect knows to a container seen in the list, and
