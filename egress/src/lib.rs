@@ -43,6 +43,7 @@ pub mod minting;
 pub mod policy;
 pub mod pool;
 pub mod rewrite;
+pub mod rules;
 pub mod server;
 pub mod settings;
 pub mod signed_body;
