@@ -229,6 +229,21 @@ pub async fn apply(
             if options.stopping() {
                 return (op, action, started, None);
             }
+            // A warm-pool member is removed under the pool's lock, and only
+            // while no session claimed it since the plan was made.
+            let _pool = match (&op.target, options.home, engine, action) {
+                (
+                    Target::Pool { profile, .. },
+                    Some(home),
+                    Some(engine),
+                    SandboxAction::Remove { id, .. },
+                ) => match crate::pool::hold_unclaimed(engine, home, profile, id).await {
+                    Ok(Some(held)) => Some(held),
+                    Ok(None) => return (op, action, started, Some((Ok(false), None))),
+                    Err(e) => return (op, action, started, Some((Err(e.into()), None))),
+                },
+                _ => None,
+            };
             // A claimed warm-pool member's run state is by the name it
             // was made with.
             let made_as = match (engine, action) {

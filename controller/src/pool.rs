@@ -158,6 +158,38 @@ pub async fn warm(engine: &Engine, spec: &SandboxSpec, id: &str) -> Result<(), D
     .map_err(failed)
 }
 
+/// The pool's lock of `profile`, held until dropped.
+async fn lock(home: &Home, profile: &str) -> std::io::Result<crate::sandbox_locks::Held> {
+    let dir = home.root().join("run").join("locks");
+    crate::fsio::ensure_dir(&dir, 0o700)?;
+    let lock = dir.join(format!("pool-{}.lock", sanitize(profile)));
+    tokio::task::spawn_blocking(move || crate::fsio::lock_exclusive(&lock))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
+/// For the plan's removal of member `id`: the pool's lock, held until
+/// dropped, when `id` is still an unclaimed member; `None` when a session
+/// claimed it since the plan was made (it is that session's sandbox now,
+/// not the plan's to remove) or it is gone.
+pub async fn hold_unclaimed(
+    engine: &Engine,
+    home: &Home,
+    profile: &str,
+    id: &str,
+) -> Result<Option<crate::sandbox_locks::Held>, DockerError> {
+    let held = lock(home, profile)
+        .await
+        .map_err(|e| DockerError::HostFiles {
+            container: id.to_string(),
+            message: format!("cannot take the warm pool's lock: {e}"),
+        })?;
+    match engine.find_named(id).await? {
+        Some(c) if c.is_unclaimed_pool_member() => Ok(Some(held)),
+        _ => Ok(None),
+    }
+}
+
 /// Claims a ready member of the current pool for the session sandbox of
 /// `spec`: the member renamed to its name, as the engine sees it then;
 /// `None` when no member is ready (the caller makes the sandbox).
@@ -170,10 +202,7 @@ pub async fn claim(
     if !desired.pool_serves(&spec.key) {
         return Ok(None);
     }
-    let dir = home.root().join("run").join("locks");
-    crate::fsio::ensure_dir(&dir, 0o700)?;
-    let lock = dir.join(format!("pool-{}.lock", sanitize(&desired.profile)));
-    let _held = tokio::task::spawn_blocking(move || crate::fsio::lock_exclusive(&lock)).await??;
+    let _held = lock(home, &desired.profile).await?;
     let wanted = desired.pool_member(0);
     let ready = read_ready(home);
     let members = engine.pool_members(&sanitize(&desired.profile)).await?;
@@ -187,7 +216,13 @@ pub async fn claim(
     if let Err(e) = Activity::new(home).touch(&spec.name) {
         tracing::warn!(container = %spec.name, error = %e, "cannot record the sandbox's activity");
     }
-    engine.rename(&member.id, &spec.name).await?;
+    match engine.rename(&member.id, &spec.name).await {
+        Ok(()) => {}
+        // Removed since the listing (the plan's lock is not held over
+        // its whole pass): the session's sandbox is made instead.
+        Err(DockerError::Gone { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
     forget(home.root(), &member.name);
     tracing::debug!(member = %member.name, session = ?spec.key.session, "claimed a warm-pool member");
     Ok(engine.find_named(&spec.name).await?)
