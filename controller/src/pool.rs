@@ -16,7 +16,7 @@
 //!   rename is one step, and the lock goes with the process that held it.
 //!
 //! A claimed member keeps the runner's directory of the name it was made
-//! with (a bind fixed at create); [`runner_spec`] says where it is.
+//! with (a bind fixed at create); [`spec_of`] says where it is.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -228,25 +228,12 @@ pub async fn claim(
     Ok(engine.find_named(&spec.name).await?)
 }
 
-/// The spec whose runner directory a container uses: a claimed member's
-/// is the one of the name it was made with.
-pub fn runner_spec(
-    desired: &Desired,
-    found: &ObservedContainer,
-    spec: &SandboxSpec,
-) -> SandboxSpec {
+/// The spec a container is compared with and whose runner directory it
+/// uses: a claimed member's is the pool's, under the name it was made
+/// with; any other's is `spec`.
+pub fn spec_of(desired: &Desired, found: &ObservedContainer, spec: &SandboxSpec) -> SandboxSpec {
     match found.label(LABEL_POOL) {
         Some(member) if found.claimed_by().is_some() => desired.pool_member_named(member),
         _ => spec.clone(),
     }
-}
-
-/// The spec a container is compared with: a claimed member's is the
-/// pool's.
-pub fn expected_spec(
-    desired: &Desired,
-    found: &ObservedContainer,
-    spec: &SandboxSpec,
-) -> SandboxSpec {
-    runner_spec(desired, found, spec)
 }

@@ -121,6 +121,14 @@ pub enum Refusal {
 }
 
 impl Bwrap {
+    /// Its task's background sandboxes, as the host sees them.
+    pub fn jobs(&self) -> super::jobs::Jobs {
+        super::jobs::Jobs {
+            launched: self.launched.clone(),
+            state: self.state.clone(),
+        }
+    }
+
     /// Refuses a sandbox that would expose what it hides: a start
     /// directory or a writable path inside, or holding, a hidden one.
     pub fn check(&self, start: &Path) -> Result<(), Refusal> {

@@ -80,6 +80,24 @@ impl Record {
         stat_of(self.pid).is_some_and(|(state, start)| start == self.start && state != 'Z')
     }
 
+    /// A pidfd on the recorded process, checked after it was opened to be
+    /// that process (a pidfd names one process from then on); `None` once
+    /// it is gone.
+    pub fn pidfd(&self) -> Option<OwnedFd> {
+        use rustix::process::{Pid, PidfdFlags, pidfd_open};
+        let pid = i32::try_from(self.pid).ok().and_then(Pid::from_raw)?;
+        let pidfd = pidfd_open(pid, PidfdFlags::empty()).ok()?;
+        self.alive().then_some(pidfd)
+    }
+
+    /// Ends the recorded process's sandbox at once (SIGKILL to its PID 1
+    /// ends every process of its pid namespace).
+    pub fn kill(&self) {
+        if let Some(pidfd) = self.pidfd() {
+            let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
+        }
+    }
+
     fn parse(text: &str) -> Option<Record> {
         let mut words = text.split_ascii_whitespace();
         let record = Record {
@@ -223,21 +241,10 @@ impl Jobs {
     /// on to each of its processes), SIGKILL, which ends every process of
     /// the sandbox, after [`TERM_GRACE`]. Whether it was running.
     async fn stop(record: Record) -> bool {
-        use rustix::process::{PidfdFlags, Signal, pidfd_open, pidfd_send_signal};
-        let Some(pid) = i32::try_from(record.pid)
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-        else {
+        use rustix::process::{Signal, pidfd_send_signal};
+        let Some(pidfd) = record.pidfd() else {
             return false;
         };
-        let Ok(pidfd) = pidfd_open(pid, PidfdFlags::empty()) else {
-            return false;
-        };
-        // The pidfd names one process from here on: the recorded one if it
-        // is still the one with that pid.
-        if !record.alive() {
-            return false;
-        }
         if pidfd_send_signal(&pidfd, Signal::TERM).is_err() {
             return false;
         }

@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::LocalError;
 use super::bwrap::{Bwrap, Life};
-use super::jobs::{Jobs, Record, job_id};
+use super::jobs::{Record, job_id};
 use crate::exec::{ExecIo, ExecOutcome, ExecRequest, TIMEOUT_EXIT_CODE};
 
 /// How long bwrap has to make the sandbox and say which process it is.
@@ -48,10 +48,7 @@ pub(super) async fn launch(
     let id = job_id(job)
         .ok_or_else(|| LocalError::Launch(format!("no job directory in {job:?}")))?
         .to_string();
-    let jobs = Jobs {
-        launched: sandbox.launched.clone(),
-        state: sandbox.state.clone(),
-    };
+    let jobs = sandbox.jobs();
     let failed = |what: &str, e: std::io::Error| LocalError::Launch(format!("{what}: {e}"));
     // bwrap's info: a pipe whose write end it alone holds (a copy that
     // is not close-on-exec); the init's control: a socket, its stdin.
@@ -153,14 +150,8 @@ pub(super) async fn launch(
         }
         Err(_) => {
             // The whole sandbox goes.
-            if let Some(pid) = i32::try_from(pid)
-                .ok()
-                .and_then(rustix::process::Pid::from_raw)
-                && let Ok(fd) =
-                    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
-                && record.is_some_and(|r| r.alive())
-            {
-                let _ = rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL);
+            if let Some(record) = record {
+                record.kill();
             }
             ExecOutcome {
                 exit_code: TIMEOUT_EXIT_CODE,

@@ -89,11 +89,7 @@ impl Executor for Local {
             // hermes's own scripts for `hermes process`: answered on the
             // host, where the background sandboxes are seen.
             if let Some((script, args)) = jobs::script_of(&req.cmd) {
-                let jobs = jobs::Jobs {
-                    launched: sandbox.launched.clone(),
-                    state: sandbox.state.clone(),
-                };
-                return jobs::answer(&jobs, script, args, io, req.timeout)
+                return jobs::answer(&sandbox.jobs(), script, args, io, req.timeout)
                     .await
                     .map_err(LocalError::Output);
             }

@@ -62,7 +62,7 @@ impl Backend for Docker {
         let (found, in_use) = ensure_sandbox(&engine, home, desired, &spec)
             .await
             .map_err(|e| racing(e, &spec.name))?;
-        let runs = crate::pool::runner_spec(desired, &found, &spec);
+        let runs = crate::pool::spec_of(desired, &found, &spec);
         let runner =
             hermes_backends::docker::runner_dir(&found, &runs).map(std::path::Path::to_path_buf);
         let target = DockerTarget {
@@ -97,7 +97,7 @@ impl Backend for Docker {
             return Ok(None);
         };
         let in_use = crate::sandbox_locks::in_use(&spec).await?;
-        let runs = crate::pool::runner_spec(desired, &found, &spec);
+        let runs = crate::pool::spec_of(desired, &found, &spec);
         let runner =
             hermes_backends::docker::runner_dir(&found, &runs).map(std::path::Path::to_path_buf);
         Ok(Some(Box::new(DockerTarget {
@@ -220,6 +220,7 @@ pub async fn list_containers(
         .containers
         .sort_by(|a, b| (a.profile(), a.task(), &a.name).cmp(&(b.profile(), b.task(), &b.name)));
     let now = hermes_reconcilers::unix_seconds(SystemTime::now());
+    let pool_hash = desired.pool_member(0).hash().to_string();
     let rows = observed
         .containers
         .iter()
@@ -232,9 +233,7 @@ pub async fn list_containers(
                 None => "-",
             };
             let matches = match c.spec_hash() {
-                Some(h) if ours && (member || c.claimed_by().is_some()) => {
-                    Some(desired.pool_member(0).hash() == h)
-                }
+                Some(h) if ours && (member || c.claimed_by().is_some()) => Some(pool_hash == h),
                 Some(h) if ours && c.session().is_none() => {
                     Some(desired.sandbox_for_task(task).hash() == h)
                 }
@@ -377,7 +376,7 @@ async fn ready(
     }
     // A claimed member is compared with the pool's spec.
     let expected = match &found {
-        Some(c) => crate::pool::expected_spec(desired, c, spec),
+        Some(c) => crate::pool::spec_of(desired, c, spec),
         None => spec.clone(),
     };
 

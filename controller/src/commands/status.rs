@@ -377,6 +377,7 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
             .unwrap_or_else(|_| "runc".to_string()),
         _ => "runc".to_string(),
     };
+    let pool_member = desired.pool_member(0);
     let sandboxes: Vec<SandboxRow> = observed
         .iter()
         .flat_map(|o| o.containers.iter())
@@ -385,7 +386,7 @@ async fn gather(home: &Home, profile: &str) -> anyhow::Result<StatusReport> {
             let task = c.task().unwrap_or("-");
             // A warm-pool member's spec is the pool's, claimed or not.
             let wanted = match c.session() {
-                _ if c.label(hermes_model::sandbox::LABEL_POOL).is_some() => desired.pool_member(0),
+                _ if c.label(hermes_model::sandbox::LABEL_POOL).is_some() => pool_member.clone(),
                 Some(s) => desired.exec_sandbox(task, Some(s)),
                 None => desired.sandbox_for_task(task),
             };
